@@ -1,0 +1,41 @@
+# The two commands a new user needs: `make up` and `make test`. Both set everything up first.
+# Nothing global is assumed beyond python3, make and a C compiler.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-done
+CONFIG ?= configs/default.toml
+
+.PHONY: setup test up down status bench bench-ring clean
+
+setup: $(STAMP)
+
+# Idempotent: re-runs only when the project's dependency list changes or the venv is missing.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+up: setup
+	$(PY) -m pipeline up --config $(CONFIG)
+
+down: setup
+	$(PY) -m pipeline down --config $(CONFIG)
+
+status: setup
+	$(PY) -m pipeline status --config $(CONFIG)
+
+bench: bench-ring
+
+bench-ring: setup
+	$(PY) -m bench.ring
+
+clean:
+	-$(PY) -m pipeline down --config $(CONFIG) 2>/dev/null
+	rm -rf $(VENV) build *.egg-info logs run .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,37 @@
+"""Lock-free single-producer / single-consumer rings in POSIX shared memory.
+
+Public API (nothing outside this package touches a segment's bytes):
+
+- ``Ring.create(name, slot_size=, capacity=, full_policy=)`` / ``Ring.attach(name, ...)`` /
+  ``Ring.unlink(name)`` / ``Ring.exists(name)`` / ``ring.stats()`` / ``ring.close()``
+- ``ring.writer()`` -> ``Writer``: ``try_write``, ``write`` (full policy applied),
+  ``try_write_batch``, ``write_batch``, ``try_claim`` + ``commit_claim`` (zero copy), ``heartbeat``
+- ``ring.reader()`` -> ``Reader``: ``try_read``, ``try_read_batch``, ``poll``, ``commit``,
+  ``wait`` (blocking), ``available``, ``heartbeat``
+- idle strategies: ``BusySpin``, ``BackOff``
+- ``layout``: the binary layout, declared once.
+"""
+
+from ringbuf.errors import PayloadTooLargeError, RingError, RingExistsError, RingLayoutError, RingNotFoundError
+from ringbuf.idle import BackOff, BusySpin, IdleStrategy, make_idle
+from ringbuf.layout import slot_size_for
+from ringbuf.ring import Message, Reader, Ring, RingStats, Writer, shm_name
+
+__all__ = [
+    "BackOff",
+    "BusySpin",
+    "IdleStrategy",
+    "Message",
+    "PayloadTooLargeError",
+    "Reader",
+    "Ring",
+    "RingError",
+    "RingExistsError",
+    "RingLayoutError",
+    "RingNotFoundError",
+    "RingStats",
+    "Writer",
+    "make_idle",
+    "shm_name",
+    "slot_size_for",
+]
