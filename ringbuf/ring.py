@@ -726,7 +726,7 @@ class Reader:
             try:
                 sem.acquire(min(left, park_ns) / 1e9)
                 woke = True
-            except posix_ipc.BusyError:
+            except (posix_ipc.BusyError, posix_ipc.SignalError):  # timed out, or a signal (e.g. SIGTERM) arrived
                 woke = False
             ctl[_PARKED] = 0
             if ctl[_WC] > self._pos:

@@ -1,0 +1,215 @@
+"""The runner: the one loop every stage process runs.
+
+``python -m pipeline.runner --config FILE --name PROCESS [--core N] [--wait W]`` (the supervisor
+starts it so). It pins the core, attaches the process table and the rings, builds the agent named
+by ``module`` in the config, then runs the duty cycle::
+
+    while not stopping:
+        n = agent.do_work()            # errors: logged, counted, last_error set; too many in a row: exit 70
+        every heartbeat_interval_ms:   heartbeat in the process table and in every ring end it holds,
+                                       counters and latency percentiles published
+        if n == 0: idle                # busy-spin | back-off | blocking (park on the input ring)
+
+SIGTERM or SIGINT: finish the current batch, commit input cursors, ``on_close``, exit 0.
+Exit codes: 0 clean stop, 1 start failed, 70 too many consecutive errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+
+from pipeline import proctable as PT
+from pipeline.agent import Agent, AgentContext
+from pipeline.config import Config, load_config
+from pipeline.errors import StartupError
+from pipeline.log import EventLog, open_event_log
+from pipeline.transport import open_ports
+from ringbuf import BackOff, BusySpin
+
+EXIT_OK = 0
+EXIT_START_FAILED = 1
+EXIT_TOO_MANY_ERRORS = 70
+MAX_CONSECUTIVE_ERRORS = 100
+
+
+def load_agent_class(spec: str) -> type[Agent]:
+    """Import ``package.module:Class``.
+
+    Raises:
+        StartupError: the module or class cannot be found, or it is not an Agent.
+    """
+    mod_name, _, cls_name = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise StartupError(f"cannot import agent module {mod_name!r}: {exc}") from None
+    cls = getattr(mod, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Agent)):
+        raise StartupError(f"{spec!r} is not an Agent subclass")
+    return cls
+
+
+class Runner:
+    """Owns one agent's duty cycle. Tests may drive ``run`` with an injected clock."""
+
+    def __init__(self, cfg: Config, name: str, *, core: int | None, wait: str, log: EventLog, clock=time.monotonic_ns):
+        self.cfg = cfg
+        self.proc = cfg.process(name)
+        self.index = [p.name for p in cfg.processes].index(name)
+        self.core = core
+        self.wait = wait
+        self.log = log
+        self.clock = clock
+        self._stop = False
+        self.table: PT.ProcTable | None = None
+        self.rec: PT.ProcRecord | None = None
+        self.ctx: AgentContext | None = None
+        self.agent: Agent | None = None
+        self.ports = None
+
+    def request_stop(self, *_args) -> None:
+        self._stop = True
+
+    def start(self) -> None:
+        """Pin, attach, build and start the agent. Raises on any failure (the caller exits 1)."""
+        self.table = PT.ProcTable.attach(self.cfg.supervisor.shm_prefix)
+        rec = self.rec = self.table.record(self.index)
+        now = self.clock()
+        rec.set(PT.OFF_READY_NS, 0)
+        rec.set(PT.OFF_PID, os.getpid())
+        rec.set(PT.OFF_STARTED_NS, now)
+        rec.set(PT.OFF_HEARTBEAT_NS, now)
+        rec.set(PT.OFF_PHASE, PT.PHASE_STARTING)
+        if self.core is not None:
+            os.sched_setaffinity(0, {self.core})
+            rec.set(PT.OFF_CORE_PLUS_ONE, self.core + 1)
+        else:
+            rec.set(PT.OFF_CORE_PLUS_ONE, 0)
+        self.ports = open_ports(self.cfg, self.proc)
+        self.ctx = AgentContext(config=self.cfg, process=self.proc, inputs=self.ports.inputs,
+                                outputs=self.ports.outputs, log=self.log, clock=self.clock)
+        self.agent = load_agent_class(self.proc.module)()
+        self.agent.on_start(self.ctx)
+        rec.set(PT.OFF_READY_NS, self.clock())
+        rec.set(PT.OFF_PHASE, PT.PHASE_READY)
+        self.log.info("ready", pid=os.getpid(), core=self.core, wait=self.wait,
+                      inputs=list(self.proc.inputs), outputs=list(self.proc.outputs))
+
+    def _beat(self, now: int) -> None:
+        rec, ctx = self.rec, self.ctx
+        rec.set(PT.OFF_HEARTBEAT_NS, now)
+        rec.set(PT.OFF_MSGS_IN, ctx.msgs_in)
+        rec.set(PT.OFF_MSGS_OUT, ctx.msgs_out)
+        p50, p99 = ctx.latency_percentiles_ns()
+        rec.set(PT.OFF_LAT_P50_NS, p50)
+        rec.set(PT.OFF_LAT_P99_NS, p99)
+        self.ports.heartbeat(now)
+
+    def _error(self, exc: BaseException) -> None:
+        rec = self.rec
+        rec.add(PT.OFF_ERRORS, 1)
+        rec.set_last_error(f"{type(exc).__name__}: {exc}")
+        self.log.error("agent_error", error=f"{type(exc).__name__}: {exc}", trace=traceback.format_exc(limit=8))
+
+    def run(self) -> int:
+        """The duty cycle, until a stop request. Returns the exit code."""
+        agent, clock = self.agent, self.clock
+        beat_ns = self.cfg.supervisor.heartbeat_interval_ms * 1_000_000
+        inputs = list(self.ports.inputs.values())
+        if self.wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
+            park = inputs[0].wait
+            idle = None
+        else:
+            park = None
+            idle = BusySpin() if self.wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000))
+        next_beat = 0
+        errors_in_row = 0
+        do_work = agent.do_work
+        while not self._stop:
+            try:
+                n = do_work()
+                errors_in_row = 0
+            except Exception as exc:  # the error handler: log, count, go on
+                n = 0
+                errors_in_row += 1
+                self._error(exc)
+                if errors_in_row >= MAX_CONSECUTIVE_ERRORS:
+                    self.log.error("too_many_errors", count=errors_in_row)
+                    self.close()
+                    return EXIT_TOO_MANY_ERRORS
+            now = clock()
+            if now >= next_beat:
+                self._beat(now)
+                next_beat = now + beat_ns
+            if n == 0:
+                if park is not None:
+                    park(max(next_beat - now, 0))
+                else:
+                    idle.idle(0)
+            elif idle is not None:
+                idle.reset()
+        self.close()
+        return EXIT_OK
+
+    def close(self) -> None:
+        """Commit inputs, close the agent, mark the record stopping."""
+        if self.rec is not None:
+            self.rec.set(PT.OFF_PHASE, PT.PHASE_STOPPING)
+        if self.ports is not None:
+            self.ports.commit()
+        if self.agent is not None:
+            try:
+                self.agent.on_close()
+            except Exception as exc:
+                self._error(exc)
+        if self.ctx is not None and self.rec is not None:
+            self._beat(self.clock())
+        self.log.info("stopped", msgs_in=self.ctx.msgs_in if self.ctx else 0, msgs_out=self.ctx.msgs_out if self.ctx else 0)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the supervisor dies (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the prctl took effect
+        sys.exit(EXIT_START_FAILED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.runner", description="Run one pipeline stage (started by the supervisor).")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--core", type=int, default=None)
+    ap.add_argument("--wait", default="back-off", choices=["busy-spin", "back-off", "blocking"])
+    ap.add_argument("--supervisor-pid", type=int, default=0, help="exit when this process dies")
+    args = ap.parse_args(argv)
+    if args.supervisor_pid:
+        _die_with_parent(args.supervisor_pid)
+    cfg = load_config(args.config)
+    sup = cfg.supervisor
+    log = open_event_log(args.name, sup.log_dir, sup.log_max_bytes, sup.log_backups)
+    runner = Runner(cfg, args.name, core=args.core, wait=args.wait, log=log)
+    signal.signal(signal.SIGTERM, runner.request_stop)
+    signal.signal(signal.SIGINT, runner.request_stop)
+    try:
+        runner.start()
+    except Exception as exc:
+        log.error("start_failed", error=f"{type(exc).__name__}: {exc}", trace=traceback.format_exc(limit=8))
+        if runner.rec is not None:
+            runner.rec.set_last_error(f"start failed: {type(exc).__name__}: {exc}")
+        print(f"{args.name}: start failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_START_FAILED
+    return runner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,589 @@
+"""The supervisor: creates the rings, starts, watches, pins and restarts every process.
+
+Process states (a polled state machine, one ``tick`` every ``poll_interval_ms``)::
+
+    STOPPED --start--> STARTING --ready--> RUNNING --exit/hang--> EXITED --policy--> BACKOFF --delay--> STARTING
+                          |                   |                      |
+                          +--exit/timeout-----+                      +--flapping--> FATAL (trading halted)
+    RUNNING --restart/down--> STOPPING --exit--> STOPPED
+
+- death is seen through ``waitpid``; a hang (e.g. SIGSTOP) through the heartbeat age in the process
+  table, after which the process is SIGKILLed and treated as dead;
+- restarts follow the process's declarative ``RestartPolicy`` (back-off with a cap, a flapping
+  limit); a FATAL process makes the supervisor write CONTROL HALT to the ``control_ring``;
+- ``down``: SIGTERM to every process, ``stop_grace_ms``, then SIGKILL; then every segment, the
+  semaphores, the control socket and the pid file are removed;
+- a stale run (a supervisor that was killed) is detected from the pid file and the process table
+  and cleaned before anything new is created.
+
+Control plane: a zmq REP socket (``ipc://`` with mode 0600, or ``tcp://127.0.0.1``) answering JSON
+requests ``{"cmd": "status" | "restart" | "halt" | "resume" | "down", "name": ...}``.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import orjson
+import zmq
+
+from pipeline import proctable as PT
+from pipeline.config import Config, ProcessConfig
+from pipeline.errors import StartupError
+from pipeline.gpu import check_budget, probe_gpu
+from pipeline.log import EventLog
+from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
+from pipeline.pinning import available_cores, plan_cores
+from ringbuf import Ring, RingError, layout as L
+
+
+class State(str, enum.Enum):
+    STOPPED = "STOPPED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    BACKOFF = "BACKOFF"
+    STOPPING = "STOPPING"
+    EXITED = "EXITED"
+    FATAL = "FATAL"
+
+
+class Proc:
+    """The supervisor's view of one process."""
+
+    def __init__(self, cfg: ProcessConfig, index: int, core: int, wait: str):
+        self.cfg = cfg
+        self.name = cfg.name
+        self.index = index
+        self.core = core
+        self.wait = wait
+        self.state = State.STOPPED
+        self.popen: subprocess.Popen | None = None
+        self.pid = 0
+        self.restarts = 0  # restarts since the supervisor started
+        self.consecutive = 0  # restarts since the process was last stable
+        self.restart_times: deque[int] = deque()
+        self.state_since_ns = 0
+        self.started_ns = 0
+        self.backoff_until_ns = 0
+        self.stop_deadline_ns = 0
+        self.then_start = False  # after STOPPING, start again (a `restart` command)
+        self.last_exit: str = ""
+        self.down_ns = 0  # when it was last seen dead (for time-to-RUNNING)
+        self.recoveries_ns: list[int] = []  # death seen -> RUNNING again, per restart
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_our_runner(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"pipeline.runner" in cmd
+
+
+class Supervisor:
+    """Owns the rings and processes of one configuration."""
+
+    def __init__(self, cfg: Config, config_path: str | os.PathLike, log: EventLog, *, clock=time.monotonic_ns,
+                 out=None):
+        self.cfg = cfg
+        self.config_path = str(Path(config_path).resolve())
+        self.log = log
+        self.clock = clock
+        self.out = out  # where the live status view goes (None: nowhere)
+        sup = cfg.supervisor
+        self.run_dir = Path(sup.run_dir)
+        self.log_dir = Path(sup.log_dir)
+        self.pid_file = self.run_dir / "supervisor.pid"
+        self.rings: dict[str, Ring] = {}
+        self.table: PT.ProcTable | None = None
+        self.procs: dict[str, Proc] = {}
+        self.control_writer = None
+        self.sock = None
+        self.zctx = None
+        self.halted = False
+        self.stopping = False
+        self._last_status: dict[str, tuple[int, int]] = {}
+        self.plan_note = ""
+
+    # ------------------------------------------------------------------------------ start-up
+    def preflight(self) -> None:
+        """Checks that must pass before anything is created.
+
+        Raises:
+            StartupError: a supervisor of this configuration is running, or the GPU budget fails.
+        """
+        if self.pid_file.exists():
+            try:
+                pid = int(self.pid_file.read_text().strip() or 0)
+            except ValueError:
+                pid = 0
+            if pid and pid != os.getpid() and _pid_alive(pid):
+                raise StartupError(f"a supervisor (pid {pid}) is already running for {self.run_dir}; `make down` first")
+        info, why = probe_gpu(self.cfg.gpu.device_id)
+        verdict = check_budget(self.cfg.gpu, info, why)
+        self.log.info("gpu_budget", verdict=verdict)
+
+    def clean_stale(self) -> list[str]:
+        """Remove what a killed supervisor left: its runners, segments, semaphores, socket, pid file.
+
+        Returns what was removed (for the log).
+        """
+        return clean_stale(self.cfg)
+
+    def create(self) -> None:
+        """Create the process table and every ring (mode 0600)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.pid_file.write_text(f"{os.getpid()}\n")
+        os.chmod(self.pid_file, 0o600)
+        self.table = PT.ProcTable.create(self.cfg.supervisor.shm_prefix, len(self.cfg.processes))
+        for rc in self.cfg.rings:
+            self.rings[rc.name] = Ring.create(self.cfg.segment_name(rc.name), slot_size=L.slot_size_for(rc.max_payload_bytes),
+                                              capacity=rc.capacity, full_policy=rc.full_policy, replace=True)
+        if self.cfg.supervisor.control_ring:
+            self.control_writer = self.rings[self.cfg.supervisor.control_ring].writer()
+        plan = plan_cores([(p.name, p.core, p.wait) for p in self.cfg.processes], available_cores())
+        self.plan_note = plan.note
+        self.log.info("core_plan", note=plan.note, cores=plan.cores, wait=plan.wait)
+        for i, p in enumerate(self.cfg.processes):
+            self.procs[p.name] = Proc(p, i, plan.cores[p.name], plan.wait[p.name])
+
+    def open_control(self) -> str:
+        """Bind the control socket; an ipc:// socket file is created 0600."""
+        ep = self.cfg.control_endpoint()
+        self.zctx = zmq.Context()
+        self.sock = self.zctx.socket(zmq.REP)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if ep.startswith("ipc://"):
+            path = ep[len("ipc://"):]
+            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if os.path.exists(path):
+                os.unlink(path)
+            old = os.umask(0o177)
+            try:
+                self.sock.bind(ep)
+            finally:
+                os.umask(old)
+            os.chmod(path, 0o600)
+        else:
+            self.sock.bind(ep)
+        self.log.info("control_listening", endpoint=ep)
+        return ep
+
+    def start_order(self) -> list[str]:
+        """Consumers before producers: a process starts after the consumers of its outputs, so each
+        stage is ready before data flows to it. Cycles (risk <-> sender) keep config order."""
+        procs = self.cfg.processes
+        consumer_of = {rn: p.name for p in procs for rn in p.inputs}
+        deps = {p.name: {consumer_of[o] for o in p.outputs if o in consumer_of and consumer_of[o] != p.name} for p in procs}
+        order: list[str] = []
+        remaining = [p.name for p in procs]
+        while remaining:
+            ready = [n for n in remaining if deps[n] <= set(order)]
+            pick = ready[0] if ready else remaining[0]
+            order.append(pick)
+            remaining.remove(pick)
+        return order
+
+    def start_all(self) -> None:
+        """Start every process in dependency order, waiting for each to report ready.
+
+        Raises:
+            StartupError: a process did not become RUNNING (it went FATAL or timed out).
+        """
+        for name in self.start_order():
+            p = self.procs[name]
+            self._spawn(p)
+            deadline = self.clock() + p.cfg.ready_timeout_ms * 1_000_000
+            while p.state not in (State.RUNNING, State.FATAL):
+                self.tick()
+                if self.clock() > deadline:
+                    raise StartupError(f"process {name} did not report ready within {p.cfg.ready_timeout_ms} ms (state {p.state.value})")
+                time.sleep(self.cfg.supervisor.poll_interval_ms / 1000)
+            if p.state is State.FATAL:
+                raise StartupError(f"process {name} failed to start: {p.last_exit}; see {self.log_dir / (name + '.log')}")
+
+    # ------------------------------------------------------------------------------ processes
+    def _set(self, p: Proc, state: State, **fields) -> None:
+        if p.state is not state:
+            self.log.info("state", proc=p.name, frm=p.state.value, to=state.value, pid=p.pid, **fields)
+            p.state = state
+            p.state_since_ns = self.clock()
+
+    def _spawn(self, p: Proc) -> None:
+        rec = self.table.record(p.index)
+        rec.set(PT.OFF_PHASE, PT.PHASE_NONE)
+        rec.set(PT.OFF_READY_NS, 0)
+        out = open(self.log_dir / f"{p.name}.out", "ab")
+        try:
+            p.popen = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.runner", "--config", self.config_path, "--name", p.name,
+                 "--core", str(p.core), "--wait", p.wait, "--supervisor-pid", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True)
+        finally:
+            out.close()
+        p.pid = p.popen.pid
+        p.started_ns = self.clock()
+        self._set(p, State.STARTING)
+
+    def _reap(self, p: Proc) -> int | None:
+        """Exit status if the process has exited (reaped), else None."""
+        if p.popen is None:
+            return None
+        rc = p.popen.poll()
+        return rc
+
+    def _describe_exit(self, rc: int) -> str:
+        if rc < 0:
+            try:
+                return f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"killed by signal {-rc}"
+        return f"exit code {rc}"
+
+    def _on_death(self, p: Proc, why: str) -> None:
+        now = self.clock()
+        p.last_exit = why
+        p.popen = None
+        p.down_ns = now
+        if p.state is State.STOPPING or self.stopping:
+            self._set(p, State.STOPPED, why=why)
+            if p.then_start and not self.stopping:
+                p.then_start = False
+                self._spawn(p)
+            return
+        self._set(p, State.EXITED, why=why)
+        pol = p.cfg.restart
+        if p.started_ns and now - p.started_ns >= pol.stable_after_ms * 1_000_000:
+            p.consecutive = 0
+        window = pol.window_ms * 1_000_000
+        while p.restart_times and now - p.restart_times[0] > window:
+            p.restart_times.popleft()
+        if len(p.restart_times) >= pol.max_restarts:
+            self._set(p, State.FATAL, why=f"{len(p.restart_times)} restarts within {pol.window_ms} ms; last: {why}")
+            self.halt(ControlReason.STAGE_FATAL, f"process {p.name} is FATAL")
+            return
+        delay_ms = min(pol.backoff_initial_ms * pol.backoff_multiplier ** p.consecutive, pol.backoff_max_ms)
+        p.consecutive += 1
+        p.restart_times.append(now)
+        p.backoff_until_ns = now + int(delay_ms * 1_000_000)
+        self._set(p, State.BACKOFF, delay_ms=int(delay_ms))
+
+    def tick(self) -> None:
+        """One pass of the state machine over every process."""
+        now = self.clock()
+        for p in self.procs.values():
+            rec = self.table.record(p.index)
+            if p.state in (State.STARTING, State.RUNNING, State.STOPPING):
+                rc = self._reap(p)
+                if rc is not None:
+                    self._on_death(p, self._describe_exit(rc))
+                    continue
+            if p.state is State.STARTING:
+                if rec.get(PT.OFF_PHASE) == PT.PHASE_READY and rec.get(PT.OFF_PID) == p.pid:
+                    self._set(p, State.RUNNING)
+                    if p.down_ns:
+                        p.recoveries_ns.append(self.clock() - p.down_ns)
+                        p.down_ns = 0
+                elif now - p.started_ns > p.cfg.ready_timeout_ms * 1_000_000:
+                    self.log.warning("start_timeout", proc=p.name, pid=p.pid)
+                    self._kill_and_reap(p)
+                    self._on_death(p, "did not report ready in time")
+            elif p.state is State.RUNNING:
+                age = now - rec.get(PT.OFF_HEARTBEAT_NS)
+                if age > p.cfg.heartbeat_timeout_ms * 1_000_000:
+                    self.log.warning("heartbeat_lost", proc=p.name, pid=p.pid, age_ms=age // 1_000_000)
+                    self._kill_and_reap(p)
+                    self._on_death(p, f"no heartbeat for {age // 1_000_000} ms")
+            elif p.state is State.BACKOFF:
+                if now >= p.backoff_until_ns:
+                    p.restarts += 1
+                    self._spawn(p)
+            elif p.state is State.STOPPING:
+                if now >= p.stop_deadline_ns:
+                    self.log.warning("stop_grace_expired", proc=p.name, pid=p.pid)
+                    self._kill_and_reap(p)
+                    self._on_death(p, "SIGKILL after the grace period")
+
+    def _kill_and_reap(self, p: Proc) -> None:
+        if p.popen is None:
+            return
+        try:
+            p.popen.kill()
+        except ProcessLookupError:
+            pass
+        try:
+            p.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            self.log.error("unkillable", proc=p.name, pid=p.pid)
+
+    def stop_proc(self, p: Proc, then_start: bool = False) -> None:
+        """SIGTERM now; SIGKILL after stop_grace_ms (driven by tick)."""
+        if p.state in (State.STARTING, State.RUNNING) and p.popen is not None:
+            p.then_start = then_start
+            self._set(p, State.STOPPING)
+            p.stop_deadline_ns = self.clock() + self.cfg.supervisor.stop_grace_ms * 1_000_000
+            try:
+                p.popen.terminate()
+            except ProcessLookupError:
+                pass
+        elif then_start and p.state in (State.FATAL, State.EXITED, State.BACKOFF, State.STOPPED):
+            p.consecutive = 0
+            p.restart_times.clear()
+            p.restarts += 1
+            self._spawn(p)
+
+    # ------------------------------------------------------------------------------ trading control
+    def halt(self, reason: ControlReason, why: str) -> bool:
+        """Write CONTROL HALT to the control ring. Returns False when there is no control ring."""
+        self.halted = True
+        return self._control(ControlCmd.HALT, reason, why)
+
+    def resume(self) -> bool:
+        self.halted = False
+        return self._control(ControlCmd.RESUME, ControlReason.OPERATOR, "operator resume")
+
+    def _control(self, cmd: ControlCmd, reason: ControlReason, why: str) -> bool:
+        if self.control_writer is None:
+            self.log.error("control_unavailable", cmd=cmd.name, why=why, note="no supervisor.control_ring configured")
+            return False
+        now = self.clock()
+        ok = self.control_writer.write(Kind.CONTROL, pack_control(cmd, reason, now), now, timeout_ns=1_000_000_000)
+        self.log.warning("control_sent", cmd=cmd.name, reason=reason.name, why=why, ok=ok)
+        return ok
+
+    # ------------------------------------------------------------------------------ control plane
+    def handle_request(self, req: dict) -> dict:
+        cmd = req.get("cmd")
+        if cmd == "status":
+            return {"ok": True, "status": self.status()}
+        if cmd == "restart":
+            p = self.procs.get(req.get("name", ""))
+            if p is None:
+                return {"ok": False, "error": f"unknown process {req.get('name')!r}; known: {sorted(self.procs)}"}
+            self.log.info("restart_requested", proc=p.name)
+            self.stop_proc(p, then_start=True)
+            return {"ok": True, "state": p.state.value}
+        if cmd == "halt":
+            ok = self.halt(ControlReason.OPERATOR, "operator halt")
+            return {"ok": ok, **({} if ok else {"error": "no control ring configured"})}
+        if cmd == "resume":
+            ok = self.resume()
+            return {"ok": ok, **({} if ok else {"error": "no control ring configured"})}
+        if cmd == "down":
+            self.stopping = True
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def serve_control(self) -> None:
+        """Answer every pending control request (non-blocking)."""
+        while True:
+            try:
+                raw = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                req = orjson.loads(raw)
+                if not isinstance(req, dict):
+                    raise ValueError("request must be a JSON object")
+                resp = self.handle_request(req)
+            except Exception as exc:  # a bad request never stops the supervisor
+                self.log.warning("bad_control_request", error=str(exc))
+                resp = {"ok": False, "error": f"bad request: {exc}"}
+            self.sock.send(orjson.dumps(resp))
+
+    # ------------------------------------------------------------------------------ status
+    def status(self) -> dict:
+        now = self.clock()
+        procs = []
+        for p in self.procs.values():
+            rec = self.table.record(p.index)
+            ins = [self.rings[r].stats() for r in p.cfg.inputs]
+            procs.append({
+                "name": p.name, "state": p.state.value, "pid": p.pid if p.popen else 0, "core": p.core,
+                "wait": p.wait, "restarts": p.restarts,
+                "msgs_in": rec.get(PT.OFF_MSGS_IN), "msgs_out": rec.get(PT.OFF_MSGS_OUT),
+                "depth": sum(s.depth for s in ins), "drops": sum(s.dropped for s in ins),
+                "crc_errors": sum(s.crc_errors for s in ins),
+                "p50_us": rec.get(PT.OFF_LAT_P50_NS) / 1000, "p99_us": rec.get(PT.OFF_LAT_P99_NS) / 1000,
+                "heartbeat_age_ms": (now - rec.get(PT.OFF_HEARTBEAT_NS)) // 1_000_000 if rec.get(PT.OFF_HEARTBEAT_NS) else None,
+                "errors": rec.get(PT.OFF_ERRORS), "last_error": rec.last_error() or p.last_exit,
+                "recoveries_ms": [round(x / 1e6, 1) for x in p.recoveries_ns],
+            })
+        rings = [{"name": n, **{k: getattr(s, k) for k in ("write_cursor", "read_cursor", "depth", "dropped", "crc_errors", "full_events", "capacity", "full_policy")}}
+                 for n, s in ((n, r.stats()) for n, r in self.rings.items())]
+        return {"supervisor_pid": os.getpid(), "halted": self.halted, "plan": self.plan_note, "processes": procs, "rings": rings}
+
+    def render_status(self, interval_s: float) -> str:
+        """The live view, with message rates since the last render."""
+        st = self.status()
+        view = format_status(st, self._last_status, interval_s)
+        self._last_status = {r["name"]: (r["msgs_in"], r["msgs_out"]) for r in st["processes"]}
+        return view
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def up(self, *, status_every_s: float = 1.0, run_for_s: float | None = None) -> int:
+        """Clean, create, start, then supervise until `down`, SIGTERM/SIGINT or ``run_for_s``."""
+        self.preflight()
+        removed = self.clean_stale()
+        if removed:
+            self.log.warning("stale_run_cleaned", removed=removed)
+            self._say(f"cleaned a stale run: {', '.join(removed)}")
+        self.create()
+        self.open_control()
+        self._say(self.plan_note)
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
+        try:
+            self.start_all()
+            self.log.info("all_running", processes=list(self.procs))
+            poll_s = self.cfg.supervisor.poll_interval_ms / 1000
+            t0 = time.monotonic()
+            next_status = t0
+            while not self.stopping:
+                self.tick()
+                self.serve_control()
+                now = time.monotonic()
+                if self.out is not None and status_every_s and now >= next_status:
+                    self._show(self.render_status(status_every_s))
+                    next_status = now + status_every_s
+                if run_for_s is not None and now - t0 >= run_for_s:
+                    break
+                time.sleep(poll_s)
+        finally:
+            self.down()
+        return 0
+
+    def _say(self, text: str) -> None:
+        if self.out is not None:
+            print(text, file=self.out, flush=True)
+
+    def _show(self, view: str) -> None:
+        if self.out is None:
+            return
+        if getattr(self.out, "isatty", lambda: False)():
+            self.out.write("\x1b[H\x1b[2J" + view + "\n")
+        else:
+            self.out.write(view + "\n\n")
+        self.out.flush()
+
+    def down(self) -> None:
+        """Stop every process (SIGTERM, grace, SIGKILL) and remove every resource. Idempotent."""
+        self.stopping = True
+        for name in reversed(self.start_order()):  # producers first, so consumers drain
+            self.stop_proc(self.procs[name])
+        deadline = self.clock() + self.cfg.supervisor.stop_grace_ms * 1_000_000
+        while any(p.popen is not None for p in self.procs.values()):
+            for p in self.procs.values():
+                if p.popen is not None and p.popen.poll() is not None:
+                    self._on_death(p, self._describe_exit(p.popen.returncode))
+            if self.clock() > deadline:
+                for p in self.procs.values():
+                    if p.popen is not None:
+                        self.log.warning("stop_grace_expired", proc=p.name, pid=p.pid)
+                        self._kill_and_reap(p)
+                        self._on_death(p, "SIGKILL after the grace period")
+                break
+            time.sleep(0.01)
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+        if self.zctx is not None:
+            self.zctx.term()
+            self.zctx = None
+        self.control_writer = None
+        for r in self.rings.values():
+            r.close()
+        self.rings.clear()
+        if self.table is not None:
+            self.table.close()
+            self.table = None
+        removed = clean_stale(self.cfg, kill_runners=False)
+        self.log.info("down", removed=removed)
+
+
+def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, interval_s: float = 0.0) -> str:
+    """A status snapshot as a table; with ``prev`` counters and ``interval_s``, rates per second."""
+    lines = [f"pipeline  supervisor pid {st['supervisor_pid']}  {'HALTED' if st['halted'] else 'trading'}  {st['plan']}",
+             f"{'process':<10} {'state':<9} {'pid':>7} {'core':>4} {'rst':>4} {'in/s':>9} {'out/s':>9} {'depth':>6} "
+             f"{'drops':>6} {'crc':>5} {'p50us':>8} {'p99us':>8}  last error"]
+    for row in st["processes"]:
+        pin, pout = (prev or {}).get(row["name"], (None, None))
+        if interval_s and pin is not None and row["msgs_in"] >= pin and row["msgs_out"] >= pout:
+            rin = f"{(row['msgs_in'] - pin) / interval_s:9.0f}"
+            rout = f"{(row['msgs_out'] - pout) / interval_s:9.0f}"
+        else:  # no earlier sample, or the process restarted (its counters began again)
+            rin = rout = f"{'-':>9}"
+        lines.append(f"{row['name']:<10} {row['state']:<9} {row['pid']:>7} {row['core']:>4} {row['restarts']:>4} {rin} {rout} "
+                     f"{row['depth']:>6} {row['drops']:>6} {row['crc_errors']:>5} {row['p50_us']:>8.1f} {row['p99_us']:>8.1f}  "
+                     f"{(row['last_error'] or '')[:48]}")
+    if not st["processes"]:
+        lines.append("(no stage processes configured yet)")
+    for r in st["rings"]:
+        lines.append(f"ring {r['name']:<10} {r['full_policy']:<12} depth {r['depth']:>6}/{r['capacity']:<7} "
+                     f"written {r['write_cursor']:>10} dropped {r['dropped']:>6} crc_errors {r['crc_errors']:>5}")
+    return "\n".join(lines)
+
+
+def resources_of(cfg: Config) -> tuple[list[str], str]:
+    """(ring segment names, process table name) of a configuration."""
+    return [cfg.segment_name(r.name) for r in cfg.rings], PT.segment_name(cfg.supervisor.shm_prefix)
+
+
+def clean_stale(cfg: Config, *, kill_runners: bool = True) -> list[str]:
+    """Remove every resource of this configuration: runners still alive (from the process table),
+    ring segments and semaphores, the process table, the control socket, the pid file, and the
+    zmq transport sockets. Returns what was removed.
+    """
+    removed: list[str] = []
+    if kill_runners:
+        try:
+            table = PT.ProcTable.attach(cfg.supervisor.shm_prefix)
+        except Exception:
+            table = None
+        if table is not None:
+            for i in range(table.n):
+                pid = table.record(i).get(PT.OFF_PID)
+                if pid and pid != os.getpid() and _pid_alive(pid) and _is_our_runner(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        removed.append(f"runner pid {pid}")
+                    except ProcessLookupError:
+                        pass
+            table.close()
+    segs, table_name = resources_of(cfg)
+    for s in segs:
+        if Ring.unlink(s):
+            removed.append(s)
+    if PT.ProcTable.unlink(cfg.supervisor.shm_prefix):
+        removed.append(table_name)
+    run_dir = Path(cfg.supervisor.run_dir)
+    ep = cfg.control_endpoint()
+    paths = [run_dir / "supervisor.pid"]
+    if ep.startswith("ipc://"):
+        paths.append(Path(ep[len("ipc://"):]))
+    paths += list(run_dir.glob(f"zmq-{cfg.supervisor.shm_prefix}-*.sock")) if run_dir.exists() else []
+    for path in paths:
+        try:
+            path.unlink()
+            removed.append(str(path))
+        except FileNotFoundError:
+            pass
+    return removed
