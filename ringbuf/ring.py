@@ -130,6 +130,7 @@ class Ring:
         self._mm = mm
         self._sem = sem
         self._mv = memoryview(mm)
+        self._ro = self._mv.toreadonly()  # what readers slice payload views from
         self._ctl = self._mv[: L.CONTROL_BYTES].cast("Q")
         self._closed = False
 
@@ -161,6 +162,9 @@ class Ring:
         try:
             os.fchmod(shm.fd, SHM_MODE)  # the umask may have narrowed it; never widen beyond 0600
             mm = mmap.mmap(shm.fd, size)
+        except BaseException:
+            shm.unlink()
+            raise
         finally:
             shm.close_fd()
         L.GEOMETRY.pack_into(mm, 0, L.MAGIC, L.LAYOUT_VERSION, slot_size, capacity, policy, L.CONTROL_BYTES)
@@ -303,6 +307,7 @@ class Ring:
             return
         self._closed = True
         self._ctl.release()
+        self._ro.release()
         self._mv.release()
         try:
             self._mm.close()
@@ -370,14 +375,14 @@ class Writer:
         Raises:
             PayloadTooLargeError: the payload does not fit a slot (a programming error).
         """
+        n = len(payload)
+        if n > self._max:
+            raise PayloadTooLargeError(f"{n}-byte payload does not fit ring {self._ring.name} (max {self._max})")
         seq = self._head
         if seq - self._tail >= self._cap:
             self._tail = self._ctl[_RC]
             if seq - self._tail >= self._cap:
                 return self._full()
-        n = len(payload)
-        if n > self._max:
-            raise PayloadTooLargeError(f"{n}-byte payload does not fit ring {self._ring.name} (max {self._max})")
         off = _CB + (seq & self._mask) * self._slot
         pre = self._prefix
         _PRE_PACK(pre, 0, seq, ts_origin_ns, kind, n)
@@ -431,9 +436,13 @@ class Writer:
         ``backpressure`` the caller still owns the rest.
 
         Raises:
-            PayloadTooLargeError: a payload does not fit a slot; the messages before it are published.
+            PayloadTooLargeError: a payload does not fit a slot; nothing of the batch is written.
         """
         total = len(messages)
+        maxn = self._max
+        for _, payload, _ in messages:  # refuse an oversized payload before anything is written
+            if len(payload) > maxn:
+                raise PayloadTooLargeError(f"{len(payload)}-byte payload does not fit ring {self._ring.name} (max {maxn})")
         seq = start = self._head
         cap = self._cap
         free = cap - (seq - self._tail)
@@ -443,13 +452,11 @@ class Writer:
         count = total if total <= free else free
         mm = self._mm
         pre = self._prefix
-        mask, slot, maxn = self._mask, self._slot, self._max
+        mask, slot = self._mask, self._slot
         try:
             for i in range(count):
                 kind, payload, ts = messages[i]
                 n = len(payload)
-                if n > maxn:
-                    raise PayloadTooLargeError(f"{n}-byte payload does not fit ring {self._ring.name} (max {maxn})")
                 off = _CB + (seq & mask) * slot
                 _PRE_PACK(pre, 0, seq, ts, kind, n)
                 mm[off + _HB : off + _HB + n] = payload
@@ -503,14 +510,14 @@ class Writer:
         Raises:
             PayloadTooLargeError: ``length`` exceeds the slot.
         """
+        if length > self._max:
+            raise PayloadTooLargeError(f"{length}-byte payload does not fit ring {self._ring.name} (max {self._max})")
         seq = self._head
         if seq - self._tail >= self._cap:
             self._tail = self._ctl[_RC]
             if seq - self._tail >= self._cap:
                 self._full()
                 return None
-        if length > self._max:
-            raise PayloadTooLargeError(f"{length}-byte payload does not fit ring {self._ring.name} (max {self._max})")
         off = _CB + (seq & self._mask) * self._slot
         self._claim_seq = seq
         self._claim_off = off
@@ -555,7 +562,7 @@ class Reader:
     def __init__(self, ring: Ring):
         self._ring = ring
         self._mm = ring._mm
-        self._mv = ring._mv
+        self._mv = ring._ro
         self._ctl = ring._ctl
         self._sem = ring._sem
         self._mask = ring.capacity - 1
