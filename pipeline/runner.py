@@ -10,7 +10,9 @@ by ``module`` in the config, then runs the duty cycle::
                                        counters and latency percentiles published
         if n == 0: idle                # busy-spin | back-off | blocking (park on the input ring)
 
-SIGTERM or SIGINT: finish the current batch, commit input cursors, ``on_close``, exit 0.
+SIGTERM or SIGINT: finish the current batch, commit input cursors, ``on_close``, exit 0. A write
+waiting for room in a full ``backpressure`` ring keeps the heartbeat going and gives up on SIGTERM
+(StopRequested; the message being handled is not committed, so it is seen again after a restart).
 Exit codes: 0 clean stop, 1 start failed, 70 too many consecutive errors.
 """
 
@@ -30,12 +32,44 @@ from pipeline.config import Config, load_config
 from pipeline.errors import StartupError
 from pipeline.log import EventLog, open_event_log
 from pipeline.transport import open_ports
-from ringbuf import BackOff, BusySpin
+from ringbuf import BackOff, BusySpin, IdleStrategy
 
 EXIT_OK = 0
 EXIT_START_FAILED = 1
 EXIT_TOO_MANY_ERRORS = 70
 MAX_CONSECUTIVE_ERRORS = 100
+
+
+class StopRequested(BaseException):
+    """Raised out of a blocked write when SIGTERM arrives, so the runner can stop cleanly.
+
+    A BaseException (like SystemExit) so that an agent's ``except Exception`` does not swallow it.
+    The message being handled when it is raised is not committed: it is seen again after a restart.
+    """
+
+
+class _StallIdle(IdleStrategy):
+    """The idle strategy of a writer that waits for room in a full ``backpressure`` ring: back off,
+    keep the heartbeat going (a producer held back by its consumer is not hung), and give up with
+    StopRequested when the runner is asked to stop."""
+
+    name = "stall"
+
+    def __init__(self, runner: "Runner"):
+        self._runner = runner
+        self._backoff = BackOff(max_sleep_ns=1_000_000)
+
+    def idle(self, work_count: int) -> None:
+        r = self._runner
+        if r._stop:
+            raise StopRequested()
+        now = r.clock()
+        if now >= r.next_beat_ns:
+            r.beat(now)
+        self._backoff.idle(work_count)
+
+    def reset(self) -> None:
+        self._backoff.reset()
 
 
 def load_agent_class(spec: str) -> type[Agent]:
@@ -67,6 +101,8 @@ class Runner:
         self.log = log
         self.clock = clock
         self._stop = False
+        self.beat_ns = cfg.supervisor.heartbeat_interval_ms * 1_000_000
+        self.next_beat_ns = 0
         self.table: PT.ProcTable | None = None
         self.rec: PT.ProcRecord | None = None
         self.ctx: AgentContext | None = None
@@ -91,7 +127,7 @@ class Runner:
             rec.set(PT.OFF_CORE_PLUS_ONE, self.core + 1)
         else:
             rec.set(PT.OFF_CORE_PLUS_ONE, 0)
-        self.ports = open_ports(self.cfg, self.proc)
+        self.ports = open_ports(self.cfg, self.proc, writer_idle=_StallIdle(self))
         self.ctx = AgentContext(config=self.cfg, process=self.proc, inputs=self.ports.inputs,
                                 outputs=self.ports.outputs, log=self.log, clock=self.clock)
         self.agent = load_agent_class(self.proc.module)()
@@ -101,7 +137,9 @@ class Runner:
         self.log.info("ready", pid=os.getpid(), core=self.core, wait=self.wait,
                       inputs=list(self.proc.inputs), outputs=list(self.proc.outputs))
 
-    def _beat(self, now: int) -> None:
+    def beat(self, now: int) -> None:
+        """Heartbeat and publish counters (process table and every ring end held)."""
+        self.next_beat_ns = now + self.beat_ns
         rec, ctx = self.rec, self.ctx
         rec.set(PT.OFF_HEARTBEAT_NS, now)
         rec.set(PT.OFF_MSGS_IN, ctx.msgs_in)
@@ -120,7 +158,7 @@ class Runner:
     def run(self) -> int:
         """The duty cycle, until a stop request. Returns the exit code."""
         agent, clock = self.agent, self.clock
-        beat_ns = self.cfg.supervisor.heartbeat_interval_ms * 1_000_000
+        beat_ns = self.beat_ns
         inputs = list(self.ports.inputs.values())
         if self.wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
             park = inputs[0].wait
@@ -128,13 +166,14 @@ class Runner:
         else:
             park = None
             idle = BusySpin() if self.wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000))
-        next_beat = 0
         errors_in_row = 0
         do_work = agent.do_work
         while not self._stop:
             try:
                 n = do_work()
                 errors_in_row = 0
+            except StopRequested:
+                break
             except Exception as exc:  # the error handler: log, count, go on
                 n = 0
                 errors_in_row += 1
@@ -144,12 +183,11 @@ class Runner:
                     self.close()
                     return EXIT_TOO_MANY_ERRORS
             now = clock()
-            if now >= next_beat:
-                self._beat(now)
-                next_beat = now + beat_ns
+            if now >= self.next_beat_ns:
+                self.beat(now)
             if n == 0:
                 if park is not None:
-                    park(max(next_beat - now, 0))
+                    park(max(self.next_beat_ns - now, 0))
                 else:
                     idle.idle(0)
             elif idle is not None:
@@ -169,7 +207,7 @@ class Runner:
             except Exception as exc:
                 self._error(exc)
         if self.ctx is not None and self.rec is not None:
-            self._beat(self.clock())
+            self.beat(self.clock())
         self.log.info("stopped", msgs_in=self.ctx.msgs_in if self.ctx else 0, msgs_out=self.ctx.msgs_out if self.ctx else 0)
 
 

@@ -223,7 +223,7 @@ class Supervisor:
     # ------------------------------------------------------------------------------ processes
     def _set(self, p: Proc, state: State, **fields) -> None:
         if p.state is not state:
-            self.log.info("state", proc=p.name, frm=p.state.value, to=state.value, pid=p.pid, **fields)
+            self.log.info("state", stage=p.name, frm=p.state.value, to=state.value, pid=p.pid, **fields)
             p.state = state
             p.state_since_ns = self.clock()
 
@@ -267,6 +267,7 @@ class Supervisor:
             self._set(p, State.STOPPED, why=why)
             if p.then_start and not self.stopping:
                 p.then_start = False
+                p.restarts += 1
                 self._spawn(p)
             return
         self._set(p, State.EXITED, why=why)
@@ -303,13 +304,13 @@ class Supervisor:
                         p.recoveries_ns.append(self.clock() - p.down_ns)
                         p.down_ns = 0
                 elif now - p.started_ns > p.cfg.ready_timeout_ms * 1_000_000:
-                    self.log.warning("start_timeout", proc=p.name, pid=p.pid)
+                    self.log.warning("start_timeout", stage=p.name, pid=p.pid)
                     self._kill_and_reap(p)
                     self._on_death(p, "did not report ready in time")
             elif p.state is State.RUNNING:
                 age = now - rec.get(PT.OFF_HEARTBEAT_NS)
                 if age > p.cfg.heartbeat_timeout_ms * 1_000_000:
-                    self.log.warning("heartbeat_lost", proc=p.name, pid=p.pid, age_ms=age // 1_000_000)
+                    self.log.warning("heartbeat_lost", stage=p.name, pid=p.pid, age_ms=age // 1_000_000)
                     self._kill_and_reap(p)
                     self._on_death(p, f"no heartbeat for {age // 1_000_000} ms")
             elif p.state is State.BACKOFF:
@@ -318,7 +319,7 @@ class Supervisor:
                     self._spawn(p)
             elif p.state is State.STOPPING:
                 if now >= p.stop_deadline_ns:
-                    self.log.warning("stop_grace_expired", proc=p.name, pid=p.pid)
+                    self.log.warning("stop_grace_expired", stage=p.name, pid=p.pid)
                     self._kill_and_reap(p)
                     self._on_death(p, "SIGKILL after the grace period")
 
@@ -332,7 +333,7 @@ class Supervisor:
         try:
             p.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            self.log.error("unkillable", proc=p.name, pid=p.pid)
+            self.log.error("unkillable", stage=p.name, pid=p.pid)
 
     def stop_proc(self, p: Proc, then_start: bool = False) -> None:
         """SIGTERM now; SIGKILL after stop_grace_ms (driven by tick)."""
@@ -378,7 +379,7 @@ class Supervisor:
             p = self.procs.get(req.get("name", ""))
             if p is None:
                 return {"ok": False, "error": f"unknown process {req.get('name')!r}; known: {sorted(self.procs)}"}
-            self.log.info("restart_requested", proc=p.name)
+            self.log.info("restart_requested", stage=p.name)
             self.stop_proc(p, then_start=True)
             return {"ok": True, "state": p.state.value}
         if cmd == "halt":
@@ -497,7 +498,7 @@ class Supervisor:
             if self.clock() > deadline:
                 for p in self.procs.values():
                     if p.popen is not None:
-                        self.log.warning("stop_grace_expired", proc=p.name, pid=p.pid)
+                        self.log.warning("stop_grace_expired", stage=p.name, pid=p.pid)
                         self._kill_and_reap(p)
                         self._on_death(p, "SIGKILL after the grace period")
                 break

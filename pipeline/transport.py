@@ -43,8 +43,10 @@ class Ports:
             c()
 
 
-def open_ports(cfg: Config, proc: ProcessConfig) -> Ports:
+def open_ports(cfg: Config, proc: ProcessConfig, writer_idle=None) -> Ports:
     """Attach the rings (or zmq sockets) named by ``proc.inputs`` / ``proc.outputs``.
+
+    ``writer_idle`` is the idle strategy writers use while a ``backpressure`` ring is full.
 
     Raises:
         ringbuf.RingError: a ring is missing or its geometry differs from the config.
@@ -57,7 +59,7 @@ def open_ports(cfg: Config, proc: ProcessConfig) -> Ports:
             rc = cfg.ring(rn)
             ring = Ring.attach(cfg.segment_name(rn), slot_size=L.slot_size_for(rc.max_payload_bytes),
                                capacity=rc.capacity, full_policy=rc.full_policy)
-            table[rn] = getattr(ring, make)()
+            table[rn] = ring.reader() if make == "reader" else ring.writer(writer_idle)
             closers.append(ring.close)
     return Ports(inputs, outputs, closers)
 

@@ -26,22 +26,20 @@ class SeqSource(Agent):
         self.total = int(ctx.params.get("total", 1 << 62))
         self.size = int(ctx.params.get("size", 64))
         self.t0 = ctx.clock()
-        self.start_seq = self.out.position if hasattr(self.out, "position") else 0
+        # rings resume at their write position; other transports keep no position and start at 0
+        self.base = getattr(self.out, "position", 0)
+        self.sent = 0
         self.buf = bytearray(self.size)
 
     def do_work(self) -> int:
-        seq = self.out.position if hasattr(self.out, "position") else self.start_seq
-        due = self.start_seq + int((self.ctx.clock() - self.t0) * self.rate / 1e9)
-        due = min(due, self.total)
+        due = min(self.base + int((self.ctx.clock() - self.t0) * self.rate / 1e9), self.total)
         n = 0
-        while seq < due and n < self.ctx.batch:
-            SEQ.pack_into(self.buf, 0, seq)
+        while self.base + self.sent < due and n < self.ctx.batch:
+            SEQ.pack_into(self.buf, 0, self.base + self.sent)
             if not self.ctx.emit(self.out, KIND_SEQ, self.buf, self.ctx.clock()):
                 break
-            seq += 1
+            self.sent += 1
             n += 1
-        if not hasattr(self.out, "position"):
-            self.start_seq = seq
         return n
 
 

@@ -1,0 +1,277 @@
+"""Helpers for the pipeline tests: a per-test pipeline (unique shm prefix, run/log dirs under
+tmp_path), real supervisor processes, polling with deadlines, and resource inspection.
+
+Every ``Pipeline`` cleans up after itself (``cleanup``): it asks a live supervisor to go down,
+SIGKILLs whatever is left that runs with one of its config files (supervisors, runners), then
+removes every segment, semaphore, socket and pid file of its configs through
+``pipeline.supervisor.clean_stale``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from string import Template
+
+import orjson
+import pytest
+
+from pipeline.config import Config, load_config
+from pipeline.control import request
+from pipeline.errors import ControlError
+from pipeline.supervisor import clean_stale
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHM_DIR = Path("/dev/shm")
+
+
+# ------------------------------------------------------------------------------------- polling
+def wait_until(predicate, timeout: float, interval: float = 0.01, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy (returned); fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------------------------- processes / resources
+def shm_entries(prefix: str) -> list[str]:
+    """/dev/shm entries of a prefix: ring segments ``P.ring``, the table ``P.procs``, semaphores ``sem.P.ring.wake``."""
+    return sorted(e for e in os.listdir(SHM_DIR) if e.startswith(prefix + ".") or e.startswith(f"sem.{prefix}."))
+
+
+def pid_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (no such process, or a zombie waiting for its reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state in ("Z", "X")
+
+
+def pids_running_with(arg: str) -> list[int]:
+    """Pids (other than ours) whose command line contains ``arg`` as one argument."""
+    want = arg.encode()
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in argv and not pid_gone(int(d)):
+            found.append(int(d))
+    return found
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def read_log(path: Path) -> list[dict]:
+    """The JSON lines of a log file (every line must parse)."""
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def read_seqs(path: Path) -> list[int]:
+    """The sequence numbers a SeqSink wrote (complete lines only)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [int(x) for x in data[: data.rfind(b"\n") + 1].split()]
+
+
+def count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+# ------------------------------------------------------------------------------------- config snippets
+def ring(name: str, *, payload: int = 64, capacity: int = 1024, policy: str = "backpressure") -> str:
+    return (f'[[rings]]\nname = "{name}"\nmax_payload_bytes = {payload}\ncapacity = {capacity}\n'
+            f'full_policy = "{policy}"\n\n')
+
+
+def process(name: str, agent: str, *, inputs=(), outputs=(), extra: str = "", params: str = "") -> str:
+    module = agent if ":" in agent else f"tests.agents:{agent}"
+    text = f'[[processes]]\nname = "{name}"\nmodule = "{module}"\n'
+    if inputs:
+        text += "inputs = [" + ", ".join(f'"{i}"' for i in inputs) + "]\n"
+    if outputs:
+        text += "outputs = [" + ", ".join(f'"{o}"' for o in outputs) + "]\n"
+    text += extra
+    if params:
+        text += "params = { " + params + " }\n"
+    return text + "\n"
+
+
+def chain(total: int, rate: int, *, sink_out: str = "$tmp/sink.txt", capacity: int = 1024, extra: str = "") -> str:
+    """SeqSource -> ring a -> Relay -> ring b -> SeqSink, two backpressure rings."""
+    return (ring("a", capacity=capacity) + ring("b", capacity=capacity)
+            + process("src", "SeqSource", outputs=["a"], extra=extra, params=f"rate_per_s = {rate}, total = {total}")
+            + process("relay", "Relay", inputs=["a"], outputs=["b"], extra=extra)
+            + process("sink", "SeqSink", inputs=["b"], extra=extra, params=f'out = "{sink_out}"'))
+
+
+BACK_OFF = 'wait = "back-off"\n'  # for Idle stages: with a core each, "auto" would busy-spin a core of this 2-core box
+
+
+def control(out: str = "$tmp/control.txt") -> str:
+    """The control ring and a ControlSink reading it (set ``control_ring = "control"``); it parks
+    on the ring (``wait = "blocking"``) rather than busy-spinning when it gets a core of its own."""
+    return ring("control", payload=16, capacity=64) + process("ctl", "ControlSink", inputs=["control"],
+                                                             extra='wait = "blocking"\n', params=f'out = "{out}"')
+
+
+# ------------------------------------------------------------------------------------- the pipeline under test
+class Pipeline:
+    """One test's pipeline: its prefix, directories, config files, supervisors, and cleanup."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp = tmp_path
+        self.prefix = "t" + uuid.uuid4().hex[:8]
+        self.run_dir = tmp_path / "run"
+        self.log_dir = tmp_path / "logs"
+        self.paths: list[Path] = []
+        self.cfg_path: Path | None = None
+        self.cfg: Config | None = None
+        self.supervisors: list[subprocess.Popen] = []
+        self.sup: subprocess.Popen | None = None
+
+    # --- config
+    def config_text(self, body: str, supervisor: str = "") -> str:
+        head = (f'[supervisor]\nshm_prefix = "{self.prefix}"\nrun_dir = "{self.run_dir}"\n'
+                f'log_dir = "{self.log_dir}"\n{supervisor}\n')
+        return Template(head + body).substitute(tmp=str(self.tmp), prefix=self.prefix)
+
+    def write_config(self, body: str, supervisor: str = "", name: str = "pipeline.toml") -> Path:
+        """Write a config (``[supervisor]`` prefix/dirs filled in, ``$tmp`` expanded) and load it."""
+        path = self.tmp / name
+        path.write_text(self.config_text(body, supervisor))
+        self.paths.append(path)
+        self.cfg_path = path
+        self.cfg = load_config(path)
+        return path
+
+    def log(self, proc: str) -> list[dict]:
+        return read_log(self.log_dir / f"{proc}.log")
+
+    # --- CLI
+    def cli(self, *args: str, timeout: float = 30, config: Path | None = None) -> subprocess.CompletedProcess:
+        """``python -m pipeline --config FILE ARGS...`` in the repository root."""
+        argv = [sys.executable, "-m", "pipeline", "--config", str(config or self.cfg_path), *args]
+        return subprocess.run(argv, cwd=REPO_ROOT, env=child_env(), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, run_for: float = 120) -> subprocess.Popen:
+        """Start ``up`` in the background (foreground supervisor, bounded by ``--run-for``)."""
+        out = open(self.tmp / f"supervisor-{len(self.supervisors)}.out", "ab")
+        try:
+            sup = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "--config", str(self.cfg_path), "up",
+                 "--run-for", str(run_for), "--status-every", "0"],
+                cwd=REPO_ROOT, env=child_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        finally:
+            out.close()
+        self.supervisors.append(sup)
+        self.sup = sup
+        return sup
+
+    def sup_output(self, sup: subprocess.Popen | None = None) -> str:
+        i = self.supervisors.index(sup or self.sup)
+        p = self.tmp / f"supervisor-{i}.out"
+        return p.read_text() if p.exists() else ""
+
+    def up(self, run_for: float = 120, timeout: float = 30) -> dict:
+        """Start ``up`` and wait until every process is RUNNING; returns that status."""
+        sup = self.start(run_for)
+
+        def all_running():
+            if sup.poll() is not None:
+                pytest.fail(f"supervisor exited with {sup.returncode} during start:\n{self.sup_output(sup)}")
+            st = self.try_status()
+            if st and st["processes"] and all(p["state"] == "RUNNING" for p in st["processes"]):
+                return st
+            return None
+
+        return wait_until(all_running, timeout, 0.02, "every process RUNNING")
+
+    # --- control plane
+    def request(self, req: dict, timeout_ms: int = 3_000) -> dict:
+        return request(self.cfg, req, timeout_ms)
+
+    def status(self) -> dict:
+        resp = self.request({"cmd": "status"})
+        assert resp["ok"], resp
+        return resp["status"]
+
+    def try_status(self, timeout_ms: int = 500) -> dict | None:
+        try:
+            resp = request(self.cfg, {"cmd": "status"}, timeout_ms)
+        except ControlError:
+            return None
+        return resp["status"] if resp.get("ok") else None
+
+    def procs(self) -> dict[str, dict]:
+        return {p["name"]: p for p in self.status()["processes"]}
+
+    def pids(self) -> dict[str, int]:
+        return {n: p["pid"] for n, p in self.procs().items()}
+
+    def down(self, timeout: float = 15) -> int:
+        """Ask the supervisor to go down; wait for it to exit; return its exit status."""
+        resp = self.request({"cmd": "down"})
+        assert resp["ok"], resp
+        return self.sup.wait(timeout)
+
+    # --- cleanup
+    def cleanup(self) -> list[str]:
+        """Stop and remove everything; return the /dev/shm entries of the prefix that remain."""
+        for sup in self.supervisors:
+            if sup.poll() is None:
+                try:
+                    request(self.cfg, {"cmd": "down"}, 1_000)
+                    sup.wait(10)
+                except (ControlError, subprocess.TimeoutExpired):
+                    pass
+        killed = []
+        for path in self.paths:  # supervisors and runners started with one of our configs
+            for pid in set(pids_running_with(str(path)) + pids_running_with(str(path.resolve()))):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5
+        while not all(pid_gone(p) for p in killed) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for sup in self.supervisors:
+            if sup.poll() is None:
+                sup.kill()
+            sup.wait()
+        for path in self.paths:
+            try:
+                clean_stale(load_config(path))
+            except Exception:  # a deliberately bad config: nothing of it was ever created
+                pass
+        return shm_entries(self.prefix)

@@ -1,0 +1,23 @@
+"""Test agents the pipeline tests add to ``tests/agents.py``."""
+
+from __future__ import annotations
+
+import os
+
+from tests.agents import CrashAtStart
+
+
+class CrashAtRestart(CrashAtStart):
+    """Starts fine the first time (then idles), fails every later start: ``params.marker`` is a file
+    created by the first start. Lets a crash loop begin after ``up`` has brought the system up
+    (``up`` refuses to finish when a process goes FATAL during the initial start)."""
+
+    def on_start(self, ctx):
+        marker = ctx.params["marker"]
+        if os.path.exists(marker):
+            super().on_start(ctx)  # raises: deliberate start failure
+        with open(marker, "w") as f:
+            f.write(f"{os.getpid()}\n")
+
+    def do_work(self) -> int:
+        return 0

@@ -1,0 +1,100 @@
+"""The runner: SIGTERM means a clean exit 0 (which the supervisor, not having asked for it, treats
+as a death and restarts); every log line is a JSON object with ts, mono_ns, proc, level, event."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+
+import pytest
+
+from tests.pipeline._support import BACK_OFF, pid_gone, process, read_log, ring, wait_until
+
+LEVELS = {"debug", "info", "warning", "error"}
+
+
+def _check_lines(lines: list[dict], proc: str) -> None:
+    assert lines, f"{proc}: empty log"
+    last = 0
+    for doc in lines:
+        assert {"ts", "mono_ns", "proc", "level", "event"} <= doc.keys(), doc
+        assert doc["proc"] == proc, doc
+        assert doc["level"] in LEVELS, doc
+        assert isinstance(doc["event"], str) and doc["event"], doc
+        ts = dt.datetime.fromisoformat(doc["ts"])
+        assert ts.utcoffset() == dt.timedelta(0), doc
+        assert isinstance(doc["mono_ns"], int) and doc["mono_ns"] >= last, doc
+        last = doc["mono_ns"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_sigterm_makes_a_stage_exit_0_and_the_supervisor_restarts_it(pipe):
+    pipe.write_config(process("idle", "Idle", extra=BACK_OFF) + process("other", "Idle", extra=BACK_OFF))
+    first = {p["name"]: p["pid"] for p in pipe.up()["processes"]}
+    old = first["idle"]
+    os.kill(old, signal.SIGTERM)
+
+    def restarted():
+        p = pipe.procs()
+        return p if p["idle"]["state"] == "RUNNING" and p["idle"]["pid"] not in (0, old) else None
+
+    now = wait_until(restarted, 10, 0.01, "the SIGTERMed stage to be restarted")
+    assert now["idle"]["restarts"] == 1
+    assert now["other"]["pid"] == first["other"] and now["other"]["restarts"] == 0
+    assert pid_gone(old)
+
+    # the runner stopped cleanly: 'ready' (old pid) ... 'stopped' ... 'ready' (new pid)
+    events = pipe.log("idle")
+    i_old = next(i for i, e in enumerate(events) if e["event"] == "ready" and e["pid"] == old)
+    i_new = next(i for i, e in enumerate(events) if e["event"] == "ready" and e["pid"] == now["idle"]["pid"])
+    between = [e["event"] for e in events[i_old + 1 : i_new]]
+    assert "stopped" in between and "agent_error" not in between, between
+    # the supervisor saw exit code 0 from a process it had not asked to stop: EXITED, then a restart
+    trans = [(e["frm"], e["to"], e.get("why")) for e in pipe.log("supervisor") if e["event"] == "state" and e["pid"] == old]
+    assert ("RUNNING", "EXITED", "exit code 0") in trans, trans
+    assert trans[-1][:2] == ("EXITED", "BACKOFF"), trans
+    assert pipe.down() == 0
+
+    for proc in ("idle", "other", "supervisor"):
+        _check_lines(read_log(pipe.log_dir / f"{proc}.log"), proc)
+    assert pipe.log("idle")[-1]["event"] == "stopped"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_supervisor_state_events_name_the_process(pipe):
+    """Each supervisor 'state' line names the process that changed state (field ``stage``; ``proc``
+    is the process that wrote the line, here the supervisor)."""
+    pipe.write_config(process("alpha", "Idle", extra=BACK_OFF) + process("beta", "Idle", extra=BACK_OFF))
+    pipe.up()
+    assert pipe.down() == 0
+    states = [e for e in pipe.log("supervisor") if e["event"] == "state"]
+    assert states
+    named = {v for e in states for k, v in e.items() if k != "proc" and v in ("alpha", "beta")}
+    assert named == {"alpha", "beta"}, f"no field of the 'state' events names the process: {states[0]}"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_sigterm_stops_a_stage_blocked_on_a_full_backpressure_ring(pipe):
+    """A producer waiting for room in a full ``backpressure`` ring keeps its heartbeat going (held
+    back by its consumer is not hung: the supervisor leaves it alone) and stops promptly on SIGTERM."""
+    pipe.write_config(ring("a", capacity=64)
+                      + process("src", "SeqSource", outputs=["a"], params="rate_per_s = 100000, total = 1000000",
+                                extra=BACK_OFF + "heartbeat_timeout_ms = 300\n")
+                      + process("stalled", "Idle", inputs=["a"], extra=BACK_OFF),
+                      supervisor="stop_grace_ms = 500\n")
+    first = {p["name"]: p["pid"] for p in pipe.up()["processes"]}
+    wait_until(lambda: next(r for r in pipe.status()["rings"] if r["name"] == "a")["depth"] == 64, 5, 0.02,
+               "ring a to fill up")
+    time.sleep(1.0)  # over three heartbeat timeouts spent blocked on the full ring
+    src = next(p for p in pipe.status()["processes"] if p["name"] == "src")
+    assert (src["pid"], src["restarts"], src["state"]) == (first["src"], 0, "RUNNING"), "a backpressured producer was taken for hung"
+    os.kill(first["src"], signal.SIGTERM)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and not pid_gone(first["src"]):
+        time.sleep(0.02)
+    assert pid_gone(first["src"]), "the source blocked on the full ring ignored SIGTERM for 2 s"
