@@ -110,7 +110,8 @@ class SupervisorConfig(_Strict):
     log_dir: str = "logs"
     control_endpoint: str = ""  # default: ipc://<run_dir>/control.sock
     control_ring: str = ""  # ring the supervisor writes CONTROL messages into ("" = none)
-    transport: Literal["ring", "zmq"] = "ring"  # "zmq": the same processes over pyzmq, for comparison
+    # "zmq" / "mp-queue": the same processes over pyzmq / multiprocessing.Queue, for comparison only
+    transport: Literal["ring", "zmq", "mp-queue"] = "ring"
     poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=1_000)] = 10
     heartbeat_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
     stop_grace_ms: PositiveMs = 3_000

@@ -1,8 +1,10 @@
 """The runner: the one loop every stage process runs.
 
 ``python -m pipeline.runner --config FILE --name PROCESS [--core N] [--wait W]`` (the supervisor
-starts it so). It pins the core, attaches the process table and the rings, builds the agent named
-by ``module`` in the config, then runs the duty cycle::
+starts it so; with ``supervisor.transport = "mp-queue"`` it starts a ``multiprocessing`` spawn
+process running ``run_spawned`` with the same arguments and the queues of the process's rings
+instead). It pins the core, attaches the process table and the rings (or queues), builds the agent
+named by ``module`` in the config, then runs the duty cycle::
 
     while not stopping:
         n = agent.do_work()            # errors: logged, counted, last_error set; too many in a row: exit 70
@@ -92,8 +94,10 @@ def load_agent_class(spec: str) -> type[Agent]:
 class Runner:
     """Owns one agent's duty cycle. Tests may drive ``run`` with an injected clock."""
 
-    def __init__(self, cfg: Config, name: str, *, core: int | None, wait: str, log: EventLog, clock=time.monotonic_ns):
+    def __init__(self, cfg: Config, name: str, *, core: int | None, wait: str, log: EventLog, clock=time.monotonic_ns,
+                 queues: dict | None = None):
         self.cfg = cfg
+        self.queues = queues  # ring name -> multiprocessing.Queue (transport mp-queue)
         self.proc = cfg.process(name)
         self.index = [p.name for p in cfg.processes].index(name)
         self.core = core
@@ -127,7 +131,7 @@ class Runner:
             rec.set(PT.OFF_CORE_PLUS_ONE, self.core + 1)
         else:
             rec.set(PT.OFF_CORE_PLUS_ONE, 0)
-        self.ports = open_ports(self.cfg, self.proc, writer_idle=_StallIdle(self))
+        self.ports = open_ports(self.cfg, self.proc, writer_idle=_StallIdle(self), queues=self.queues)
         self.ctx = AgentContext(config=self.cfg, process=self.proc, inputs=self.ports.inputs,
                                 outputs=self.ports.outputs, log=self.log, clock=self.clock)
         self.agent = load_agent_class(self.proc.module)()
@@ -196,7 +200,7 @@ class Runner:
         return EXIT_OK
 
     def close(self) -> None:
-        """Commit inputs, close the agent, mark the record stopping."""
+        """Commit inputs, close the agent, mark the record stopping, close the ports."""
         if self.rec is not None:
             self.rec.set(PT.OFF_PHASE, PT.PHASE_STOPPING)
         if self.ports is not None:
@@ -208,6 +212,11 @@ class Runner:
                 self._error(exc)
         if self.ctx is not None and self.rec is not None:
             self.beat(self.clock())
+        if self.ports is not None:
+            try:
+                self.ports.close()  # mp-queue: lets the feeder thread flush (bounded)
+            except Exception as exc:
+                self.log.warning("ports_close_failed", error=f"{type(exc).__name__}: {exc}")
         self.log.info("stopped", msgs_in=self.ctx.msgs_in if self.ctx else 0, msgs_out=self.ctx.msgs_out if self.ctx else 0)
 
 
@@ -222,7 +231,9 @@ def _die_with_parent(parent_pid: int) -> None:
         sys.exit(EXIT_START_FAILED)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, queues: dict | None = None) -> int:
+    """Run one stage. ``queues``: the ring name -> ``multiprocessing.Queue`` map of transport
+    ``mp-queue`` (given by ``run_spawned``)."""
     ap = argparse.ArgumentParser(prog="python -m pipeline.runner", description="Run one pipeline stage (started by the supervisor).")
     ap.add_argument("--config", required=True)
     ap.add_argument("--name", required=True)
@@ -235,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config)
     sup = cfg.supervisor
     log = open_event_log(args.name, sup.log_dir, sup.log_max_bytes, sup.log_backups)
-    runner = Runner(cfg, args.name, core=args.core, wait=args.wait, log=log)
+    runner = Runner(cfg, args.name, core=args.core, wait=args.wait, log=log, queues=queues)
     signal.signal(signal.SIGTERM, runner.request_stop)
     signal.signal(signal.SIGINT, runner.request_stop)
     try:
@@ -247,6 +258,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.name}: start failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_START_FAILED
     return runner.run()
+
+
+def run_spawned(argv: list[str], queues: dict, out_path: str) -> None:
+    """The target of a stage process under ``supervisor.transport = "mp-queue"``.
+
+    The supervisor starts it with ``multiprocessing.get_context("spawn").Process`` (queue handles
+    reach a process only by inheritance), ``argv`` being the command line ``main`` takes and
+    ``queues`` the queues of the process's rings. Like a ``python -m pipeline.runner`` child it
+    reads /dev/null and writes stdout and stderr to ``out_path`` (``logs/<name>.out``); the exit
+    status is ``main``'s.
+    """
+    for f in (sys.stdout, sys.stderr):
+        if f is not None:
+            f.flush()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.exit(main(argv, queues=queues))
 
 
 if __name__ == "__main__":

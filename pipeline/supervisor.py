@@ -16,13 +16,21 @@ Process states (a polled state machine, one ``tick`` every ``poll_interval_ms``)
 - a stale run (a supervisor that was killed) is detected from the pid file and the process table
   and cleaned before anything new is created.
 
+Transport ``mp-queue`` (comparison only): the supervisor creates one spawn-context
+``multiprocessing.Queue`` per ring (not the control ring, a shared-memory ring in every transport)
+and starts each stage as a ``multiprocessing`` process (``pipeline.runner.run_spawned``) holding the
+queues of its rings; restarts reuse the same queues. ``SpawnedProcess`` gives such a process the
+``subprocess.Popen`` calls the state machine uses, so nothing else differs.
+
 Control plane: a zmq REP socket (``ipc://`` with mode 0600, or ``tcp://127.0.0.1``) answering JSON
 requests ``{"cmd": "status" | "restart" | "halt" | "resume" | "down", "name": ...}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -41,6 +49,7 @@ from pipeline.gpu import check_budget, probe_gpu
 from pipeline.log import EventLog
 from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
 from pipeline.pinning import available_cores, plan_cores
+from pipeline.transport import port_transport
 from ringbuf import Ring, RingError, layout as L
 
 
@@ -64,7 +73,7 @@ class Proc:
         self.core = core
         self.wait = wait
         self.state = State.STOPPED
-        self.popen: subprocess.Popen | None = None
+        self.popen: subprocess.Popen | SpawnedProcess | None = None
         self.pid = 0
         self.restarts = 0  # restarts since the supervisor started
         self.consecutive = 0  # restarts since the process was last stable
@@ -79,6 +88,56 @@ class Proc:
         self.recoveries_ns: list[int] = []  # death seen -> RUNNING again, per restart
 
 
+#: set in the environment of a runner started as a multiprocessing process (its command line is
+#: multiprocessing's, not ``pipeline.runner``'s); the value is the config file's path
+RUNNER_ENV = "PIPELINE_RUNNER_CONFIG"
+
+
+class SpawnedProcess:
+    """A ``multiprocessing.Process`` seen through the ``subprocess.Popen`` calls the supervisor
+    uses: ``pid``, ``returncode``, ``poll`` (negative signal numbers, like Popen), ``kill``,
+    ``terminate``, ``wait`` (raising ``subprocess.TimeoutExpired``)."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess):
+        self._p = process
+        self.pid = process.pid
+        self.args = process.name
+
+    @property
+    def returncode(self) -> int | None:
+        return self._p.exitcode
+
+    def poll(self) -> int | None:
+        return self._p.exitcode  # waitpid(WNOHANG) under the hood
+
+    def kill(self) -> None:
+        self._p.kill()
+
+    def terminate(self) -> None:
+        self._p.terminate()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._p.join(timeout)
+        rc = self._p.exitcode
+        if rc is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return rc
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str):
+    """``os.environ[name] = value`` for the duration (a spawned child inherits the environment)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -90,11 +149,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _is_our_runner(pid: int) -> bool:
+    """A ``python -m pipeline.runner`` process, or a runner started as a multiprocessing process."""
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"pipeline.runner" in cmd
+    if b"pipeline.runner" in cmd:
+        return True
+    if b"--multiprocessing-fork" not in cmd:
+        return False
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(e.startswith(RUNNER_ENV.encode() + b"=") for e in env)
 
 
 class Supervisor:
@@ -115,6 +183,8 @@ class Supervisor:
         self.table: PT.ProcTable | None = None
         self.procs: dict[str, Proc] = {}
         self.control_writer = None
+        self.mp_ctx = None  # transport mp-queue: the spawn context and one queue per ring
+        self.mp_queues: dict[str, object] = {}
         self.sock = None
         self.zctx = None
         self.halted = False
@@ -157,8 +227,12 @@ class Supervisor:
         for rc in self.cfg.rings:
             self.rings[rc.name] = Ring.create(self.cfg.segment_name(rc.name), slot_size=L.slot_size_for(rc.max_payload_bytes),
                                               capacity=rc.capacity, full_policy=rc.full_policy, replace=True)
-        if self.cfg.supervisor.control_ring:
+        if self.cfg.supervisor.control_ring:  # a shared-memory ring in every transport
             self.control_writer = self.rings[self.cfg.supervisor.control_ring].writer()
+        if self.cfg.supervisor.transport == "mp-queue":
+            self.mp_ctx = multiprocessing.get_context("spawn")
+            self.mp_queues = {rc.name: self.mp_ctx.Queue(maxsize=rc.capacity) for rc in self.cfg.rings
+                              if port_transport(self.cfg, rc.name) == "mp-queue"}
         plan = plan_cores([(p.name, p.core, p.wait) for p in self.cfg.processes], available_cores())
         self.plan_note = plan.note
         self.log.info("core_plan", note=plan.note, cores=plan.cores, wait=plan.wait)
@@ -231,17 +305,31 @@ class Supervisor:
         rec = self.table.record(p.index)
         rec.set(PT.OFF_PHASE, PT.PHASE_NONE)
         rec.set(PT.OFF_READY_NS, 0)
-        out = open(self.log_dir / f"{p.name}.out", "ab")
-        try:
-            p.popen = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.runner", "--config", self.config_path, "--name", p.name,
-                 "--core", str(p.core), "--wait", p.wait, "--supervisor-pid", str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True)
-        finally:
-            out.close()
+        argv = ["--config", self.config_path, "--name", p.name, "--core", str(p.core), "--wait", p.wait,
+                "--supervisor-pid", str(os.getpid())]
+        if self.mp_ctx is not None:
+            p.popen = self._spawn_mp(p, argv)
+        else:
+            out = open(self.log_dir / f"{p.name}.out", "ab")
+            try:
+                p.popen = subprocess.Popen([sys.executable, "-m", "pipeline.runner", *argv],
+                                           stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True)
+            finally:
+                out.close()
         p.pid = p.popen.pid
         p.started_ns = self.clock()
         self._set(p, State.STARTING)
+
+    def _spawn_mp(self, p: Proc, argv: list[str]) -> SpawnedProcess:
+        """Transport mp-queue: a spawn process running ``run_spawned`` with the queues of its rings."""
+        from pipeline.runner import run_spawned  # (numpy and the agent protocol: not for every CLI call)
+
+        queues = {rn: self.mp_queues[rn] for rn in (*p.cfg.inputs, *p.cfg.outputs) if rn in self.mp_queues}
+        proc = self.mp_ctx.Process(target=run_spawned, args=(argv, queues, str(self.log_dir / f"{p.name}.out")),
+                                   name=f"pipeline.runner:{p.name}")
+        with _environ(RUNNER_ENV, self.config_path):
+            proc.start()
+        return SpawnedProcess(proc)
 
     def _reap(self, p: Proc) -> int | None:
         """Exit status if the process has exited (reaped), else None."""
@@ -510,6 +598,9 @@ class Supervisor:
             self.zctx.term()
             self.zctx = None
         self.control_writer = None
+        for q in self.mp_queues.values():
+            q.close()
+        self.mp_queues = {}  # their semaphores are unlinked as they are collected (or at exit)
         for r in self.rings.values():
             r.close()
         self.rings.clear()

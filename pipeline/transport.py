@@ -1,23 +1,45 @@
-"""Ports: the ends of the arrows between processes, over the ring or, for comparison, pyzmq.
+"""Ports: the ends of the arrows between processes, over the ring or, for comparison, pyzmq or
+multiprocessing.Queue.
 
 ``open_ports(cfg, proc)`` gives a process its input readers and output writers. With
-``supervisor.transport = "ring"`` (the product) they are ``ringbuf`` readers and writers. With
-``"zmq"`` they are ``ZmqIn`` / ``ZmqOut`` with the same calls (``poll``, ``try_read``, ``commit``,
-``wait``, ``write``, ``try_write``, ``heartbeat``) over PUSH/PULL on ``ipc://`` sockets in the run
-directory, carrying the same 16-byte header (CRC included) and payload, so the bench compares like
-with like. zmq ports keep nothing across a restart (no cursors): they exist for measurement only.
+``supervisor.transport = "ring"`` (the product) they are ``ringbuf`` readers and writers. The other
+two transports exist for like-for-like measurement only; their ports have the same calls (``poll``,
+``try_read``, ``commit``, ``wait``, ``write``, ``try_write``, ``heartbeat``) and carry the same
+16-byte header (CRC-32C included) and payload:
+
+- ``"zmq"``: ``ZmqIn`` / ``ZmqOut`` over PUSH/PULL on ``ipc://`` sockets in the run directory.
+  zmq ports keep nothing across a restart (no cursors).
+- ``"mp-queue"``: ``MpQueueIn`` / ``MpQueueOut`` over one ``multiprocessing.Queue`` (spawn context,
+  ``maxsize`` = the ring's capacity) per ring. Queue handles reach a process only by inheritance,
+  so the supervisor creates the queues and starts the stages as ``multiprocessing`` processes
+  (``pipeline.runner.run_spawned``), handing each its queues; ``open_ports`` gets them through
+  ``queues``. **mp-queue pickles every frame by construction** (``Queue.put`` pickles in a feeder
+  thread, ``get`` unpickles): it is there to be compared with, the product never pickles across
+  processes. Each frame's CRC is computed with sequence number 0 (a queue delivers whole frames in
+  order; there is no slot that could go stale), so frames stay verifiable when either end restarts.
+  The queues outlive restarts (the supervisor holds them), but ``multiprocessing.Queue`` is not
+  crash-safe: a process SIGKILLed while it holds the queue's internal read or write lock (inside a
+  ``get``, or while its feeder thread writes into a full pipe) leaves that lock held for good, and
+  messages still buffered in a killed writer's feeder thread are lost.
+
+The control ring (``supervisor.control_ring``) is a shared-memory ring in every transport: the
+supervisor writes CONTROL into it itself (``Supervisor.halt``), so its consumer reads the ring too
+(``port_transport``).
 """
 
 from __future__ import annotations
 
 import os
+import queue as _queue
+import time
 from pathlib import Path
 
 import crc32c
 import zmq
 
 from pipeline.config import Config, ProcessConfig
-from ringbuf import Ring, layout as L
+from pipeline.errors import StartupError
+from ringbuf import BackOff, PayloadTooLargeError, Ring, layout as L
 
 
 class Ports:
@@ -43,29 +65,82 @@ class Ports:
             c()
 
 
-def open_ports(cfg: Config, proc: ProcessConfig, writer_idle=None) -> Ports:
-    """Attach the rings (or zmq sockets) named by ``proc.inputs`` / ``proc.outputs``.
+def port_transport(cfg: Config, ring: str) -> str:
+    """What carries ``ring``: ``supervisor.transport``, except for the control ring, which is a
+    shared-memory ring in every transport (the supervisor writes it through ``ringbuf``)."""
+    if ring == cfg.supervisor.control_ring:
+        return "ring"
+    return cfg.supervisor.transport
+
+
+def open_ports(cfg: Config, proc: ProcessConfig, writer_idle=None, queues: dict | None = None) -> Ports:
+    """Attach the rings (or zmq sockets, or queues) named by ``proc.inputs`` / ``proc.outputs``.
 
     ``writer_idle`` is the idle strategy writers use while a ``backpressure`` ring is full.
+    ``queues`` maps ring names to the ``multiprocessing.Queue`` of each (transport ``mp-queue``;
+    the supervisor hands them over when it starts the process).
 
     Raises:
         ringbuf.RingError: a ring is missing or its geometry differs from the config.
+        StartupError: transport ``mp-queue`` without the queue of one of the rings.
     """
-    if cfg.supervisor.transport == "zmq":
-        return _open_zmq(cfg, proc)
     inputs, outputs, closers = {}, {}, []
-    for names, table, make in ((proc.inputs, inputs, "reader"), (proc.outputs, outputs, "writer")):
+    for names, table, side in ((proc.inputs, inputs, "reader"), (proc.outputs, outputs, "writer")):
         for rn in names:
             rc = cfg.ring(rn)
-            ring = Ring.attach(cfg.segment_name(rn), slot_size=L.slot_size_for(rc.max_payload_bytes),
-                               capacity=rc.capacity, full_policy=rc.full_policy)
-            table[rn] = ring.reader() if make == "reader" else ring.writer(writer_idle)
-            closers.append(ring.close)
+            how = port_transport(cfg, rn)
+            if how == "ring":
+                ring = Ring.attach(cfg.segment_name(rn), slot_size=L.slot_size_for(rc.max_payload_bytes),
+                                   capacity=rc.capacity, full_policy=rc.full_policy)
+                table[rn] = ring.reader() if side == "reader" else ring.writer(writer_idle)
+                closers.append(ring.close)
+                continue
+            if how == "zmq":
+                ctx = zmq.Context.instance()
+                if side == "reader":
+                    port = ZmqIn(ctx, zmq_endpoint(cfg, rn), rc.max_payload_bytes)
+                else:
+                    port = ZmqOut(ctx, zmq_endpoint(cfg, rn), rc.full_policy == "drop", rc.capacity)
+            else:
+                q = (queues or {}).get(rn)
+                if q is None:
+                    raise StartupError(f"transport mp-queue: no queue for ring {rn!r} (the queues are handed "
+                                       "over by the supervisor when it starts the process)")
+                if side == "reader":
+                    port = MpQueueIn(q, rc.max_payload_bytes)
+                else:
+                    port = MpQueueOut(q, rc.full_policy == "drop", rc.max_payload_bytes, writer_idle)
+            table[rn] = port
+            closers.append(port.close)
     return Ports(inputs, outputs, closers)
 
 
 def zmq_endpoint(cfg: Config, ring: str) -> str:
     return f"ipc://{Path(cfg.supervisor.run_dir).resolve()}/zmq-{cfg.supervisor.shm_prefix}-{ring}.sock"
+
+
+FRAME_SEQ = 0  # message-passing transports have no slot sequence: their frames are CRC'd with seq 0
+
+
+def encode_frame(kind: int, payload, ts_origin_ns: int) -> bytes:
+    """One frame for the zmq and mp-queue transports: the ring's 16-byte header (CRC-32C over
+    seq 0, header bytes 0..11 and payload) followed by the payload."""
+    n = len(payload)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(L.CRC_PREFIX.pack(FRAME_SEQ, ts_origin_ns, kind, n)))
+    return L.HEADER.pack(ts_origin_ns, kind, n, crc) + bytes(payload)
+
+
+def decode_frame(frame: bytes, max_payload: int):
+    """``(ts_origin_ns, kind, payload view)`` of a frame, or None when it is short, its length is
+    wrong or too large, or its CRC does not verify."""
+    if len(frame) < L.HEADER_BYTES:
+        return None
+    ts, kind, n, crc = L.HEADER.unpack_from(frame, 0)
+    view = memoryview(frame)[L.HEADER_BYTES:]
+    if n != len(view) or n > max_payload or \
+            crc32c.crc32c(view, crc32c.crc32c(L.CRC_PREFIX.pack(FRAME_SEQ, ts, kind, n))) != crc:
+        return None
+    return ts, kind, view
 
 
 class ZmqIn:
@@ -87,16 +162,13 @@ class ZmqIn:
         self.crc_errors = 0
 
     def _decode(self, frame: bytes):
-        ts, kind, n, crc = L.HEADER.unpack_from(frame, 0)
-        view = memoryview(frame)[L.HEADER_BYTES:]
-        pre = L.CRC_PREFIX.pack(self._seq, ts, kind, n)
-        if n != len(view) or crc32c.crc32c(view, crc32c.crc32c(pre)) != crc:
-            self.crc_errors += 1
-            self._seq += 1
-            return None
         seq = self._seq
         self._seq += 1
-        return seq, ts, kind, view
+        m = decode_frame(frame, self._max)
+        if m is None:
+            self.crc_errors += 1
+            return None
+        return (seq, *m)
 
     def poll(self, handler, limit: int) -> int:
         done = 0
@@ -144,29 +216,21 @@ class ZmqOut:
         self._sock.setsockopt(zmq.SNDHWM, hwm)
         self._sock.connect(endpoint)
         self._drop = drop
-        self._seq = 0
         self.dropped = 0
-
-    def _frame(self, kind: int, payload, ts: int) -> bytes:
-        n = len(payload)
-        crc = crc32c.crc32c(payload, crc32c.crc32c(L.CRC_PREFIX.pack(self._seq, ts, kind, n)))
-        return L.HEADER.pack(ts, kind, n, crc) + bytes(payload)
 
     def try_write(self, kind: int, payload, ts_origin_ns: int) -> bool:
         try:
-            self._sock.send(self._frame(kind, payload, ts_origin_ns), zmq.NOBLOCK)
+            self._sock.send(encode_frame(kind, payload, ts_origin_ns), zmq.NOBLOCK)
         except zmq.Again:
             if self._drop:
                 self.dropped += 1
             return False
-        self._seq += 1
         return True
 
     def write(self, kind: int, payload, ts_origin_ns: int, timeout_ns: int | None = None) -> bool:
         if self._drop:
             return self.try_write(kind, payload, ts_origin_ns)
-        self._sock.send(self._frame(kind, payload, ts_origin_ns))
-        self._seq += 1
+        self._sock.send(encode_frame(kind, payload, ts_origin_ns))
         return True
 
     def heartbeat(self, now_ns: int) -> None:
@@ -176,17 +240,163 @@ class ZmqOut:
         self._sock.close(0)
 
 
-def _open_zmq(cfg: Config, proc: ProcessConfig) -> Ports:
-    ctx = zmq.Context.instance()
-    inputs, outputs, closers = {}, {}, []
-    for rn in proc.inputs:
-        rc = cfg.ring(rn)
-        p = ZmqIn(ctx, zmq_endpoint(cfg, rn), rc.max_payload_bytes)
-        inputs[rn] = p
-        closers.append(p.close)
-    for rn in proc.outputs:
-        rc = cfg.ring(rn)
-        p = ZmqOut(ctx, zmq_endpoint(cfg, rn), rc.full_policy == "drop", rc.capacity)
-        outputs[rn] = p
-        closers.append(p.close)
-    return Ports(inputs, outputs, closers)
+# ------------------------------------------------------------------------------ multiprocessing.Queue
+#: the longest one blocking ``put`` waits for room before the writer's idle strategy runs again
+MP_PUT_WAIT_S = 0.001
+#: how long ``MpQueueOut.close`` lets the feeder thread flush what is buffered before giving up
+MP_FLUSH_TIMEOUT_S = 0.5
+class MpQueueIn:
+    """Reader API over a ``multiprocessing.Queue`` of frames (header + payload bytes).
+
+    ``seq`` handed to handlers counts the frames this reader has delivered (or rejected) since it
+    started. A frame whose CRC does not verify is counted in ``crc_errors`` and skipped.
+    """
+
+    def __init__(self, q, max_payload: int):
+        self._q = q
+        self._max = max_payload
+        self._seq = 0
+        self._pending: bytes | None = None  # a frame ``wait`` took off the queue (no lock-free peek)
+        self.crc_errors = 0
+        # ``wait`` selects on the queue's pipe without taking the queue's read lock (a consumer killed
+        # while parked must not leave that lock held); the fallback is a blocking get.
+        reader = getattr(q, "_reader", None)
+        self._pipe_poll = getattr(reader, "poll", None)
+
+    def _decode(self, frame: bytes):
+        seq = self._seq
+        self._seq += 1
+        m = decode_frame(frame, self._max)
+        if m is None:
+            self.crc_errors += 1
+            return None
+        return (seq, *m)
+
+    def _next(self) -> bytes | None:
+        frame = self._pending
+        if frame is not None:
+            self._pending = None
+            return frame
+        try:
+            return self._q.get(False)
+        except _queue.Empty:
+            return None
+
+    def poll(self, handler, limit: int) -> int:
+        done = 0
+        while done < limit:
+            frame = self._next()
+            if frame is None:
+                break
+            m = self._decode(frame)
+            if m is not None:
+                handler(*m)
+                done += 1
+        return done
+
+    def try_read(self):
+        while True:
+            frame = self._next()
+            if frame is None:
+                return None
+            m = self._decode(frame)
+            if m is not None:
+                return m
+
+    def wait(self, timeout_ns: int) -> bool:
+        """Park until a frame may be ready or ``timeout_ns`` passes; True when one may be ready."""
+        if self._pending is not None:
+            return True
+        timeout_s = max(timeout_ns, 0) / 1e9
+        if self._pipe_poll is not None:
+            return bool(self._pipe_poll(timeout_s))
+        try:
+            self._pending = self._q.get(True, max(timeout_s, 1e-3))
+        except _queue.Empty:
+            return False
+        return True
+
+    def commit(self) -> None:
+        pass
+
+    def heartbeat(self, now_ns: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass  # the queue belongs to the supervisor; this process's handle dies with it
+
+
+class MpQueueOut:
+    """Writer API over a ``multiprocessing.Queue`` of frames (header + payload bytes).
+
+    ``drop`` rings: ``put_nowait``; a full queue counts the message in ``dropped``. ``backpressure``
+    rings: blocking ``put`` with a short timeout, the writer's idle strategy run between tries (so
+    the runner's stall strategy keeps the heartbeat going and raises StopRequested on SIGTERM).
+    """
+
+    def __init__(self, q, drop: bool, max_payload: int, idle=None):
+        self._q = q
+        self._drop = drop
+        self._max = max_payload
+        self._idle = idle if idle is not None else BackOff()
+        self.dropped = 0
+        self.stall_ns = 0
+
+    def _frame(self, kind: int, payload, ts_origin_ns: int) -> bytes:
+        if len(payload) > self._max:
+            raise PayloadTooLargeError(f"{len(payload)}-byte payload does not fit ring (max {self._max})")
+        return encode_frame(kind, payload, ts_origin_ns)
+
+    def try_write(self, kind: int, payload, ts_origin_ns: int) -> bool:
+        """Put one frame if the queue has room; never blocks (False when full; ``drop``: counted)."""
+        try:
+            self._q.put(self._frame(kind, payload, ts_origin_ns), False)
+        except _queue.Full:
+            if self._drop:
+                self.dropped += 1
+            return False
+        return True
+
+    def write(self, kind: int, payload, ts_origin_ns: int, timeout_ns: int | None = None) -> bool:
+        """Put one frame, applying the full policy (as ``ringbuf.Writer.write``): ``drop``: as
+        ``try_write``; ``backpressure``: wait for room; False only when ``timeout_ns`` passes first."""
+        frame = self._frame(kind, payload, ts_origin_ns)
+        q = self._q
+        try:
+            q.put(frame, False)
+            return True
+        except _queue.Full:
+            if self._drop:
+                self.dropped += 1
+                return False
+        start = time.monotonic_ns()
+        idle = self._idle
+        idle.reset()
+        try:
+            while True:
+                idle.idle(0)  # the runner's stall strategy: heartbeat, StopRequested on SIGTERM
+                try:
+                    q.put(frame, True, MP_PUT_WAIT_S)
+                    return True
+                except _queue.Full:
+                    if timeout_ns is not None and time.monotonic_ns() - start >= timeout_ns:
+                        return False
+        finally:
+            self.stall_ns += time.monotonic_ns() - start
+
+    def heartbeat(self, now_ns: int) -> None:
+        pass
+
+    def close(self) -> None:
+        """Let the feeder thread flush what is buffered, for at most ``MP_FLUSH_TIMEOUT_S``.
+
+        (A consumer that has stopped leaves the pipe full and the flush blocked; the process must
+        still be able to exit, so the rest is abandoned.)
+        """
+        q = self._q
+        q.close()
+        thread = getattr(q, "_thread", None)
+        if thread is not None:
+            thread.join(MP_FLUSH_TIMEOUT_S)
+            if thread.is_alive():
+                q.cancel_join_thread()

@@ -24,7 +24,7 @@ import pytest
 from pipeline.config import Config, load_config
 from pipeline.control import request
 from pipeline.errors import ControlError
-from pipeline.supervisor import clean_stale
+from pipeline.supervisor import RUNNER_ENV, clean_stale
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHM_DIR = Path("/dev/shm")
@@ -60,14 +60,20 @@ def pid_gone(pid: int) -> bool:
 
 
 def pids_running_with(arg: str) -> list[int]:
-    """Pids (other than ours) whose command line contains ``arg`` as one argument."""
+    """Pids (other than ours) whose command line contains ``arg`` as one argument, or runners started
+    as multiprocessing processes (transport mp-queue) for the config file ``arg`` (they carry
+    ``PIPELINE_RUNNER_CONFIG=<config>`` in their environment, their command line is multiprocessing's)."""
     want = arg.encode()
+    marker = RUNNER_ENV.encode() + b"=" + want
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():
             continue
         try:
             argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            if want not in argv and b"--multiprocessing-fork" in argv:
+                argv = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+                argv = [want] if marker in argv else []
         except OSError:
             continue
         if want in argv and not pid_gone(int(d)):
