@@ -1,7 +1,34 @@
-"""Message kinds and the payload layouts the runtime itself sends.
+"""Message kinds and payload layouts.
 
 Kinds travel in the ring header's ``kind`` field (u16). Each payload layout is declared once,
-here or in the stage that owns it, with its offsets, and pinned by a golden-bytes test.
+here, with its offsets, and pinned by a golden-bytes test. Instruments are the small integer ids of
+the config, never strings, on the hot path.
+
+BOOK payload (504 bytes; numpy ``BOOK_DTYPE``), the top ``BOOK_LEVELS`` levels a side, best first;
+levels past ``n_bids`` / ``n_asks`` are zero::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      2    flags           u16   BOOK_FLAG_* bits
+      4      2    n_bids          u16   levels filled (0..15)
+      6      2    n_asks          u16
+      8      8    seq             u64   venue sequence number of the update that produced it
+     16      8    exch_ts_ns      u64   venue timestamp, ns since the UNIX epoch (0 if none)
+     24    120    bid_px          f64[15]
+    144    120    bid_sz          f64[15]
+    264    120    ask_px          f64[15]
+    384    120    ask_sz          f64[15]
+
+TRADE payload (40 bytes; numpy ``TRADE_DTYPE``)::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      1    side            u8    TRADE_SIDE_BUY (aggressor bought) or TRADE_SIDE_SELL
+      3      5    (zero)
+      8      8    trade_id        u64   venue trade id (0 if none)
+     16      8    exch_ts_ns      u64
+     24      8    price           f64
+     32      8    size            f64
 
 CONTROL payload (16 bytes)::
 
@@ -16,6 +43,8 @@ from __future__ import annotations
 
 import enum
 import struct
+
+import numpy as np
 
 
 class Kind(enum.IntEnum):
@@ -69,3 +98,22 @@ def unpack_control(payload) -> tuple[ControlCmd, ControlReason, int] | None:
         return ControlCmd(cmd), ControlReason(reason), issued_ns
     except ValueError:
         return None
+
+
+BOOK_LEVELS = 15
+BOOK_FLAG_SNAPSHOT = 1  # produced by a full snapshot (not an incremental update)
+BOOK_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("flags", "<u2"), ("n_bids", "<u2"), ("n_asks", "<u2"),
+    ("seq", "<u8"), ("exch_ts_ns", "<u8"),
+    ("bid_px", "<f8", (BOOK_LEVELS,)), ("bid_sz", "<f8", (BOOK_LEVELS,)),
+    ("ask_px", "<f8", (BOOK_LEVELS,)), ("ask_sz", "<f8", (BOOK_LEVELS,)),
+])
+assert BOOK_DTYPE.itemsize == 504
+
+TRADE_SIDE_BUY = 1
+TRADE_SIDE_SELL = 2
+TRADE_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("side", "u1"), ("_pad", "V5"),
+    ("trade_id", "<u8"), ("exch_ts_ns", "<u8"), ("price", "<f8"), ("size", "<f8"),
+])
+assert TRADE_DTYPE.itemsize == 40
