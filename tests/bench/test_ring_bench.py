@@ -1,5 +1,6 @@
 """Smoke test of the ring benchmark: ``python -m bench.ring --quick`` runs end to end and reports
-every transport with a positive latency p50 (where it measures latency) and a positive throughput."""
+every transport with a positive latency p50 (where it measures latency) and a positive throughput
+(where it measures throughput: the floor rows measure latency only, the batch row throughput only)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_quick_run_reports_every_transport(tmp_path: Path) -> None:
     for t in TRANSPORTS:
         got = doc["transports"][t.name]
         assert got["errors"] == [], (t.name, got["errors"])
-        assert got["msg_per_s"] > 0, t.name
+        if t.burst:
+            assert got["msg_per_s"] > 0, t.name
         if t.latency:
             assert got["p50_us"] > 0, t.name
             assert got["p50_us"] <= got["p99_us"] <= got["max_us"], t.name
