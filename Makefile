@@ -22,13 +22,13 @@ test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
 up: setup
-	$(PY) -m pipeline up --config $(CONFIG)
+	$(PY) -m pipeline --config $(CONFIG) up
 
 down: setup
-	$(PY) -m pipeline down --config $(CONFIG)
+	$(PY) -m pipeline --config $(CONFIG) down
 
 status: setup
-	$(PY) -m pipeline status --config $(CONFIG)
+	$(PY) -m pipeline --config $(CONFIG) status
 
 bench: bench-ring
 
@@ -36,6 +36,6 @@ bench-ring: setup
 	$(PY) -m bench.ring
 
 clean:
-	-$(PY) -m pipeline down --config $(CONFIG) 2>/dev/null
+	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null
 	rm -rf $(VENV) build *.egg-info logs run .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -20,17 +20,19 @@ from pipeline.supervisor import Supervisor, clean_stale, format_status
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/default.toml")
+    ap.add_argument("--config", default="configs/default.toml", help="TOML config (default: %(default)s)")
+    common = argparse.ArgumentParser(add_help=False)  # --config is accepted after the command too
+    common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="create the rings, start and supervise every process (foreground)")
+    up = sub.add_parser("up", parents=[common], help="create the rings, start and supervise every process (foreground)")
     up.add_argument("--status-every", type=float, default=1.0, help="seconds between status views (0: none)")
     up.add_argument("--run-for", type=float, default=None, help="stop after this many seconds")
-    sub.add_parser("down", help="stop every process and remove every segment")
-    sub.add_parser("status", help="print the supervisor's status table")
-    rs = sub.add_parser("restart", help="restart one process while the others keep running")
+    sub.add_parser("down", parents=[common], help="stop every process and remove every segment")
+    sub.add_parser("status", parents=[common], help="print the supervisor's status table")
+    rs = sub.add_parser("restart", parents=[common], help="restart one process while the others keep running")
     rs.add_argument("name")
-    sub.add_parser("halt", help="tell the risk gateway to stop trading (CONTROL HALT)")
-    sub.add_parser("resume", help="tell the risk gateway to resume (CONTROL RESUME)")
+    sub.add_parser("halt", parents=[common], help="tell the risk gateway to stop trading (CONTROL HALT)")
+    sub.add_parser("resume", parents=[common], help="tell the risk gateway to resume (CONTROL RESUME)")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config)
