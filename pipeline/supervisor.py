@@ -49,8 +49,8 @@ from pipeline.gpu import check_budget, probe_gpu
 from pipeline.log import EventLog
 from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
 from pipeline.pinning import available_cores, plan_cores
-from pipeline.transport import port_transport
-from ringbuf import Ring, RingError, layout as L
+from pipeline.transport import bind_private, port_transport
+from ringbuf import Ring, layout as L
 
 
 class State(str, enum.Enum):
@@ -245,19 +245,7 @@ class Supervisor:
         self.zctx = zmq.Context()
         self.sock = self.zctx.socket(zmq.REP)
         self.sock.setsockopt(zmq.LINGER, 0)
-        if ep.startswith("ipc://"):
-            path = ep[len("ipc://"):]
-            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if os.path.exists(path):
-                os.unlink(path)
-            old = os.umask(0o177)
-            try:
-                self.sock.bind(ep)
-            finally:
-                os.umask(old)
-            os.chmod(path, 0o600)
-        else:
-            self.sock.bind(ep)
+        bind_private(self.sock, ep)
         self.log.info("control_listening", endpoint=ep)
         return ep
 

@@ -143,23 +143,18 @@ def decode_frame(frame: bytes, max_payload: int):
     return ts, kind, view
 
 
-class ZmqIn:
-    """Reader API over a PULL socket (binds; the socket file is made 0600)."""
+class _FrameIn:
+    """Reader API over a message-passing transport; subclasses supply ``_next()`` (one frame or
+    None, never blocking) and ``wait()``. ``seq`` handed to handlers counts the frames this reader
+    has taken since it started; a frame that fails ``decode_frame`` is counted in ``crc_errors``."""
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, max_payload: int):
-        self._sock = ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        path = endpoint[len("ipc://"):]
-        if os.path.exists(path):
-            os.unlink(path)
-        old = os.umask(0o177)
-        try:
-            self._sock.bind(endpoint)
-        finally:
-            os.umask(old)
+    def __init__(self, max_payload: int):
         self._max = max_payload
         self._seq = 0
         self.crc_errors = 0
+
+    def _next(self) -> bytes | None:
+        raise NotImplementedError
 
     def _decode(self, frame: bytes):
         seq = self._seq
@@ -172,11 +167,9 @@ class ZmqIn:
 
     def poll(self, handler, limit: int) -> int:
         done = 0
-        recv = self._sock.recv
         while done < limit:
-            try:
-                frame = recv(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
+            frame = self._next()
+            if frame is None:
                 break
             m = self._decode(frame)
             if m is not None:
@@ -186,22 +179,54 @@ class ZmqIn:
 
     def try_read(self):
         while True:
-            try:
-                frame = self._sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
+            frame = self._next()
+            if frame is None:
                 return None
             m = self._decode(frame)
             if m is not None:
                 return m
 
-    def wait(self, timeout_ns: int) -> bool:
-        return bool(self._sock.poll(max(timeout_ns // 1_000_000, 1)))
-
     def commit(self) -> None:
-        pass
+        """Nothing to commit: these transports keep no cursor."""
 
     def heartbeat(self, now_ns: int) -> None:
         pass
+
+
+def bind_private(sock: zmq.Socket, endpoint: str) -> None:
+    """Bind ``sock``; an ``ipc://`` socket file is created mode 0600 (a stale one is replaced)."""
+    if not endpoint.startswith("ipc://"):
+        sock.bind(endpoint)
+        return
+    path = endpoint[len("ipc://"):]
+    Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if os.path.exists(path):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        sock.bind(endpoint)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+
+
+class ZmqIn(_FrameIn):
+    """Reader API over a PULL socket (binds; the socket file is made 0600)."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, max_payload: int):
+        super().__init__(max_payload)
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        bind_private(self._sock, endpoint)
+
+    def _next(self) -> bytes | None:
+        try:
+            return self._sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+
+    def wait(self, timeout_ns: int) -> bool:
+        return bool(self._sock.poll(max(timeout_ns // 1_000_000, 1)))
 
     def close(self) -> None:
         self._sock.close(0)
@@ -245,32 +270,17 @@ class ZmqOut:
 MP_PUT_WAIT_S = 0.001
 #: how long ``MpQueueOut.close`` lets the feeder thread flush what is buffered before giving up
 MP_FLUSH_TIMEOUT_S = 0.5
-class MpQueueIn:
-    """Reader API over a ``multiprocessing.Queue`` of frames (header + payload bytes).
-
-    ``seq`` handed to handlers counts the frames this reader has delivered (or rejected) since it
-    started. A frame whose CRC does not verify is counted in ``crc_errors`` and skipped.
-    """
+class MpQueueIn(_FrameIn):
+    """Reader API over a ``multiprocessing.Queue`` of frames (header + payload bytes)."""
 
     def __init__(self, q, max_payload: int):
+        super().__init__(max_payload)
         self._q = q
-        self._max = max_payload
-        self._seq = 0
         self._pending: bytes | None = None  # a frame ``wait`` took off the queue (no lock-free peek)
-        self.crc_errors = 0
         # ``wait`` selects on the queue's pipe without taking the queue's read lock (a consumer killed
         # while parked must not leave that lock held); the fallback is a blocking get.
         reader = getattr(q, "_reader", None)
         self._pipe_poll = getattr(reader, "poll", None)
-
-    def _decode(self, frame: bytes):
-        seq = self._seq
-        self._seq += 1
-        m = decode_frame(frame, self._max)
-        if m is None:
-            self.crc_errors += 1
-            return None
-        return (seq, *m)
 
     def _next(self) -> bytes | None:
         frame = self._pending
@@ -281,27 +291,6 @@ class MpQueueIn:
             return self._q.get(False)
         except _queue.Empty:
             return None
-
-    def poll(self, handler, limit: int) -> int:
-        done = 0
-        while done < limit:
-            frame = self._next()
-            if frame is None:
-                break
-            m = self._decode(frame)
-            if m is not None:
-                handler(*m)
-                done += 1
-        return done
-
-    def try_read(self):
-        while True:
-            frame = self._next()
-            if frame is None:
-                return None
-            m = self._decode(frame)
-            if m is not None:
-                return m
 
     def wait(self, timeout_ns: int) -> bool:
         """Park until a frame may be ready or ``timeout_ns`` passes; True when one may be ready."""
@@ -315,12 +304,6 @@ class MpQueueIn:
         except _queue.Empty:
             return False
         return True
-
-    def commit(self) -> None:
-        pass
-
-    def heartbeat(self, now_ns: int) -> None:
-        pass
 
     def close(self) -> None:
         pass  # the queue belongs to the supervisor; this process's handle dies with it
