@@ -1,0 +1,171 @@
+"""Synthetic order flow for the paper venue: a small stochastic limit-order-book model with a
+planted, learnable relation, deterministic for a seed. Pure: no I/O, no clock (the caller steps it).
+
+Model (one ``step()`` = ``step_ms`` of market time):
+
+- A latent pressure ``p`` follows an AR(1) process, ``p <- phi * p + sigma * N(0, 1)``, clipped to
+  [-1, 1].
+- Limit orders arrive on both sides near the touch; the pressure skews their sizes *now*: bid
+  sizes scale with ``1 + p * skew``, ask sizes with ``1 - p * skew``. So the order-book imbalance
+  reflects ``p`` immediately.
+- Market orders arrive with probability ``mo_prob`` per step; their side follows the pressure of
+  ``lag_steps`` steps ago (buy with probability ``(1 + p_lagged) / 2``), and they take the touch:
+  when a level is used up, the best price moves. So the mid follows the imbalance with a lag: the
+  planted relation a classifier can learn (imbalance now -> mid move over the next ~lag).
+- Cancels remove a random share of resting size each step, so the book does not grow forever.
+
+Prices are integers in ticks; sizes are integers in lots. ``levels()`` renders them as the decimal
+strings a venue would send (fixed decimals from tick and lot size), and those exact strings are
+what checksums are computed over.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SyntheticParams:
+    """Knobs of the model (defaults give a liquid, slowly trending book)."""
+
+    mid_ticks: int = 500_000  # starting mid, in ticks (e.g. 50,000.0 at tick 0.1)
+    depth_levels: int = 40  # levels kept each side
+    step_ms: int = 20
+    phi: float = 0.97  # pressure persistence per step
+    sigma: float = 0.08  # pressure innovation
+    skew: float = 0.8  # how strongly pressure skews limit sizes
+    lag_steps: int = 10  # market orders follow the pressure this many steps later
+    mo_prob: float = 0.35  # chance of a market order per step
+    mo_lots_mean: float = 60.0
+    lo_per_step: int = 4  # limit orders per step
+    lo_lots_mean: float = 40.0
+    cancel_frac: float = 0.03  # share of each level's size cancelled per step (on average)
+
+
+@dataclass
+class Trade:
+    price_ticks: int
+    lots: int
+    side: str  # aggressor side: "buy" or "sell"
+    trade_id: int
+
+
+@dataclass
+class StepResult:
+    """What one step changed: the levels whose size changed (0 = removed) and the trades."""
+
+    changed_bids: dict[int, int] = field(default_factory=dict)
+    changed_asks: dict[int, int] = field(default_factory=dict)
+    trades: list[Trade] = field(default_factory=list)
+
+
+class SyntheticMarket:
+    """The model's state. ``step()`` advances it; ``levels()`` renders the book as strings."""
+
+    def __init__(self, seed: int, tick_size: float, lot_size: float, params: SyntheticParams = SyntheticParams()):
+        if tick_size <= 0 or lot_size <= 0:
+            raise ValueError("tick_size and lot_size must be positive")
+        self.params = params
+        self.tick_size = tick_size
+        self.lot_size = lot_size
+        self._price_decimals = max(0, -int(math.floor(math.log10(tick_size) + 1e-9)))
+        self._size_decimals = max(0, -int(math.floor(math.log10(lot_size) + 1e-9)))
+        self.rng = np.random.default_rng(seed)
+        self.pressure = 0.0
+        self._history: list[float] = [0.0] * (params.lag_steps + 1)
+        self.bids: dict[int, int] = {}
+        self.asks: dict[int, int] = {}
+        self.steps = 0
+        self._trade_id = 0
+        mid = params.mid_ticks
+        for i in range(params.depth_levels):
+            self.bids[mid - 1 - i] = int(self.rng.integers(20, 200))
+            self.asks[mid + 1 + i] = int(self.rng.integers(20, 200))
+
+    # ------------------------------------------------------------------------------ queries
+    def best_bid(self) -> int:
+        return max(self.bids)
+
+    def best_ask(self) -> int:
+        return min(self.asks)
+
+    def mid_ticks(self) -> float:
+        return (self.best_bid() + self.best_ask()) / 2
+
+    def price_str(self, ticks: int) -> str:
+        return f"{ticks * self.tick_size:.{self._price_decimals}f}"
+
+    def size_str(self, lots: int) -> str:
+        return f"{lots * self.lot_size:.{self._size_decimals}f}"
+
+    def levels(self, n: int | None = None) -> tuple[list[list[str]], list[list[str]]]:
+        """(bids best first, asks best first) as ``[price, size]`` string pairs, at most ``n`` a side."""
+        bids = sorted(self.bids.items(), key=lambda kv: -kv[0])[:n]
+        asks = sorted(self.asks.items())[:n]
+        return ([[self.price_str(p), self.size_str(s)] for p, s in bids],
+                [[self.price_str(p), self.size_str(s)] for p, s in asks])
+
+    # ------------------------------------------------------------------------------ dynamics
+    def _set(self, book: dict[int, int], changed: dict[int, int], price: int, lots: int) -> None:
+        if lots <= 0:
+            if price in book:
+                del book[price]
+                changed[price] = 0
+        else:
+            book[price] = lots
+            changed[price] = lots
+
+    def step(self) -> StepResult:
+        """Advance one step; returns the changed levels and the trades."""
+        p_ = self.params
+        rng = self.rng
+        out = StepResult()
+        self.pressure = float(np.clip(p_.phi * self.pressure + p_.sigma * rng.standard_normal(), -1.0, 1.0))
+        self._history.append(self.pressure)
+        lagged = self._history.pop(0)
+        # limit orders near the touch, sizes skewed by the current pressure
+        for _ in range(p_.lo_per_step):
+            is_bid = rng.random() < 0.5
+            dist = int(rng.geometric(0.35))  # 1, 2, 3... ticks behind the touch
+            scale = 1 + self.pressure * p_.skew if is_bid else 1 - self.pressure * p_.skew
+            lots = max(1, int(rng.exponential(p_.lo_lots_mean) * max(scale, 0.05)))
+            if is_bid:  # from just inside the spread down; never at or above the best ask
+                price = self.best_ask() - dist
+                self._set(self.bids, out.changed_bids, price, self.bids.get(price, 0) + lots)
+            else:
+                price = self.best_bid() + dist
+                self._set(self.asks, out.changed_asks, price, self.asks.get(price, 0) + lots)
+        # market order following the lagged pressure
+        if rng.random() < p_.mo_prob:
+            buy = rng.random() < (1 + lagged) / 2
+            lots = max(1, int(rng.exponential(p_.mo_lots_mean)))
+            book, changed = (self.asks, out.changed_asks) if buy else (self.bids, out.changed_bids)
+            while lots > 0 and len(book) > 1:
+                price = min(book) if buy else max(book)
+                take = min(lots, book[price])
+                self._trade_id += 1
+                out.trades.append(Trade(price, take, "buy" if buy else "sell", self._trade_id))
+                self._set(book, changed, price, book[price] - take)
+                lots -= take
+        # cancels
+        for book, changed in ((self.bids, out.changed_bids), (self.asks, out.changed_asks)):
+            for price in list(book):
+                if len(book) > 2 and rng.random() < p_.cancel_frac:
+                    self._set(book, changed, price, book[price] - max(1, book[price] // 3))
+        # keep depth bounded and refill thin sides far from the touch
+        self._trim(self.bids, out.changed_bids, reverse=True)
+        self._trim(self.asks, out.changed_asks, reverse=False)
+        self.steps += 1
+        return out
+
+    def _trim(self, book: dict[int, int], changed: dict[int, int], reverse: bool) -> None:
+        n = self.params.depth_levels
+        if len(book) > n:
+            for price in sorted(book, reverse=reverse)[n:]:
+                self._set(book, changed, price, 0)
+        while len(book) < n // 2:
+            edge = min(book) - 1 if reverse else max(book) + 1
+            self._set(book, changed, edge, int(self.rng.integers(20, 200)))
