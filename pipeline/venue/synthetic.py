@@ -38,10 +38,10 @@ class SyntheticParams:
     sigma: float = 0.08  # pressure innovation
     skew: float = 0.8  # how strongly pressure skews limit sizes
     lag_steps: int = 10  # market orders follow the pressure this many steps later
-    mo_prob: float = 0.35  # chance of a market order per step
-    mo_lots_mean: float = 60.0
+    mo_prob: float = 0.5  # chance of a market order per step
+    mo_lots_mean: float = 120.0
     lo_per_step: int = 4  # limit orders per step
-    lo_lots_mean: float = 40.0
+    lo_lots_mean: float = 20.0
     cancel_frac: float = 0.03  # share of each level's size cancelled per step (on average)
 
 

@@ -57,3 +57,10 @@ def test_levels_render_with_fixed_decimals():
     assert all(p.count(".") == 1 and len(p.split(".")[1]) == 1 for p, _ in bids + asks)
     assert all(len(s.split(".")[1]) == 3 for _, s in bids + asks)
     assert float(bids[0][0]) < float(asks[0][0])
+
+
+def test_the_mid_moves_within_a_500_ms_horizon_most_of_the_time():
+    """Labels from the future mid move over 500 ms (25 steps of 20 ms) must not be mostly zero."""
+    _, mids, _ = _run(5, 5_000)
+    moved = (mids[25:] != mids[:-25]).mean()
+    assert moved > 0.5, f"the mid moved in only {moved:.0%} of 500 ms windows"
