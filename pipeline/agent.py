@@ -65,6 +65,8 @@ class AgentContext:
         self.clock = clock
         self.msgs_in = 0
         self.msgs_out = 0
+        #: the stage's own counters (name -> int), shown in status; published with each heartbeat
+        self.stats: dict[str, int] = {}
         self._lat = np.zeros(LATENCY_WINDOW, dtype=np.int64)
         self._lat_n = 0
 

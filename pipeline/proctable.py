@@ -10,7 +10,7 @@ Segment ``<shm_prefix>.procs``, mode 0600::
 
 Table header: ``magic u64 = b"PROCTAB\\x00"``, ``version u32``, ``n_records u32``.
 
-Record (256 bytes; every number an aligned u64 written with one 8-byte store)::
+Record (512 bytes; every number an aligned u64 written with one 8-byte store)::
 
     offset  field            meaning
       0     pid              the runner's pid (0 = never started)
@@ -26,6 +26,9 @@ Record (256 bytes; every number an aligned u64 written with one 8-byte store)::
      80     ready_ns         when on_start finished (0 = not ready yet)
      88     error_len        bytes used in last_error
      96     last_error       UTF-8, 160 bytes, truncated
+    256     stats_len        bytes used in stage_stats
+    264     stage_stats      UTF-8 JSON object, 248 bytes: the stage's own counters (reconnects,
+                             resyncs, rejected frames...), published with each heartbeat
 """
 
 from __future__ import annotations
@@ -34,15 +37,17 @@ import mmap
 import os
 import struct
 
+import orjson
 import posix_ipc
 
 from pipeline.errors import StartupError
 
 MAGIC = int.from_bytes(b"PROCTAB\x00", "little")
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 64
-RECORD_BYTES = 256
+RECORD_BYTES = 512
 ERROR_BYTES = 160
+STATS_BYTES = 248
 
 OFF_PID = 0
 OFF_HEARTBEAT_NS = 8
@@ -57,6 +62,8 @@ OFF_STARTED_NS = 72
 OFF_READY_NS = 80
 OFF_ERROR_LEN = 88
 OFF_LAST_ERROR = 96
+OFF_STATS_LEN = 256
+OFF_STAGE_STATS = 264
 
 PHASE_NONE = 0
 PHASE_STARTING = 1
@@ -97,6 +104,25 @@ class ProcRecord:
         self._w[OFF_ERROR_LEN // 8] = 0
         self._raw[OFF_LAST_ERROR : OFF_LAST_ERROR + len(data)] = data
         self._w[OFF_ERROR_LEN // 8] = len(data)
+
+    def stage_stats(self) -> dict:
+        """The stage's own counters ({} when none or unreadable)."""
+        n = min(self._w[OFF_STATS_LEN // 8], STATS_BYTES)
+        try:
+            doc = orjson.loads(bytes(self._raw[OFF_STAGE_STATS : OFF_STAGE_STATS + n])) if n else {}
+        except orjson.JSONDecodeError:  # caught mid-update; the next read has it
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def set_stage_stats(self, stats: dict) -> None:
+        """Publish the stage's counters (JSON, truncated to whole entries that fit STATS_BYTES)."""
+        data = orjson.dumps(stats)
+        while len(data) > STATS_BYTES and stats:
+            stats = dict(list(stats.items())[:-1])
+            data = orjson.dumps(stats)
+        self._w[OFF_STATS_LEN // 8] = 0
+        self._raw[OFF_STAGE_STATS : OFF_STAGE_STATS + len(data)] = data
+        self._w[OFF_STATS_LEN // 8] = len(data)
 
     def clear(self) -> None:
         self._raw[:] = bytes(RECORD_BYTES)

@@ -122,6 +122,7 @@ class Runner:
         rec = self.rec = self.table.record(self.index)
         now = self.clock()
         rec.set(PT.OFF_READY_NS, 0)
+        rec.set(PT.OFF_STATS_LEN, 0)
         rec.set(PT.OFF_PID, os.getpid())
         rec.set(PT.OFF_STARTED_NS, now)
         rec.set(PT.OFF_HEARTBEAT_NS, now)
@@ -151,6 +152,8 @@ class Runner:
         p50, p99 = ctx.latency_percentiles_ns()
         rec.set(PT.OFF_LAT_P50_NS, p50)
         rec.set(PT.OFF_LAT_P99_NS, p99)
+        if ctx.stats:
+            rec.set_stage_stats(ctx.stats)
         self.ports.heartbeat(now)
 
     def _error(self, exc: BaseException) -> None:

@@ -503,6 +503,7 @@ class Supervisor:
                 "heartbeat_age_ms": (now - rec.get(PT.OFF_HEARTBEAT_NS)) // 1_000_000 if rec.get(PT.OFF_HEARTBEAT_NS) else None,
                 "errors": rec.get(PT.OFF_ERRORS), "last_error": rec.last_error() or p.last_exit,
                 "recoveries_ms": [round(x / 1e6, 1) for x in p.recoveries_ns],
+                "stage": rec.stage_stats(),
             })
         rings = [{"name": n, **{k: getattr(s, k) for k in ("write_cursor", "read_cursor", "depth", "dropped", "crc_errors", "full_events", "capacity", "full_policy")}}
                  for n, s in ((n, r.stats()) for n, r in self.rings.items())]
@@ -616,6 +617,9 @@ def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, inte
                      f"{(row['last_error'] or '')[:48]}")
     if not st["processes"]:
         lines.append("(no stage processes configured yet)")
+    for row in st["processes"]:
+        if row.get("stage"):
+            lines.append(f"{row['name']:<10} " + " ".join(f"{k}={v}" for k, v in row["stage"].items()))
     for r in st["rings"]:
         lines.append(f"ring {r['name']:<10} {r['full_policy']:<12} depth {r['depth']:>6}/{r['capacity']:<7} "
                      f"written {r['write_cursor']:>10} dropped {r['dropped']:>6} crc_errors {r['crc_errors']:>5}")
