@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup test up down status bench bench-ring clean
+.PHONY: setup test up down status bench bench-ring bench-feed clean
 
 setup: $(STAMP)
 
@@ -30,10 +30,13 @@ down: setup
 status: setup
 	$(PY) -m pipeline --config $(CONFIG) status
 
-bench: bench-ring
+bench: bench-ring bench-feed
 
 bench-ring: setup
 	$(PY) -m bench.ring
+
+bench-feed: setup
+	$(PY) -m bench.feed
 
 clean:
 	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null

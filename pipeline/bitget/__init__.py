@@ -20,7 +20,7 @@ Modules:
 - ``book``: the per-instrument books (``books`` snapshot + updates with CRC-32 checksum and seq
   checks; ``books1/5/15`` full snapshots), BOOK and TRADE payload filling, ``bitget_checksum``.
 - ``capture``: the cryptofeed-style capture line format, reader and writer (record mode).
-- ``bench``: ``python -m pipeline.bitget.bench``, decode / book timings on the shared capture.
+- timings: ``make bench-feed`` (``bench/feed.py``) on the shared capture.
 """
 
 from pipeline.bitget.book import Applied, BitgetBooks, BookState, bitget_checksum

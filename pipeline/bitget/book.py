@@ -41,7 +41,7 @@ a snapshot. ``fill_trades`` packs TRADE payloads (``TRADE_STRUCT`` == ``TRADE_DT
 Costs: the BOOK fill is list slicing plus that one ``pack_into`` (no Python loop over levels); a
 snapshot is installed by slicing the decoder's lists, which the book then owns (and mutates); an
 update is merged with one ``bisect`` per update level, the only per-level Python loop. Measured
-figures: ``python -m pipeline.bitget.bench``.
+figures: ``python -m bench.feed`` (``make bench-feed``).
 """
 
 from __future__ import annotations

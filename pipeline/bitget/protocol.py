@@ -55,7 +55,7 @@ derives from ``BitgetError`` (``pipeline.bitget.errors``).
 Two decoders with the same contract: ``MsgspecDecoder`` (typed ``msgspec.Struct`` decode: shapes
 and types are checked in C) and ``OrjsonDecoder`` (``orjson.loads`` to dicts, shapes checked in
 Python). ``make_decoder()`` returns the faster one as measured on real frames (msgspec; see
-``pipeline/bitget/bench.py``).
+``bench/feed.py``).
 """
 
 from __future__ import annotations
