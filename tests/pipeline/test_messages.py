@@ -1,0 +1,50 @@
+"""Golden bytes of the BOOK and TRADE payloads (pipeline/messages.py): every offset the docstring
+declares, written through numpy and read back at literal offsets."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from pipeline.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_LEVELS, TRADE_DTYPE, TRADE_SIDE_BUY, TRADE_SIDE_SELL,
+                               Kind)
+
+
+def test_kinds_are_stable_wire_codes():
+    assert [(k.name, k.value) for k in Kind] == [("BOOK", 1), ("TRADE", 2), ("FEATURES", 3), ("SIGNAL", 4),
+                                                ("INSTRUCTION", 5), ("ORDER", 6), ("EXEC_REPORT", 7), ("CONTROL", 8)]
+
+
+def test_book_layout_offsets():
+    assert BOOK_DTYPE.itemsize == 504 and BOOK_LEVELS == 15
+    offsets = {name: BOOK_DTYPE.fields[name][1] for name in BOOK_DTYPE.names}
+    assert offsets == {"instrument_id": 0, "flags": 2, "n_bids": 4, "n_asks": 6, "seq": 8, "exch_ts_ns": 16,
+                       "bid_px": 24, "bid_sz": 144, "ask_px": 264, "ask_sz": 384}
+
+
+def test_book_golden_bytes():
+    rec = np.zeros(1, BOOK_DTYPE)
+    rec["instrument_id"], rec["flags"], rec["n_bids"], rec["n_asks"] = 7, BOOK_FLAG_SNAPSHOT, 2, 1
+    rec["seq"], rec["exch_ts_ns"] = 0x0102030405060708, 1_700_000_000_123_000_000
+    rec["bid_px"][0, :2] = (100.5, 100.25)
+    rec["bid_sz"][0, :2] = (1.5, 2.0)
+    rec["ask_px"][0, 0] = 100.75
+    rec["ask_sz"][0, 0] = 3.0
+    raw = rec.tobytes()
+    assert raw[:24] == bytes.fromhex("0700" "0100" "0200" "0100" "0807060504030201") + struct.pack("<Q", 1_700_000_000_123_000_000)
+    assert struct.unpack_from("<2d", raw, 24) == (100.5, 100.25)
+    assert struct.unpack_from("<2d", raw, 144) == (1.5, 2.0)
+    assert struct.unpack_from("<d", raw, 264) == (100.75,)
+    assert struct.unpack_from("<d", raw, 384) == (3.0,)
+    assert raw[24 + 16 : 144] == bytes(104), "levels past n_bids are zero"
+
+
+def test_trade_golden_bytes():
+    assert TRADE_DTYPE.itemsize == 40 and (TRADE_SIDE_BUY, TRADE_SIDE_SELL) == (1, 2)
+    rec = np.zeros(1, TRADE_DTYPE)
+    rec["instrument_id"], rec["side"], rec["trade_id"] = 3, TRADE_SIDE_SELL, 99
+    rec["exch_ts_ns"], rec["price"], rec["size"] = 5, 26293.4, 0.0013
+    raw = rec.tobytes()
+    assert raw[:8] == bytes.fromhex("0300" "02" "0000000000")
+    assert struct.unpack_from("<QQdd", raw, 8) == (99, 5, 26293.4, 0.0013)
