@@ -19,7 +19,7 @@ from decimal import Decimal
 import numpy as np
 
 from pipeline.bitget.book import Applied, BitgetBooks
-from pipeline.bitget.protocol import FrameKind, Reject
+from pipeline.bitget.protocol import FrameKind, Reject, make_decoder
 from pipeline.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT
 
 CAPTURE_SHA256 = "bcdd126a0b380b86f9c75379e98e683d020c0b79460e35d610ecabc6e22faac0"  # shared README
@@ -155,10 +155,16 @@ def test_a_corrupted_level_in_the_capture_is_caught_by_the_next_checksum(capture
     assert books.book("books", "HOTUSDT").checksum_mismatches == 0
 
 
-def test_the_decode_bench_runs_on_the_capture(capture_path, capsys):
-    from pipeline.bitget import bench
+def test_books15_frames_for_the_feed_bench_come_from_the_capture(capture_path):
+    """bench/feed.py builds v2 books15 frames from the capture's depth pushes; each decodes and
+    emits a BOOK (the bench itself is smoke-tested in tests/bench/test_feed_bench.py)."""
+    from bench.feed import books15_from_capture
 
-    results = bench.run(capture_path, passes=1)
-    assert results["frames"] > 300 and 600 < results["bytes_p50"] < 1200
-    assert len(results["full_msgspec"]) == results["frames"]
-    assert "decode_msgspec" in capsys.readouterr().out
+    frames = books15_from_capture(capture_path)
+    sizes = sorted(map(len, frames))
+    assert len(frames) > 300 and 600 < sizes[len(sizes) // 2] < 1200
+    dec = make_decoder("msgspec")
+    ids = {s: i + 1 for i, s in enumerate(sorted({dec.decode(f).inst_id for f in frames}))}
+    books = BitgetBooks(ids)
+    out = np.zeros(1, BOOK_DTYPE)
+    assert all(books.apply(dec.decode(f), out) is Applied.EMITTED for f in frames)

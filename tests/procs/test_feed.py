@@ -1,0 +1,511 @@
+"""The feed stage (procs/feed.py) as a specification.
+
+Bitget: the agent is driven in-process (a recording output port, ``do_work`` pumped by the test)
+against a real WebSocket server on 127.0.0.1 (tests/procs/wsserver.py) that sends the frames each
+test scripts; one end-to-end test runs the real supervisor, the feed process and a consumer
+process reading the real ``md`` ring. ITCH: a synthetic session replayed from a BinaryFILE, and
+MoldUDP64 over real UDP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.bitget.capture import OPEN, RECV, SEND, read_capture
+from pipeline.bitget.protocol import Subscription, subscribe_message, unsubscribe_message
+from pipeline.errors import ConfigError
+from pipeline.itch import messages as M
+from pipeline.itch.book import L3Book
+from pipeline.itch.framing import encode_packet, iter_file_frames
+from pipeline.itch.synth import generate_binaryfile, generate_session
+from pipeline.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
+from procs.feed import Backoff, BitgetFeedAgent, ItchFeedAgent, ResyncThrottle, read_port_file
+from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from tests.procs.fakes import INSTRUMENTS, RecordingPort, make_ctx, pump, settle
+from tests.procs.frames import RefBook, depth, ladder, trades
+from tests.procs.wsserver import WsTestServer
+
+BTC_BOOKS = {"instType": "SPOT", "channel": "books", "instId": "BTCUSDT"}
+
+
+@pytest.fixture
+def start_feed():
+    """``start_feed(params, **ctx_kw) -> agent``: a started BitgetFeedAgent (small back-off,
+    seeded jitter, BTCUSDT only unless told); every one is closed at teardown."""
+    agents = []
+
+    def start(params: dict, **kw) -> BitgetFeedAgent:
+        base = {"backoff_initial_ms": 10, "backoff_max_ms": 40, "seed": 7, "instruments": ["BTCUSDT"]}
+        ctx = make_ctx({**base, **params}, **kw)
+        agent = BitgetFeedAgent()
+        agent.on_start(ctx)
+        agents.append(agent)
+        return agent
+
+    yield start
+    for a in agents:
+        a.on_close()
+        assert not a.net.is_alive(), "network thread still running after on_close"
+
+
+def _stats(agent, key):
+    return agent.ctx.stats.get(key, 0)
+
+
+def _port(agent) -> RecordingPort:
+    return agent.ctx.outputs["md"]
+
+
+# ------------------------------------------------------------------------------------- pure parts
+def test_backoff_doubles_up_to_the_cap_with_seeded_jitter_and_resets():
+    a = Backoff(100, 1_000, 0.2, random.Random(42))
+    b = Backoff(100, 1_000, 0.2, random.Random(42))
+    delays = [a.next_delay_s() for _ in range(7)]
+    assert delays == [b.next_delay_s() for _ in range(7)], "same seed, same delays"
+    for d, nominal in zip(delays, [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]):
+        assert nominal * 0.8 <= d <= nominal
+    a.reset()
+    assert 0.08 <= a.next_delay_s() <= 0.1
+    with pytest.raises(ConfigError):
+        Backoff(100, 50, 0.2, random.Random())
+
+
+def test_resync_throttle_allows_n_per_sliding_minute_per_key():
+    t = ResyncThrottle(2)
+    s = 1_000_000_000
+    assert t.allow("BTC", 0) and t.allow("BTC", 10 * s)
+    assert not t.allow("BTC", 30 * s), "third in the same minute"
+    assert t.allow("ETH", 30 * s), "per key"
+    assert not t.allow("BTC", 59 * s)
+    assert t.allow("BTC", 60 * s), "the first grant left the window"
+
+
+def test_read_port_file_accepts_plain_host_port_and_json(tmp_path):
+    f = tmp_path / "venue.port"
+    for text in ("8765\n", "127.0.0.1:8765", '{"port": 8765}'):
+        f.write_text(text)
+        assert read_port_file(f) == 8765
+    f.write_text("0")
+    with pytest.raises(ValueError):
+        read_port_file(f)
+
+
+@pytest.mark.parametrize("params", [
+    {},  # neither url nor port_file
+    {"url": "http://127.0.0.1:1"},
+    {"url": "ws://127.0.0.1:1", "channels": ["books", "books15"]},
+    {"url": "ws://127.0.0.1:1", "channels": ["ticker"]},
+    {"url": "ws://127.0.0.1:1", "instruments": ["DOGEUSDT"]},
+    {"url": "ws://127.0.0.1:1", "inst_type": "MARGIN"},
+    {"url": "ws://127.0.0.1:1", "backoff_initial_ms": 500, "backoff_max_ms": 100},
+    {"port_file": "/nonexistent/p", "url": "ws://127.0.0.1:9/"},  # no {port} placeholder
+])
+def test_bad_params_fail_the_start(params):
+    with pytest.raises(ConfigError):
+        BitgetFeedAgent().on_start(make_ctx(params))
+
+
+# ------------------------------------------------------------------------------------- Bitget in-process
+def test_subscribes_then_books15_snapshots_and_trades_become_book_and_trade_messages(start_feed):
+    """One subscribe request for every instrument x channel; each books15 snapshot gives a BOOK with
+    the top 15 levels a side; trades give TRADE messages; ts_origin_ns is the arrival stamp."""
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT", "ETHUSDT"]})
+        srv.wait_for(lambda: srv.subscribed(0), what="subscribe")
+        subs = [Subscription("SPOT", ch, sym) for sym in ("BTCUSDT", "ETHUSDT") for ch in ("books15", "trade")]
+        assert srv.conns[0].received[0] == subscribe_message(subs)
+
+        btc_bids, btc_asks = ladder(100.0, -0.1, 20), ladder(100.5, 0.1, 20, size="2.25")
+        frames = [
+            depth(btc_bids, btc_asks, seq=5),
+            depth(ladder(10.0, -0.1, 3), ladder(10.2, 0.1, 4), inst_id="ETHUSDT", seq=9, ts="1695710946999"),
+            trades([("1695711090680", "100.4", "0.5", "buy", "1001"), ("1695711090681", "100.5", "0.25", "sell", "1002")]),
+        ]
+        pump(agent, lambda: _stats(agent, "frames") >= 4, what="the 4 subscribe acks")
+        t_sent = srv.send(frames)
+        pump(agent, lambda: _stats(agent, "books_emitted") == 2 and _stats(agent, "trades_emitted") == 2)
+
+        port = _port(agent)
+        btc, eth = port.books()
+        assert (btc["instrument_id"], btc["n_bids"], btc["n_asks"], btc["seq"]) == (1, 15, 15, 5)
+        assert btc["flags"] & BOOK_FLAG_SNAPSHOT
+        assert btc["exch_ts_ns"] == 1695710946294 * 1_000_000
+        assert list(btc["bid_px"]) == [float(p) for p, _ in btc_bids[:15]]
+        assert list(btc["ask_px"]) == [float(p) for p, _ in btc_asks[:15]]
+        assert set(btc["ask_sz"]) == {2.25} and set(btc["bid_sz"]) == {1.5}
+        assert (eth["instrument_id"], eth["n_bids"], eth["n_asks"]) == (2, 3, 4)
+        assert list(eth["bid_px"][:3]) == [10.0, 9.9, 9.8] and not eth["bid_px"][3:].any()
+        t1, t2 = port.trades()
+        assert (t1["side"], t1["trade_id"], t1["price"], t1["size"]) == (TRADE_SIDE_BUY, 1001, 100.4, 0.5)
+        assert (t2["side"], t2["trade_id"], t2["price"]) == (TRADE_SIDE_SELL, 1002, 100.5)
+
+        stamps = [(ts, written) for _, _, ts, written in port.msgs]
+        assert all(t_sent <= ts <= written for ts, written in stamps), "arrival stamp: after the send, before the write"
+        assert [ts for ts, _ in stamps] == sorted(ts for ts, _ in stamps)
+        assert stamps[2][0] == stamps[3][0], "both trades of one frame carry that frame's arrival time"
+        assert _stats(agent, "rejected") == 0 and _stats(agent, "connects") == 1
+
+
+def test_pings_are_sent_and_pongs_keep_a_quiet_feed_alive(start_feed):
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url, "ping_interval_s": 0.05, "stale_after_s": 0.3})
+        settle(agent, 0.7)
+        assert srv.conns[0].received.count("ping") >= 5
+        assert _stats(agent, "pongs") >= 5
+        assert _stats(agent, "stale_timeouts") == 0 and len(srv.conns) == 1
+
+
+def test_server_drop_reconnects_resubscribes_and_books_resume_only_after_a_fresh_snapshot(start_feed):
+    ref = RefBook()
+
+    def on_subscribe(conn, args):  # the first connection gets its snapshot; the second must ask again
+        if conn.index == 0 or len(conn.ops("subscribe")) > 1:
+            return [ref.snapshot(ladder(100.0 - conn.index, -0.1, 10), ladder(100.5, 0.1, 10))]
+        return []
+
+    with WsTestServer(on_subscribe=on_subscribe) as srv:
+        agent = start_feed({"url": srv.url, "channels": ["books"]})
+        pump(agent, lambda: _stats(agent, "books_emitted") == 1, what="first snapshot")
+        srv.send([ref.update(bids=[["100.1", "3"]])])
+        pump(agent, lambda: _stats(agent, "books_emitted") == 2, what="update")
+        assert _port(agent).books()[1]["bid_px"][0] == 100.1
+
+        srv.drop()
+        pump(agent, lambda: _stats(agent, "reconnects") == 1 and srv.subscribed(1), what="reconnect")
+        assert srv.conns[1].ops("subscribe")[0] == srv.conns[0].ops("subscribe")[0], "same subscription again"
+        # an update consistent with the old book (seq and checksum follow on): not trusted across the gap
+        srv.send([ref.update(asks=[["100.4", "1"]])])
+        pump(agent, lambda: _stats(agent, "books_emitted") == 3, what="BOOK after the resync snapshot")
+        books = _port(agent).books()
+        assert books[2]["flags"] & BOOK_FLAG_SNAPSHOT and books[2]["seq"] == ref.seq
+        assert books[2]["bid_px"][0] == 99.0, "the fresh snapshot of the second connection"
+        assert _stats(agent, "books_dropped") == 1, "the update after the reconnect made no BOOK"
+        assert _stats(agent, "resyncs") == 1 and srv.conns[1].ops("unsubscribe") == [[BTC_BOOKS]]
+        assert _stats(agent, "connects") == 2 and _stats(agent, "disconnects") == 1
+
+
+@pytest.mark.parametrize("fault", ["checksum", "seq_backwards"])
+def test_checksum_mismatch_or_seq_going_back_invalidates_the_book_until_the_resync_snapshot(start_feed, fault):
+    ref = RefBook()
+    snapshots = iter([(100.0, 100.5), (200.0, 200.5), (300.0, 300.5)])
+
+    def on_subscribe(conn, args):
+        bid, ask = next(snapshots)
+        return [ref.snapshot(ladder(bid, -0.5, 30), ladder(ask, 0.5, 30))]
+
+    with WsTestServer(on_subscribe=on_subscribe) as srv:
+        agent = start_feed({"url": srv.url, "channels": ["books"]})
+        pump(agent, lambda: _stats(agent, "books_emitted") == 1)
+        srv.send([ref.update(bids=[["100.0", "0"], ["99.75", "4"]], asks=[["100.75", "9"]])])
+        pump(agent, lambda: _stats(agent, "books_emitted") == 2)
+        good = _port(agent).books()[1]
+        bids, asks = ref.top()
+        assert list(good["bid_px"]) == bids and list(good["ask_px"]) == asks
+        assert good["bid_sz"][0] == 4.0 and good["ask_sz"][1] == 9.0
+
+        bad = (ref.update(asks=[["101.0", "2"]], checksum_delta=1) if fault == "checksum"
+               else ref.update(asks=[["101.0", "2"]], seq=ref.seq - 5))
+        srv.send([bad, ref.update(bids=[["99.5", "7"]])])  # the second is fine, but the book is invalid
+        pump(agent, lambda: _stats(agent, "books_emitted") == 3, what="BOOK from the resync snapshot")
+        counter = "checksum_failures" if fault == "checksum" else "seq_gaps"
+        assert _stats(agent, counter) == 1 and _stats(agent, "resyncs") == 1
+        assert _stats(agent, "books_dropped") == 1, "the update after the fault"
+        fresh = _port(agent).books()[2]
+        assert fresh["flags"] & BOOK_FLAG_SNAPSHOT and fresh["bid_px"][0] == 200.0 and fresh["ask_px"][0] == 200.5
+        sent = srv.conns[0].received
+        i_unsub = sent.index(unsubscribe_message([Subscription("SPOT", "books", "BTCUSDT")]))
+        assert sent[i_unsub + 1] == subscribe_message([Subscription("SPOT", "books", "BTCUSDT")])
+        assert len(srv.conns) == 1, "resynced on the same connection"
+
+
+def test_resyncs_are_throttled_per_instrument(start_feed):
+    ref = RefBook()
+    with WsTestServer(on_subscribe=lambda c, a: [ref.snapshot(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5))]) as srv:
+        agent = start_feed({"url": srv.url, "channels": ["books"], "resync_max_per_min": 1})
+        pump(agent, lambda: _stats(agent, "books_emitted") == 1)
+        srv.send([ref.update(bids=[["100.0", "2"]], checksum_delta=3)])
+        pump(agent, lambda: _stats(agent, "books_emitted") == 2, what="first resync served")
+        srv.send([ref.update(bids=[["100.0", "5"]], checksum_delta=3)])
+        pump(agent, lambda: _stats(agent, "resyncs_throttled") == 1)
+        srv.send([ref.update(bids=[["99.9", "5"]])])
+        settle(agent, 0.1)
+        assert _stats(agent, "resyncs") == 1 and _stats(agent, "books_emitted") == 2
+        assert len(srv.conns[0].ops("unsubscribe")) == 1
+        assert _stats(agent, "checksum_failures") == 2
+
+
+MALFORMED = [
+    "not json", "{", "[]", "42", "", "{}", '{"action":"snapshot"}', '{"event":"login"}',
+    depth([["abc", "1"]], [["100.5", "1"]]),  # price not a number
+    depth([["99.0", "1"], ["100.0", "1"]], [["100.5", "1"]]),  # bids not best first
+    depth([["100.0", "1"]], [["100.5", "-1"]]),  # negative size
+    depth([["100.0", "1", "x"]], [["100.5", "1"]]),  # a level that is not a pair
+    depth([["100.0", "1"]], [["100.5", "1"]], seq="01"),
+    depth([["100.0", "1"]], [["100.5", "1"]], checksum=2**40),
+    depth([["100.0", "1"]], [["100.5", "1"]], action="partial"),
+    '{"action":"snapshot","arg":{"instType":"SPOT","channel":"books15","instId":"BTCUSDT"},"data":[]}',
+    '{"action":"snapshot","arg":{"instType":"SPOT","channel":"ticker","instId":"BTCUSDT"},"data":[{}]}',
+    trades([("1", "100", "1", "hold", "7")]),
+    trades([("1", "100", "0", "buy", "7")]),
+    b"\xff\xfe\x00binary",
+    '{"action":"snapshot","arg":{"instType":"SPOT","channel":"books15","instId":"BTCUSDT"},"data":[{"bids":[],"asks":[],"ts":"1"}]',
+]
+
+
+def test_malformed_frames_are_counted_by_reason_and_never_emit(start_feed):
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url})
+        srv.wait_for(lambda: srv.subscribed(0))
+        venue_error = '{"event":"error","code":"30005","msg":"instId doesn\'t exist","arg":{"instId":"X"}}'
+        srv.send([*MALFORMED, depth([["1.0", "1"]], [["2.0", "1"]], inst_id="XRPUSDT"), venue_error, "pong"])
+        pump(agent, lambda: _stats(agent, "pongs") == 1, what="the sentinel pong")
+        s = agent.ctx.stats
+        assert s["venue_errors"] == 1 and "30005" in agent.ctx.log.named("venue_error")[0]["detail"]
+        assert s["rejected"] == len(MALFORMED)
+        assert sum(v for k, v in s.items() if k.startswith("rej_")) == len(MALFORMED)
+        assert "rej_internal" not in s, "a decoder bug"
+        assert s["rej_bad_json"] >= 4 and s["rej_bad_number"] >= 2 and s["rej_unknown_channel"] == 1
+        assert s["books_dropped"] == 1, "the unknown instrument"
+        assert _port(agent).msgs == []
+        assert len(srv.conns) == 1
+
+
+_VALID = depth(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5), seq=1)
+_BAD_NUMBERS = ["", ".", ".5", "5.", "01", "NaN", "inf", "-1", "1e5", " 1", "1_0", "0", "0x10", "1.2.3", "abc"]
+_malformed = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=120).filter(lambda t: t != "pong"),
+    st.binary(max_size=120).filter(lambda b: b != b"pong"),
+    st.integers(1, len(_VALID) - 1).map(lambda k: _VALID[:k]),  # truncated
+    st.tuples(st.sampled_from(_BAD_NUMBERS), st.integers(0, 4), st.booleans()).map(  # one bad price
+        lambda t: depth([[t[0] if i == t[1] and t[2] else p, s] for i, (p, s) in enumerate(ladder(100.0, -0.1, 5))],
+                        [[t[0] if i == t[1] and not t[2] else p, s] for i, (p, s) in enumerate(ladder(100.5, 0.1, 5))])),
+)
+
+
+@pytest.fixture
+def quiet_feed(start_feed):
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url})
+        srv.wait_for(lambda: srv.subscribed(0))
+        yield srv, agent
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(_malformed, min_size=1, max_size=5))
+def test_generated_malformed_frames_are_rejected_without_emitting(quiet_feed, frames):
+    srv, agent = quiet_feed
+    before, pongs = _stats(agent, "rejected"), _stats(agent, "pongs")
+    srv.send([*frames, "pong"])
+    pump(agent, lambda: _stats(agent, "pongs") == pongs + 1, what="the sentinel pong")
+    assert _stats(agent, "rejected") == before + len(frames)
+    assert "rej_internal" not in agent.ctx.stats
+    assert _port(agent).msgs == []
+
+
+def test_stale_feed_times_out_and_reconnects(start_feed):
+    with WsTestServer(answer_ping=False) as srv:
+        agent = start_feed({"url": srv.url, "stale_after_s": 0.15, "ping_interval_s": 30})
+        pump(agent, lambda: _stats(agent, "stale_timeouts") >= 1 and _stats(agent, "reconnects") >= 1
+             and srv.subscribed(1), timeout=5, what="stale timeout and reconnect")
+        assert srv.conns[0].closed
+        assert agent.ctx.log.named("ws_stale")
+
+
+def test_inbox_overflow_counts_drops_and_resets_books_until_a_fresh_snapshot(start_feed):
+    ref = RefBook()
+    with WsTestServer(on_subscribe=lambda c, a: [ref.snapshot(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5))]) as srv:
+        agent = start_feed({"url": srv.url, "channels": ["books"], "queue_frames": 10})
+        pump(agent, lambda: _stats(agent, "books_emitted") == 1)
+        base = agent.net.counters.frames_in
+        srv.send([ref.update(bids=[[f"{99.0 - i / 10:.1f}", "1"]]) for i in range(30)])  # nobody drains meanwhile
+        srv.wait_for(lambda: agent.net.counters.frames_in == base + 30, what="30 frames in")
+        pump(agent, lambda: not agent.inbox and _stats(agent, "queue_drops") == 20)
+        assert _stats(agent, "books_emitted") == 11, "the 10 that fitted"
+        srv.send([ref.update(asks=[["100.6", "2"]])])  # gap marker, then this update: not trusted
+        pump(agent, lambda: _stats(agent, "books_emitted") == 12, what="BOOK from the resync snapshot")
+        assert _stats(agent, "gap_resets") == 1 and _stats(agent, "resyncs") == 1
+        assert _stats(agent, "checksum_failures") == 0, "reset before the update could be checked"
+        assert _port(agent).books()[-1]["flags"] & BOOK_FLAG_SNAPSHOT
+
+
+def test_record_mode_writes_the_capture_line_format(start_feed, tmp_path):
+    path = tmp_path / "rec" / "bitget.capture"
+    snap = depth(ladder(100.0, -0.1, 3), ladder(100.5, 0.1, 3), seq=3)
+    with WsTestServer(on_subscribe=lambda c, a: [snap]) as srv:
+        t0 = time.time()
+        agent = start_feed({"url": srv.url, "record_path": str(path), "channels": ["books15"]})
+        pump(agent, lambda: _stats(agent, "books_emitted") == 1)
+        srv.send(["pong", trades([("1", "100.4", "0.5", "buy", "1")])])
+        pump(agent, lambda: _stats(agent, "frames") == 4)
+        agent.on_close()
+        t1 = time.time()
+    lines = list(read_capture(path))
+    assert [ln.direction for ln in lines] == [OPEN, SEND, RECV, RECV, RECV, RECV]
+    assert lines[1].text == subscribe_message([Subscription("SPOT", "books15", "BTCUSDT")])
+    assert [ln.text for ln in lines[2:]] == [
+        '{"event":"subscribe","arg":{"instType":"SPOT","channel":"books15","instId":"BTCUSDT"}}', snap, "pong",
+        trades([("1", "100.4", "0.5", "buy", "1")])]
+    times = [ln.receive_time_s for ln in lines]
+    assert t0 <= times[0] and times == sorted(times) and times[-1] <= t1
+    assert path.read_text().startswith(f"{srv.url} <-> ")
+
+
+def test_port_file_is_read_at_each_attempt(start_feed, tmp_path):
+    pf = tmp_path / "venue.port"
+    with WsTestServer() as srv:
+        agent = start_feed({"port_file": str(pf)})  # not there yet: attempts fail, with back-off
+        pump(agent, lambda: _stats(agent, "connect_failures") >= 2)
+        pf.write_text(f"{srv.port}\n")
+        pump(agent, lambda: srv.subscribed(0) and _stats(agent, "connects") == 1, what="connect via the port file")
+
+
+def test_on_close_stops_the_network_thread_and_closes_the_connection(start_feed):
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url})
+        srv.wait_for(lambda: srv.subscribed(0))
+        t = time.monotonic()
+        agent.on_close()
+        assert time.monotonic() - t < 2.0
+        assert not agent.net.is_alive()
+        srv.wait_for(lambda: srv.conns[0].closed, 2, what="server sees the close")
+        assert _stats(agent, "disconnects") == 1
+
+
+def test_a_full_output_ring_counts_out_drops(start_feed):
+    with WsTestServer(on_subscribe=lambda c, a: [depth([["1.0", "1"]], [["2.0", "1"]], channel="books15")]) as srv:
+        agent = start_feed({"url": srv.url, "channels": ["books15"]}, port=RecordingPort(accept=False))
+        pump(agent, lambda: _stats(agent, "out_drops") == 1)
+        assert _stats(agent, "books_emitted") == 0
+
+
+# ------------------------------------------------------------------------------------- end to end
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_feed_process_books_reach_a_consumer_process_through_the_md_ring(pipe):
+    """Supervisor + feed process (BitgetFeedAgent) + consumer process (BookCounter) over a real
+    ``md`` ring, fed by the test's WebSocket server."""
+    out = pipe.tmp / "md.txt"
+    snap = lambda seq, bid: depth(ladder(bid, -0.1, 15), ladder(bid + 0.5, 0.1, 15), seq=seq)  # noqa: E731
+    with WsTestServer(on_subscribe=lambda c, a: [snap(1, 100.0)]) as srv:
+        pipe.write_config(
+            ring("md", payload=512, capacity=1024, policy="drop")
+            + process("feed", "procs.feed:BitgetFeedAgent", outputs=["md"], extra=BACK_OFF,
+                      params=f'url = "{srv.url}", channels = ["books15", "trade"], backoff_initial_ms = 20, '
+                             f'seed = 1, instruments = ["BTCUSDT"]')
+            + process("books", "tests.procs.agents:BookCounter", inputs=["md"], extra='wait = "blocking"\n',
+                      params=f'out = "{out}"')
+            + INSTRUMENTS)
+        pipe.up()
+        srv.wait_for(lambda: srv.subscribed(0), 10, what="the feed process to subscribe")
+        srv.send([snap(seq, 100.0 + seq / 10) for seq in range(2, 51)]
+                 + [trades([("1695711090680", "105.0", "0.5", "buy", "77")])])
+
+        def lines():
+            text = out.read_text() if out.exists() else ""
+            return [ln.split() for ln in text.splitlines()]
+
+        got = wait_until(lambda: (ls := lines()) and len(ls) == 51 and ls, 10, 0.02, "51 messages at the consumer")
+        books = [ln for ln in got if ln[0] == "BOOK"]
+        assert [int(b[2]) for b in books] == list(range(1, 51)), "every BOOK, in order"
+        assert all(b[1] == "1" and b[3] == b[4] == "15" for b in books)
+        assert float(books[-1][5]) == 105.0 and float(books[-1][6]) == 105.5
+        assert got[-1][:5] == ["TRADE", "1", "77", "105.0", "0.5"]
+        for ln in got:
+            ts, read_ns = int(ln[-2]), int(ln[-1])
+            assert 0 < ts <= read_ns, "ts_origin_ns is a monotonic stamp taken before the consumer read it"
+
+        def feed_stats():
+            st = pipe.procs()["feed"]["stage"]
+            return st if st.get("books_emitted") == 50 else None
+
+        st = wait_until(feed_stats, 5, 0.05, "feed counters in status")
+        assert st["trades_emitted"] == 1 and st["rejected"] == 0 and st["reconnects"] == 0
+        assert pipe.down() == 0
+        srv.wait_for(lambda: srv.conns[0].closed, 5, what="the feed to close its connection on down")
+
+
+# ------------------------------------------------------------------------------------- ITCH
+SYMS = {"AAPL": 7, "MSFT": 8}
+
+
+def _itch_agent(params, **kw) -> ItchFeedAgent:
+    agent = ItchFeedAgent()
+    agent.on_start(make_ctx({"symbols": SYMS, **params}, module="procs.feed:ItchFeedAgent", **kw))
+    return agent
+
+
+def test_itch_replay_emits_the_l3_book_state_after_every_change(tmp_path):
+    path = tmp_path / "session.itch"
+    path.write_bytes(generate_binaryfile(3, 3000, symbols=("AAPL", "MSFT", "SPY")))
+    ref = L3Book(SYMS)
+    expected = []
+    n_msgs = 0
+    for seq, (_, msg) in enumerate(iter_file_frames(path), 1):
+        n_msgs += 1
+        iid = ref.apply_raw(msg, 0, len(msg), seq)
+        if iid >= 0:
+            buf = bytearray(BOOK_DTYPE.itemsize)
+            ref.write_payload(iid, buf)
+            expected.append(bytes(buf))
+    agent = _itch_agent({"path": str(path)}, batch=64)
+    pump(agent, lambda: agent.ctx.stats["replay_done"], what="end of replay")
+    assert agent.do_work() == 0
+    got = [p for k, p, _, _ in _port(agent).msgs if k == Kind.BOOK]
+    assert len(got) == len(expected) > 100
+    assert got == expected, "payload for payload, the L3 book's state"
+    last_aapl = [np.frombuffer(p, BOOK_DTYPE, 1)[0] for p in got if np.frombuffer(p, BOOK_DTYPE, 1)[0]["instrument_id"] == 7][-1]
+    assert bytes(ref.book_payload(7)) == last_aapl.tobytes()
+    s = agent.ctx.stats
+    assert s["messages"] == n_msgs and s["books_emitted"] == len(expected) and s["rejected"] == 0
+    agent.on_close()
+
+
+@pytest.mark.parametrize("speed", [1.0, 4.0])
+def test_itch_replay_paces_by_itch_timestamps_against_the_injected_clock(tmp_path, speed):
+    path = tmp_path / "session.itch"
+    path.write_bytes(generate_binaryfile(5, 500, symbols=("AAPL",)))
+    stamps = [int.from_bytes(m[5:11], "big") for _, m in iter_file_frames(path)]
+    t0 = stamps[0]
+    now = [1_000]
+    agent = _itch_agent({"path": str(path), "speed": speed, "symbols": {"AAPL": 7}}, batch=65536,
+                        clock=lambda: now[0])
+    for elapsed in (0, 1, 50_000, 400_000, 10**9):
+        now[0] = 1_000 + elapsed
+        agent.do_work()
+        assert agent.ctx.stats["messages"] == sum(1 for t in stamps if t - t0 <= elapsed * speed), elapsed
+    assert agent.do_work() == 0 and agent.ctx.stats["replay_done"] == 1
+    agent.on_close()
+
+
+def test_itch_moldudp64_over_udp_counts_a_skipped_packet_as_a_gap(tmp_path):
+    msgs = [M.encode(r) for r in generate_session(11, 300, symbols=("AAPL",))]
+    packets = [encode_packet("SESSION1", 1 + i, msgs[i:i + 10]) for i in range(0, len(msgs), 10)]
+    agent = _itch_agent({"port": 0, "symbols": {"AAPL": 7}, "port_file": str(tmp_path / "itch.port")})
+    assert (tmp_path / "itch.port").read_text().strip() == str(agent.port)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sent = 0
+        for i, pkt in enumerate(packets):
+            if i == 4:
+                continue  # lost on the way
+            tx.sendto(pkt, ("127.0.0.1", agent.port))
+            sent += 1
+        tx.sendto(b"short", ("127.0.0.1", agent.port))
+        pump(agent, lambda: agent.ctx.stats["datagrams"] == sent + 1, what="every datagram")
+        s = agent.ctx.stats
+        assert (s["gaps"], s["missing"], s["bad_datagrams"], s["duplicates"]) == (1, 10, 1, 0)
+        assert s["messages"] == len(msgs) - 10
+        assert s["books_emitted"] > 0 and agent.ctx.log.named("mold_gap")[0]["first"] == 41
+        tx.sendto(packets[4], ("127.0.0.1", agent.port))  # arrives late: already given up on
+        pump(agent, lambda: agent.ctx.stats["duplicates"] == 10)
+        assert s["messages"] == len(msgs) - 10
+    finally:
+        tx.close()
+        agent.on_close()
