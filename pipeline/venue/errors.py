@@ -1,0 +1,22 @@
+"""Exceptions of the paper venue (control paths only: construction, configuration, capture loading).
+
+The per-tick code never raises for market data: the market core returns ``None`` for an update it
+cannot apply, and the server answers a bad client request with the venue's error event.
+
+Hierarchy (every class is a ``pipeline.errors.PipelineError``)::
+
+    VenueError                   bad venue parameters (instruments, speed, fault values, ...)
+    +-- ReplayError              a capture cannot be read or holds a malformed books / trade frame
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import PipelineError
+
+
+class VenueError(PipelineError):
+    """Root of every exception the paper venue raises."""
+
+
+class ReplayError(VenueError):
+    """A capture file cannot be replayed (unreadable, malformed frame, nothing to serve)."""

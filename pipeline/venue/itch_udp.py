@@ -1,0 +1,237 @@
+"""The paper venue's ITCH 5.0 feed over MoldUDP64: a synthetic session sent as UDP datagrams to
+127.0.0.1, with re-requests answered.
+
+Sans-I/O part, ``MoldStream``: the session's messages (encoded ITCH, numbered from 1) cut into
+MoldUDP64 packets of at most ``max_datagram_bytes`` (``pipeline.itch.framing.encode_packet``),
+re-request answers (the packets covering what was asked, within what was already published),
+heartbeats and the end-of-session packet.
+
+I/O part, ``ItchUdpPublisher``: sends the packets from a UDP socket bound on 127.0.0.1 (its port,
+``request_port``, is where clients send re-requests: the 20-byte MoldUDP64 request header) to
+``target`` (the feed's UDP port on 127.0.0.1), at ``rate_msgs_per_s`` messages a second (<= 0: as
+fast as possible). Once the session is out, it sends the end-of-session packet every
+``heartbeat_s``; while paused it sends heartbeats. Fault: ``drop_prob`` drops data packets at
+random (seeded by ``fault_seed``), so the client sees gaps and must re-request. Messages are sent at
+a fixed rate, not at the pace of their ITCH timestamps.
+
+Runs on an asyncio loop (``start`` / ``stop``), e.g. beside a ``VenueServer`` in a ``VenueThread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from contextlib import suppress
+
+from pipeline.itch import messages as M
+from pipeline.itch.framing import (
+    MOLD_HEADER_BYTES,
+    decode_request,
+    encode_end_of_session,
+    encode_heartbeat,
+    encode_packet,
+)
+from pipeline.itch.errors import ItchError
+from pipeline.itch.synth import generate_session
+from pipeline.venue.errors import VenueError
+
+HOST = "127.0.0.1"
+DEFAULT_DATAGRAM_BYTES = 1400  # fits a 1500-byte Ethernet MTU with IP and UDP headers
+MAX_RETRANSMIT_MESSAGES = 10_000  # one re-request is answered with at most this many messages
+
+
+class MoldStream:
+    """A MoldUDP64 session over a fixed list of messages (see the module docstring). Pure."""
+
+    def __init__(self, session: str, messages: Sequence[bytes], max_datagram_bytes: int = DEFAULT_DATAGRAM_BYTES):
+        """Raises:
+        VenueError: no message, a session name longer than 10, a message that cannot fit a datagram.
+        """
+        if not messages:
+            raise VenueError("a MoldUDP64 stream needs at least one message")
+        if len(session.encode("ascii")) > 10:
+            raise VenueError(f"MoldUDP64 session names are at most 10 bytes: {session!r}")
+        self.session = session
+        self.messages = list(messages)
+        self.max_datagram_bytes = int(max_datagram_bytes)
+        for m in self.messages:
+            if MOLD_HEADER_BYTES + 2 + len(m) > self.max_datagram_bytes:
+                raise VenueError(f"a {len(m)}-byte message does not fit a {max_datagram_bytes}-byte datagram")
+        self.next_seq = 1  # first message not yet published
+
+    @classmethod
+    def synthetic(cls, seed: int, n_events: int, session: str = "PAPER",
+                  max_datagram_bytes: int = DEFAULT_DATAGRAM_BYTES, **kwargs) -> "MoldStream":
+        """A ``pipeline.itch.synth`` session (prelude, ``n_events`` order-flow messages, epilogue);
+        ``kwargs`` go to ``generate_session``."""
+        return cls(session, [M.encode(r) for r in generate_session(seed, n_events, **kwargs)], max_datagram_bytes)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_seq > len(self.messages)
+
+    def _pack(self, first_seq: int, last_seq: int) -> tuple[bytes, int]:
+        """One packet from ``first_seq`` on, as many messages as fit, none past ``last_seq``."""
+        size = MOLD_HEADER_BYTES
+        msgs = []
+        seq = first_seq
+        while seq <= last_seq:
+            m = self.messages[seq - 1]
+            if size + 2 + len(m) > self.max_datagram_bytes:
+                break
+            size += 2 + len(m)
+            msgs.append(m)
+            seq += 1
+        return encode_packet(self.session, first_seq, msgs), len(msgs)
+
+    def next_packet(self) -> tuple[bytes, int] | None:
+        """The next data packet and its message count (advancing), or None at the end."""
+        if self.exhausted:
+            return None
+        packet, n = self._pack(self.next_seq, len(self.messages))
+        self.next_seq += n
+        return packet, n
+
+    def retransmit(self, first_seq: int, count: int) -> list[bytes]:
+        """Packets re-sending messages ``first_seq .. first_seq + count - 1``, limited to those already
+        published and to MAX_RETRANSMIT_MESSAGES; [] when none is."""
+        first = max(int(first_seq), 1)
+        last = min(int(first_seq) + min(int(count), MAX_RETRANSMIT_MESSAGES) - 1, self.next_seq - 1)
+        out = []
+        while first <= last:
+            packet, n = self._pack(first, last)
+            out.append(packet)
+            first += n
+        return out
+
+    def heartbeat(self) -> bytes:
+        return encode_heartbeat(self.session, self.next_seq)
+
+    def end_of_session(self) -> bytes:
+        return encode_end_of_session(self.session, self.next_seq)
+
+
+class _Protocol(asyncio.DatagramProtocol):
+    def __init__(self, owner: "ItchUdpPublisher") -> None:
+        self.owner = owner
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.owner._on_request(data, addr)
+
+    def error_received(self, exc: Exception) -> None:  # ICMP port unreachable: nobody listens yet
+        self.owner.stats["send_errors"] += 1
+
+
+class ItchUdpPublisher:
+    """Sends a ``MoldStream`` over UDP on 127.0.0.1 and answers re-requests (module docstring)."""
+
+    def __init__(self, stream: MoldStream, target_port: int, *, rate_msgs_per_s: float = 100_000.0,
+                 heartbeat_s: float = 1.0, drop_prob: float = 0.0, fault_seed: int = 0, start_paused: bool = False):
+        """Raises:
+        VenueError: a target port outside 1..65535, drop_prob outside 0..1, heartbeat_s <= 0.
+        """
+        if not 0 < int(target_port) <= 65535:
+            raise VenueError(f"target_port must be in 1..65535, got {target_port}")
+        if not 0.0 <= drop_prob <= 1.0:
+            raise VenueError(f"drop_prob must be in 0..1, got {drop_prob}")
+        if heartbeat_s <= 0:
+            raise VenueError(f"heartbeat_s must be > 0, got {heartbeat_s}")
+        self.stream = stream
+        self.target = (HOST, int(target_port))
+        self.rate = float(rate_msgs_per_s)
+        self.heartbeat_s = float(heartbeat_s)
+        self.drop_prob = float(drop_prob)
+        self._rng = random.Random(fault_seed)
+        self._paused = bool(start_paused)
+        self.request_port = 0
+        self.stats = {"packets_sent": 0, "messages_sent": 0, "packets_dropped": 0, "requests": 0,
+                      "bad_requests": 0, "retransmitted_packets": 0, "heartbeats": 0, "send_errors": 0}
+        self._transport: asyncio.DatagramTransport | None = None
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+
+    async def start(self) -> int:
+        """Bind 127.0.0.1 (any port) and start sending; returns the request port."""
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Protocol(self), local_addr=(HOST, 0))
+        self.request_port = self._transport.get_extra_info("sockname")[1]
+        self._task = asyncio.create_task(self._pump(), name="itch-udp")
+        return self.request_port
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+        if self._transport is not None:
+            self._transport.close()
+
+    @property
+    def pump_task(self) -> asyncio.Task | None:
+        return self._task
+
+    def pause(self) -> None:
+        """Stop sending data (heartbeats continue); call on the publisher's loop."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Call on the publisher's loop."""
+        self._paused = False
+        if self._wake is not None:
+            self._wake.set()
+
+    def _on_request(self, data: bytes, addr) -> None:
+        st = self.stats
+        st["requests"] += 1
+        try:
+            session, first, count = decode_request(data)
+        except ItchError:
+            st["bad_requests"] += 1
+            return
+        if session.rstrip(b" ") != self.stream.session.encode("ascii"):
+            st["bad_requests"] += 1
+            return
+        for packet in self.stream.retransmit(first, count):
+            self._transport.sendto(packet, addr)
+            st["retransmitted_packets"] += 1
+
+    async def _idle(self, seconds: float) -> None:
+        self._wake.clear()
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    async def _pump(self) -> None:
+        stream, st, send, target = self.stream, self.stats, self._transport.sendto, self.target
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        while True:
+            if self._paused:
+                send(stream.heartbeat(), target)
+                st["heartbeats"] += 1
+                await self._idle(self.heartbeat_s)
+                next_t = loop.time()
+                continue
+            item = stream.next_packet()
+            if item is None:
+                send(stream.end_of_session(), target)
+                st["heartbeats"] += 1
+                await self._idle(self.heartbeat_s)
+                continue
+            packet, n = item
+            if self.drop_prob and self._rng.random() < self.drop_prob:
+                st["packets_dropped"] += 1
+            else:
+                send(packet, target)
+                st["packets_sent"] += 1
+                st["messages_sent"] += n
+            if self.rate > 0:
+                next_t += n / self.rate
+                wait = next_t - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                else:
+                    await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(0)

@@ -1,0 +1,152 @@
+"""``procs.venue:VenueAgent``: the paper venue as a stage. In-process (the agent protocol driven by
+hand, as the runner would) and under the real supervisor (``make up`` style, bounded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.agent import AgentContext
+from pipeline.bitget import FrameKind
+from pipeline.config import parse_config
+from pipeline.log import open_event_log
+from pipeline.venue.errors import VenueError
+from pipeline.venue.server import read_port_file
+from procs.venue import PUBLISHED_STATS, VenueAgent
+from tests.pipeline._support import BACK_OFF, process, wait_until
+from tests.pipeline.venue._client import CAPTURE_PATH, Client, sub
+
+INSTRUMENTS = """
+[[instruments]]
+id = 1
+symbol = "BTCUSDT"
+tick_size = 0.1
+lot_size = 0.0001
+
+[[instruments]]
+id = 2
+symbol = "ETHUSDT"
+tick_size = 0.01
+lot_size = 0.001
+
+[[instruments]]
+id = 3
+symbol = "SOLUSDT"
+venue = "bitget"
+tick_size = 0.01
+lot_size = 0.01
+"""
+
+
+def _ctx(tmp_path: Path, params: str) -> AgentContext:
+    cfg = parse_config(f'[supervisor]\nrun_dir = "{tmp_path / "run"}"\nlog_dir = "{tmp_path / "logs"}"\n\n'
+                       + process("venue", "procs.venue:VenueAgent", params=params) + INSTRUMENTS)
+    proc = cfg.process("venue")
+    return AgentContext(config=cfg, process=proc, inputs={}, outputs={}, log=open_event_log("venue", tmp_path / "logs"))
+
+
+def test_agent_serves_paper_instruments_writes_the_port_file_and_publishes_counters(tmp_path):
+    ctx = _ctx(tmp_path, "seed = 3, speed = 5.0")
+    agent = VenueAgent()
+    agent.on_start(ctx)
+    try:
+        port_file = tmp_path / "run" / "venue.port"
+        port = read_port_file(port_file)
+        assert agent.server.inst_ids == ["BTCUSDT", "ETHUSDT"]  # SOLUSDT is not a paper instrument
+        c = Client(f"ws://127.0.0.1:{port}/v2/ws/public")
+        try:
+            c.subscribe(sub("books", "BTCUSDT"))
+            c.until_seq("books", "BTCUSDT", agent.server.seq("BTCUSDT") + 5)
+            assert c.ok() and c.books.checksums_verified >= 5
+            assert agent.do_work() == 0
+            agent._next_stats_ns = 0
+            agent.do_work()
+            assert set(ctx.stats) == set(PUBLISHED_STATS)
+            assert ctx.stats["connections"] == 1 and ctx.stats["subscriptions"] == 1
+            assert ctx.stats["frames_sent"] >= 6 and ctx.stats["book_events"] > 0
+        finally:
+            c.close()
+    finally:
+        agent.on_close()
+    assert not agent.thread.alive and agent.thread.error is None
+    assert not port_file.exists()
+
+
+def test_agent_can_also_send_itch_over_moldudp64(tmp_path):
+    import socket
+
+    from pipeline.itch.framing import decode_packet
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(3)
+        ctx = _ctx(tmp_path, f"itch_port = {rx.getsockname()[1]}, itch_events = 300, itch_rate = 0")
+        agent = VenueAgent()
+        agent.on_start(ctx)
+        try:
+            count = 0
+            while not (p := decode_packet(rx.recv(65536))).is_end_of_session:
+                count += len(p.messages)
+            assert count == len(agent.itch.stream.messages) > 300
+            agent._next_stats_ns = 0
+            agent.do_work()
+            assert ctx.stats["itch_msgs"] == count
+        finally:
+            agent.on_close()
+
+
+def test_agent_refuses_unknown_params(tmp_path):
+    with pytest.raises(VenueError, match="unknown venue params"):
+        VenueAgent().on_start(_ctx(tmp_path, "prot = 1"))
+
+
+def test_agent_replays_a_capture(tmp_path):
+    if not CAPTURE_PATH.is_file():
+        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH}")
+    ctx = _ctx(tmp_path, f'source = "replay", capture = "{CAPTURE_PATH}", speed = 100.0, loop = true, '
+                         f'port_file = "{tmp_path / "p"}"')
+    agent = VenueAgent()
+    agent.on_start(ctx)
+    try:
+        c = Client(f"ws://127.0.0.1:{read_port_file(tmp_path / 'p')}/v2/ws/public", {"SUNUSDT": 1})
+        try:
+            c.subscribe(sub("books", "SUNUSDT"))
+            c.until(lambda d: d.kind == FrameKind.UPDATE)
+            assert c.ok()
+        finally:
+            c.close()
+    finally:
+        agent.on_close()
+
+
+def test_agent_raises_on_every_call_once_its_server_thread_is_gone(tmp_path):
+    agent = VenueAgent()
+    agent.on_start(_ctx(tmp_path, ""))
+    agent.thread.stop()
+    agent._next_stats_ns = 0
+    for _ in range(3):
+        with pytest.raises(VenueError, match="thread ended"):
+            agent.do_work()
+    agent.on_close()
+
+
+@pytest.mark.multiprocess
+def test_supervised_venue_serves_clients_and_reports_its_counters(pipe):
+    pipe.write_config(process("venue", "procs.venue:VenueAgent", extra=BACK_OFF, params="seed = 2, speed = 2.0")
+                      + INSTRUMENTS)
+    pipe.up(run_for=60)
+    port = wait_until(lambda: pipe.run_dir.joinpath("venue.port").exists() and read_port_file(pipe.run_dir / "venue.port"),
+                      10, what="the port file")
+    c = Client(f"ws://127.0.0.1:{port}/v2/ws/public")
+    try:
+        c.subscribe(sub("books", "ETHUSDT"), sub("trade", "ETHUSDT"))
+        c.until(lambda d: d.kind == FrameKind.UPDATE and len(c.seqs[("books", "ETHUSDT")]) > 10, timeout=5)
+        assert c.ok()
+        stage = wait_until(lambda: (s := pipe.procs()["venue"]["stage"]).get("subscriptions") == 2 and s, 5,
+                           what="the venue's counters in status")
+        assert stage["connections"] == 1 and stage["frames_sent"] > 10
+    finally:
+        c.close()
+    assert pipe.down() == 0
+    assert not (pipe.run_dir / "venue.port").exists()
