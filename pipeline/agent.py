@@ -43,6 +43,10 @@ class Agent:
     def on_close(self) -> None:
         """Called once when the runner stops (SIGTERM or error); release resources."""
 
+    # Optional: ``wait_for_work(timeout_ns) -> bool``. An agent whose work arrives from somewhere the
+    # runner cannot see (a socket thread) may define it; unless the process busy-spins, the runner
+    # then parks in it when ``do_work`` found nothing, instead of in its idle strategy.
+
 
 class AgentContext:
     """What an agent gets: its config, ports, log, clock and counters.

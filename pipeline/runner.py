@@ -167,7 +167,10 @@ class Runner:
         agent, clock = self.agent, self.clock
         beat_ns = self.beat_ns
         inputs = list(self.ports.inputs.values())
-        if self.wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
+        if self.wait != "busy-spin" and callable(getattr(agent, "wait_for_work", None)):
+            park = agent.wait_for_work  # the agent knows best what it waits on (e.g. a socket thread)
+            idle = None
+        elif self.wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
             park = inputs[0].wait
             idle = None
         else:

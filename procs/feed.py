@@ -289,11 +289,13 @@ class WsClient(threading.Thread):
 
     def __init__(self, *, url_fn: Callable[[], str], subscribe_texts: list[str], inbox: collections.deque,
                  queue_max: int, backoff: Backoff, ping_interval_s: float, stale_after_s: float,
-                 open_timeout_s: float, max_msgs_per_s: float, log, record_fp=None, name: str = "feed-ws"):
+                 open_timeout_s: float, max_msgs_per_s: float, log, record_fp=None, name: str = "feed-ws",
+                 wake: threading.Event | None = None):
         super().__init__(name=name, daemon=True)
         self.url_fn = url_fn
         self.subscribe_texts = subscribe_texts
         self.inbox = inbox
+        self.wake = wake if wake is not None else threading.Event()  # set after each append
         self.queue_max = queue_max
         self.backoff = backoff
         self.ping_interval_s = ping_interval_s
@@ -400,6 +402,7 @@ class WsClient(threading.Thread):
             c.bump("reconnects")
         frames_before = c.frames_in
         self.inbox.append((MARK_CONNECTED, cid))
+        self.wake.set()
         self.connected = True
         self._last_rx_ns = time.monotonic_ns()
         self._gap_pending = False
@@ -437,6 +440,7 @@ class WsClient(threading.Thread):
                     ws.transport.abort()
             self.connected = False
             self.inbox.append((MARK_DISCONNECTED, cid))
+            self.wake.set()
             c.bump("disconnects")
             self.log.info("ws_disconnected", conn=cid, reason=reason[:300], frames=c.frames_in - frames_before)
             self._flush_record()
@@ -459,6 +463,7 @@ class WsClient(threading.Thread):
                 self._gap_pending = False
                 inbox.append((MARK_GAP, cid))
             inbox.append((ts, frame))
+            self.wake.set()
         return "closed by peer"
 
     async def _pinger(self, ws) -> None:
@@ -580,10 +585,11 @@ class BitgetFeedAgent(Agent):
             Path(record_path).parent.mkdir(parents=True, exist_ok=True)
             self.record_fp = open(record_path, "a", encoding="utf-8")
         self.inbox: collections.deque = collections.deque()
+        self._wake = threading.Event()
         self.net = WsClient(url_fn=self.url_fn, subscribe_texts=texts, inbox=self.inbox, queue_max=queue_max,
                             backoff=backoff, ping_interval_s=ping_s, stale_after_s=stale_s,
                             open_timeout_s=open_timeout_s, max_msgs_per_s=max_msgs_per_s,
-                            log=ctx.log, record_fp=self.record_fp, name=f"{name}-ws")
+                            log=ctx.log, record_fp=self.record_fp, name=f"{name}-ws", wake=self._wake)
         ctx.log.info("feed_starting", venue="bitget", channels=channels, instruments=self.instruments,
                      subscriptions=len(self.subs), record=bool(record_path))
         self._old_switch_s = sys.getswitchinterval()
@@ -602,6 +608,14 @@ class BitgetFeedAgent(Agent):
         if not url or not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
             raise ConfigError(f"process {name}: params.url must be ws://... or wss://... (or give port_file), got {url!r}")
         return lambda: url
+
+    def wait_for_work(self, timeout_ns: int) -> bool:
+        """The runner's park when idle: sleep until the network thread appends to the inbox (it sets
+        the event after each append) or ``timeout_ns`` passes. True when the inbox has something."""
+        self._wake.clear()
+        if self.inbox:
+            return True
+        return self._wake.wait(timeout_ns / 1e9)
 
     # -- hot path
     def do_work(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
 import time
 
 import numpy as np
@@ -509,3 +510,21 @@ def test_itch_moldudp64_over_udp_counts_a_skipped_packet_as_a_gap(tmp_path):
     finally:
         tx.close()
         agent.on_close()
+
+
+def test_idle_feed_parks_until_a_frame_arrives(start_feed):
+    """With nothing in the inbox, wait_for_work sleeps for its timeout; a frame from the venue wakes
+    it well before that (the network thread sets the event after each append)."""
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT"]})
+        srv.wait_for(lambda: srv.subscribed(0), what="subscribe")
+        pump(agent, lambda: _stats(agent, "frames") >= 2, what="the subscribe acks")
+        settle(agent, 0.05)
+        t0 = time.monotonic()
+        assert agent.wait_for_work(100_000_000) is False, "an empty inbox waits out the timeout"
+        assert time.monotonic() - t0 >= 0.09
+        threading.Timer(0.05, lambda: srv.send([depth(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5), seq=1)])).start()
+        t0 = time.monotonic()
+        assert agent.wait_for_work(5_000_000_000) is True
+        assert time.monotonic() - t0 < 2.0, "woken by the frame, not by the 5 s timeout"
+        assert agent.do_work() >= 1
