@@ -96,7 +96,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import os
 import random
 import socket
@@ -128,6 +127,7 @@ from pipeline.itch.book import NO_BOOK, BookEvent, L3Book
 from pipeline.itch.errors import ItchError
 from pipeline.itch.framing import MoldSequencer, iter_file_frames, try_decode_packet
 from pipeline.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
+from pipeline.venue.server import read_port_file
 
 MARK_CONNECTED = -1
 MARK_DISCONNECTED = -2
@@ -202,24 +202,6 @@ class ResyncThrottle:
             return False
         q.append(now_ns)
         return True
-
-
-def read_port_file(path: str | os.PathLike) -> int:
-    """The port in ``path``: ``8080``, ``host:8080`` or a JSON object with ``port``.
-
-    Raises:
-        OSError: the file cannot be read. ValueError: no port in it.
-    """
-    text = Path(path).read_text().strip()
-    if text.startswith("{"):
-        doc = json.loads(text)
-        port = doc.get("port", doc.get("ws_port"))
-    else:
-        port = text.rsplit(":", 1)[-1]
-    port = int(port)
-    if not 0 < port < 65536:
-        raise ValueError(f"port {port} out of range in {path}")
-    return port
 
 
 def _output_port(ctx: AgentContext):

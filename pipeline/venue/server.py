@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import json
 import os
 import random
 import signal
@@ -627,12 +628,19 @@ def write_port_file(path: str | Path, port: int) -> None:
 
 
 def read_port_file(path: str | Path) -> int:
-    """The port a venue wrote with ``write_port_file``.
+    """The port in a port file: ``8080`` (what ``write_port_file`` writes), ``host:8080``, or a
+    JSON object with ``port``.
 
     Raises:
-        OSError: no such file. ValueError: not a port number.
+        OSError: the file cannot be read. ValueError: no valid port in it.
     """
-    port = int(Path(path).read_text().strip())
+    text = Path(path).read_text().strip()
+    if text.startswith("{"):
+        doc = json.loads(text)
+        port = doc.get("port", doc.get("ws_port"))
+    else:
+        port = text.rsplit(":", 1)[-1]
+    port = int(port)
     if not 0 < port <= 65535:
         raise ValueError(f"{path}: not a port: {port}")
     return port

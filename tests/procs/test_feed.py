@@ -27,7 +27,8 @@ from pipeline.itch.book import L3Book
 from pipeline.itch.framing import encode_packet, iter_file_frames
 from pipeline.itch.synth import generate_binaryfile, generate_session
 from pipeline.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
-from procs.feed import Backoff, BitgetFeedAgent, ItchFeedAgent, ResyncThrottle, read_port_file
+from pipeline.venue.server import read_port_file
+from procs.feed import Backoff, BitgetFeedAgent, ItchFeedAgent, ResyncThrottle
 from tests.pipeline._support import BACK_OFF, process, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, RecordingPort, make_ctx, pump, settle
 from tests.procs.frames import RefBook, depth, ladder, trades
