@@ -16,27 +16,7 @@ from pipeline.venue.server import read_port_file
 from procs.venue import PUBLISHED_STATS, VenueAgent
 from tests.pipeline._support import BACK_OFF, process, wait_until
 from tests.pipeline.venue._client import CAPTURE_PATH, Client, sub
-
-INSTRUMENTS = """
-[[instruments]]
-id = 1
-symbol = "BTCUSDT"
-tick_size = 0.1
-lot_size = 0.0001
-
-[[instruments]]
-id = 2
-symbol = "ETHUSDT"
-tick_size = 0.01
-lot_size = 0.001
-
-[[instruments]]
-id = 3
-symbol = "SOLUSDT"
-venue = "bitget"
-tick_size = 0.01
-lot_size = 0.01
-"""
+from tests.procs.fakes import INSTRUMENTS
 
 
 def _ctx(tmp_path: Path, params: str) -> AgentContext:
