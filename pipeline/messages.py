@@ -30,6 +30,19 @@ TRADE payload (40 bytes; numpy ``TRADE_DTYPE``)::
      24      8    price           f64
      32      8    size            f64
 
+FEATURES payload (552 bytes; numpy ``FEATURES_DTYPE``), one per accepted BOOK; the 128 features
+are laid out by the ``F_*`` index constants of ``pipeline.features`` (table in docs/ARCHITECTURE.md)::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      2    flags           u16   FEATURES_FLAG_* bits
+      4      4    (zero)
+      8      8    book_seq        u64   the BOOK's venue seq
+     16      8    exch_ts_ns      u64   the BOOK's venue timestamp (0 if none)
+     24      8    ref_mid         f64   (best bid + best ask) / 2, price units: the risk reference
+     32      8    ref_spread      f64   best ask - best bid, price units
+     40    512    features        f32[128]
+
 CONTROL payload (16 bytes)::
 
     0        2        4                8               16
@@ -117,3 +130,16 @@ TRADE_DTYPE = np.dtype([
     ("trade_id", "<u8"), ("exch_ts_ns", "<u8"), ("price", "<f8"), ("size", "<f8"),
 ])
 assert TRADE_DTYPE.itemsize == 40
+
+
+FEATURES_LEN = 128
+FEATURES_FLAG_WARMUP = 1  # first accepted BOOK of the instrument: no previous book (OFI, returns, volatility 0)
+FEATURES_FLAG_SNAPSHOT = 2  # the BOOK carried BOOK_FLAG_SNAPSHOT
+FEATURES_FLAG_NO_EXCH_TS = 4  # the BOOK had no venue timestamp: time decay used ts_origin_ns instead
+FEATURES_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("flags", "<u2"), ("_pad", "V4"),
+    ("book_seq", "<u8"), ("exch_ts_ns", "<u8"), ("ref_mid", "<f8"), ("ref_spread", "<f8"),
+    ("features", "<f4", (FEATURES_LEN,)),
+])
+assert FEATURES_DTYPE.itemsize == 552
+OFF_FEATURES_VECTOR = 40

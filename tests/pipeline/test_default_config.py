@@ -1,6 +1,6 @@
 """`make up`'s own configuration, run for real (with this test's prefix and directories): the paper
-venue and the feed come up, BOOK messages flow into the md ring with valid checksums, nothing is
-rejected, and `down` leaves nothing."""
+venue, the feed and the feature engine come up, BOOK messages flow into the md ring with valid
+checksums and FEATURES into the feat ring, nothing is rejected, and `down` leaves nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.pipeline._support import REPO_ROOT, shm_entries, wait_until
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
-def test_default_config_runs_venue_and_feed_into_the_md_ring(pipe):
+def test_default_config_runs_venue_feed_and_features_into_the_feat_ring(pipe):
     text = (REPO_ROOT / "configs" / "default.toml").read_text()
     for old, new in (('shm_prefix = "tp"', f'shm_prefix = "{pipe.prefix}"'),
                      ('run_dir = "run"', f'run_dir = "{pipe.run_dir}"'),
@@ -26,7 +26,8 @@ def test_default_config_runs_venue_and_feed_into_the_md_ring(pipe):
     pipe.cfg_path, pipe.cfg = path, load_config(path)
 
     status = pipe.up()
-    assert {p["name"]: p["state"] for p in status["processes"]} == {"venue": "RUNNING", "feed": "RUNNING"}
+    assert {p["name"]: p["state"] for p in status["processes"]} == {"venue": "RUNNING", "feed": "RUNNING",
+                                                                     "features": "RUNNING"}
 
     def feed_stats():
         return next(p for p in pipe.status()["processes"] if p["name"] == "feed")["stage"]
@@ -40,5 +41,13 @@ def test_default_config_runs_venue_and_feed_into_the_md_ring(pipe):
     assert feed["reconnects"] == 0
     venue = next(p for p in st["processes"] if p["name"] == "venue")["stage"]
     assert venue["connections"] == 1 and venue["subscriptions"] == 4  # 2 instruments x (books, trade)
+    def feature_stats():
+        return next(p for p in pipe.status()["processes"] if p["name"] == "features")["stage"]
+
+    fs = wait_until(lambda: (s := feature_stats()).get("emitted", 0) >= 50 and s, 30, 0.1,
+                    "50 FEATURES from the feature engine")
+    feat = next(r for r in pipe.status()["rings"] if r["name"] == "feat")
+    assert feat["write_cursor"] >= 50 and feat["crc_errors"] == 0
+    assert fs["rejected"] == 0 and fs["books"] >= fs["emitted"] and fs.get("errors", 0) == 0
     assert pipe.down() == 0
     assert shm_entries(pipe.prefix) == []

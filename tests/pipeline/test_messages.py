@@ -48,3 +48,31 @@ def test_trade_golden_bytes():
     raw = rec.tobytes()
     assert raw[:8] == bytes.fromhex("0300" "02" "0000000000")
     assert struct.unpack_from("<QQdd", raw, 8) == (99, 5, 26293.4, 0.0013)
+
+
+def test_features_layout_offsets():
+    from pipeline.messages import FEATURES_DTYPE, FEATURES_LEN, OFF_FEATURES_VECTOR
+
+    assert FEATURES_DTYPE.itemsize == 552 <= 560 and FEATURES_LEN == 128 and OFF_FEATURES_VECTOR == 40
+    offsets = {name: FEATURES_DTYPE.fields[name][1] for name in FEATURES_DTYPE.names}
+    assert offsets == {"instrument_id": 0, "flags": 2, "_pad": 4, "book_seq": 8, "exch_ts_ns": 16, "ref_mid": 24,
+                       "ref_spread": 32, "features": 40}
+
+
+def test_features_golden_bytes():
+    from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_NO_EXCH_TS, FEATURES_FLAG_SNAPSHOT,
+                                   FEATURES_FLAG_WARMUP)
+
+    assert (FEATURES_FLAG_WARMUP, FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_NO_EXCH_TS) == (1, 2, 4)
+    rec = np.zeros(1, FEATURES_DTYPE)
+    rec["instrument_id"], rec["flags"] = 2, FEATURES_FLAG_WARMUP | FEATURES_FLAG_SNAPSHOT
+    rec["book_seq"], rec["exch_ts_ns"] = 0x0102030405060708, 1_700_000_000_123_000_000
+    rec["ref_mid"], rec["ref_spread"] = 100.625, 0.25
+    rec["features"][0, 0], rec["features"][0, 65], rec["features"][0, 127] = 1.5, -0.25, 3.0
+    raw = rec.tobytes()
+    assert raw[:16] == bytes.fromhex("0200" "0300" "00000000" "0807060504030201")
+    assert struct.unpack_from("<Qdd", raw, 16) == (1_700_000_000_123_000_000, 100.625, 0.25)
+    assert struct.unpack_from("<f", raw, 40) == (1.5,)
+    assert struct.unpack_from("<f", raw, 40 + 4 * 65) == (-0.25,)
+    assert struct.unpack_from("<f", raw, 40 + 4 * 127) == (3.0,)
+    assert len(raw) == 552 and raw[44 : 40 + 4 * 65] == bytes(4 * 64)

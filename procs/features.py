@@ -1,0 +1,124 @@
+"""The feature stage: BOOK / TRADE from the ``md`` ring in, one FEATURES message per accepted BOOK out.
+
+``FeatureAgent`` (``module = "procs.features:FeatureAgent"``) keeps one ``pipeline.features.FeatureState``
+per configured instrument (tick size from the config). Per message read with ``Reader.poll``:
+
+- TRADE (40 B): ``update_from_trade``; a rejected trade is counted (``trade_rej_<reason>``).
+- BOOK (504 B): ``compute`` into one preallocated FEATURES record (552 B), written to the output
+  with the BOOK's ``ts_origin_ns`` unchanged; a rejected BOOK is counted (``rejected`` and
+  ``rej_<reason>``) and nothing is emitted.
+- anything else: counted (``unknown_kind``, ``bad_size``, ``unknown_instrument``). The handler never
+  raises: an unexpected error is counted (``errors``) and logged once, and the message is skipped.
+
+Params (``[[processes]] params = {...}``): ``input`` / ``output`` ring names (default: the only
+one), ``tau_ofi_ms`` (1000), ``tau_trade_ms`` (1000), ``tau_vol_fast_ms`` (1000),
+``tau_vol_slow_ms`` (10000), ``vpin_buckets`` (50), ``vpin_bucket_volume``: a number, or a
+``{symbol: volume}`` table (default: 1000 lots of the instrument).
+
+Counters (``ctx.stats``): books, trades, emitted, rejected, out_drops, then rej_<reason>,
+trade_rej_<reason>, unknown_kind, bad_size, unknown_instrument, errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.agent import Agent
+from pipeline.errors import ConfigError
+from pipeline.features import OK, FeatureParams, FeatureState, Reason, compute, update_from_trade
+from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
+
+_BOOK_BYTES = BOOK_DTYPE.itemsize
+_TRADE_BYTES = TRADE_DTYPE.itemsize
+_U16 = np.dtype("<u2")
+
+
+def _port(ports: dict, name, what: str):
+    if name is None:
+        if len(ports) != 1:
+            raise ConfigError(f"features: name the {what} ring (params.{what}); it has {sorted(ports)}")
+        return next(iter(ports.values()))
+    if name not in ports:
+        raise ConfigError(f"features: {what} ring {name!r} is not among {sorted(ports)}")
+    return ports[name]
+
+
+class FeatureAgent(Agent):
+    """BOOK / TRADE in, FEATURES out (see the module docstring)."""
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        prm = ctx.params
+        self.inp = _port(ctx.inputs, prm.get("input"), "input")
+        self.out = _port(ctx.outputs, prm.get("output"), "output")
+        bucket = prm.get("vpin_bucket_volume")
+        self.states: dict[int, FeatureState] = {}
+        for inst in ctx.config.instruments:
+            vol = (bucket.get(inst.symbol) if isinstance(bucket, dict) else bucket) or 1000 * inst.lot_size
+            params = FeatureParams(
+                tau_ofi_ns=int(prm.get("tau_ofi_ms", 1000) * 1_000_000),
+                tau_trade_ns=int(prm.get("tau_trade_ms", 1000) * 1_000_000),
+                tau_vol_fast_ns=int(prm.get("tau_vol_fast_ms", 1000) * 1_000_000),
+                tau_vol_slow_ns=int(prm.get("tau_vol_slow_ms", 10_000) * 1_000_000),
+                vpin_bucket_volume=float(vol), vpin_buckets=int(prm.get("vpin_buckets", 50)))
+            self.states[inst.id] = FeatureState(inst.id, inst.tick_size, params)
+        self.buf = np.zeros(1, FEATURES_DTYPE)
+        self.payload = memoryview(self.buf).cast("B")
+        self.stats = ctx.stats
+        self.stats.update(books=0, trades=0, emitted=0, rejected=0, out_drops=0)
+        self._logged_error = False
+
+    def _count(self, key: str) -> None:
+        self.stats[key] = self.stats.get(key, 0) + 1
+
+    def _on(self, seq, ts_origin_ns, kind, payload) -> None:
+        try:
+            if kind == Kind.BOOK:
+                self._book(payload, ts_origin_ns)
+            elif kind == Kind.TRADE:
+                self._trade(payload, ts_origin_ns)
+            else:
+                self._count("unknown_kind")
+        except Exception as exc:  # never out of the hot loop: count, log once, skip the message
+            self._count("errors")
+            if not self._logged_error:
+                self._logged_error = True
+                self.ctx.log.error("feature_error", error=repr(exc), kind=int(kind))
+
+    def _book(self, payload, ts_origin_ns: int) -> None:
+        if len(payload) != _BOOK_BYTES:
+            self._count("bad_size")
+            return
+        st = self.states.get(int(np.frombuffer(payload, _U16, 1)[0]))
+        if st is None:
+            self._count("unknown_instrument")
+            return
+        self.stats["books"] += 1
+        code = compute(st, payload, self.buf, ts_origin_ns)
+        if code != OK:
+            self.stats["rejected"] += 1
+            self._count("rej_" + Reason(code).name.lower())
+            return
+        if self.ctx.emit(self.out, Kind.FEATURES, self.payload, ts_origin_ns):
+            self.stats["emitted"] += 1
+        else:
+            self.stats["out_drops"] += 1
+
+    def _trade(self, payload, ts_origin_ns: int) -> None:
+        if len(payload) != _TRADE_BYTES:
+            self._count("bad_size")
+            return
+        st = self.states.get(int(np.frombuffer(payload, _U16, 1)[0]))
+        if st is None:
+            self._count("unknown_instrument")
+            return
+        self.stats["trades"] += 1
+        code = update_from_trade(st, payload, ts_origin_ns)
+        if code != OK:
+            self._count("trade_rej_" + Reason(code).name.lower())
+
+    def do_work(self) -> int:
+        n = self.inp.poll(self._on, self.ctx.batch)
+        if n:
+            self.ctx.received(n)
+        return n
