@@ -40,8 +40,11 @@ a snapshot. ``fill_trades`` packs TRADE payloads (``TRADE_STRUCT`` == ``TRADE_DT
 
 Costs: the BOOK fill is list slicing plus that one ``pack_into`` (no Python loop over levels); a
 snapshot is installed by slicing the decoder's lists, which the book then owns (and mutates); an
-update is merged with one ``bisect`` per update level, the only per-level Python loop. Measured
-figures: ``python -m bench.feed`` (``make bench-feed``).
+update is merged with one ``bisect`` per update level, the only per-level Python loop. A
+books1/5/15 push (one entry, no checksum) takes an inlined branch of ``BitgetBooks.apply``: the
+decoder's lists are kept as they are (``itertools.compress`` only when a size is 0) and its
+``"price:size"`` strings are built only when asked for (``SnapshotBook.bid_lv``, checksums).
+Measured figures: ``python -m bench.feed`` (``make bench-feed``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from __future__ import annotations
 import enum
 import struct
 from bisect import bisect_left
+from itertools import compress
 from collections.abc import Mapping, Sequence
 from zlib import crc32
 
@@ -130,6 +134,15 @@ class Applied(enum.IntEnum):
     STALE = 5  # a books1/5/15 push older (seq) than the last one: dropped
     UNKNOWN_INSTRUMENT = 6  # instId not in the instrument map: dropped
     NOT_A_BOOK = 7  # the Decoded is not a SNAPSHOT / UPDATE
+
+
+# enum members as module globals: a global lookup is cheaper than an Enum class attribute
+_EMITTED = Applied.EMITTED
+_EMITTED_I = int(_EMITTED)
+_STALE = Applied.STALE
+_VALID = BookState.VALID
+_SNAPSHOT_KIND = FrameKind.SNAPSHOT
+_UPDATE_KIND = FrameKind.UPDATE
 
 
 class IncrementalBook:
@@ -251,11 +264,15 @@ def _merge(px: list, sz: list, lv: list, upx: list, usz: list, ulv: list) -> Non
 
 
 class SnapshotBook:
-    """The ``books1`` / ``books5`` / ``books15`` book: each push replaces it (lists best first)."""
+    """The ``books1`` / ``books5`` / ``books15`` book: each push replaces it (lists best first).
+
+    ``bid_px`` / ``bid_sz`` / ``ask_px`` / ``ask_sz`` hold the pushed levels without the empty
+    (size 0) ones; ``bid_lv`` / ``ask_lv`` (their original ``"price:size"`` strings) are built
+    from the last push only when asked for (control path, checksum), not on every push."""
 
     __slots__ = (
         "instrument_id", "subscription", "state", "last_seq",
-        "bid_px", "bid_sz", "bid_lv", "ask_px", "ask_sz", "ask_lv",
+        "bid_px", "bid_sz", "ask_px", "ask_sz", "_levels",
         "checksums_verified", "checksum_mismatches", "seq_gaps",
     )
 
@@ -273,31 +290,50 @@ class SnapshotBook:
         """Forget everything (after a reconnect)."""
         self.state = BookState.AWAITING_SNAPSHOT
         self.last_seq = -1
-        self.bid_px, self.bid_sz, self.bid_lv = [], [], []
-        self.ask_px, self.ask_sz, self.ask_lv = [], [], []
+        self.bid_px, self.bid_sz, self.ask_px, self.ask_sz = [], [], [], []
+        self._levels = None
+
+    @property
+    def bid_lv(self) -> list:
+        """The bids' original ``"price:size"`` strings, best first (empty levels left out)."""
+        lv = self._levels
+        if lv is None:
+            return []
+        return list(compress(lv.bid_lv, lv.bid_sz)) if 0 in lv.bid_sz else lv.bid_lv
+
+    @property
+    def ask_lv(self) -> list:
+        """The asks' original ``"price:size"`` strings, best first (empty levels left out)."""
+        lv = self._levels
+        if lv is None:
+            return []
+        return list(compress(lv.ask_lv, lv.ask_sz)) if 0 in lv.ask_sz else lv.ask_lv
 
     def apply(self, lv: BookLevels, snapshot: bool = True) -> Applied:
         """Replace the book with this push unless it is stale or fails its checksum."""
-        if 0 <= lv.seq < self.last_seq:
-            return Applied.STALE
+        seq = lv.seq
+        if 0 <= seq < self.last_seq:
+            return _STALE
         if lv.checksum:
             if _checksum_lv(lv.bid_lv[:CHECKSUM_LEVELS], lv.ask_lv[:CHECKSUM_LEVELS]) != lv.checksum:
                 self.checksum_mismatches += 1
                 self.state = BookState.INVALID
                 return Applied.CHECKSUM_MISMATCH
             self.checksums_verified += 1
-        bp, bs, bl = lv.bid_px, lv.bid_sz, lv.bid_lv
-        ap, az, al = lv.ask_px, lv.ask_sz, lv.ask_lv
-        if 0.0 in bs:
-            bp, bs, bl = _without_empty(bp, bs, bl)
-        if 0.0 in az:
-            ap, az, al = _without_empty(ap, az, al)
-        self.bid_px, self.bid_sz, self.bid_lv = bp, bs, bl
-        self.ask_px, self.ask_sz, self.ask_lv = ap, az, al
-        if lv.seq >= 0:
-            self.last_seq = lv.seq
-        self.state = BookState.VALID
-        return Applied.EMITTED
+        bp, bs = lv.bid_px, lv.bid_sz
+        ap, az = lv.ask_px, lv.ask_sz
+        if not all(bs):  # a size 0 (sizes are numbers: all() is the cheap "0 in")
+            bp = list(compress(bp, bs))
+            bs = list(compress(bs, bs))
+        if not all(az):
+            ap = list(compress(ap, az))
+            az = list(compress(az, az))
+        self.bid_px, self.bid_sz, self.ask_px, self.ask_sz = bp, bs, ap, az
+        self._levels = lv
+        if seq >= 0:
+            self.last_seq = seq
+        self.state = _VALID
+        return _EMITTED
 
     def top(self) -> tuple[list, list, list, list]:
         """(bid_px, bid_sz, ask_px, ask_sz), best first, at most 15 each."""
@@ -388,43 +424,88 @@ class BitgetBooks:
         claimed ring slot...). ``out`` is untouched unless the result is ``Applied.EMITTED``.
         Never raises on any ``Decoded`` the decoder produced."""
         entries = decoded.books
-        if entries is None or (decoded.kind != FrameKind.SNAPSHOT and decoded.kind != FrameKind.UPDATE):
+        kind = decoded.kind
+        if entries is None or (kind != _SNAPSHOT_KIND and kind != _UPDATE_KIND):
             self.applied[Applied.NOT_A_BOOK] += 1
             return Applied.NOT_A_BOOK
         channel = decoded.channel
-        key = (channel, decoded.inst_id)
-        book = self._books.get(key)
+        book = self._books.get((channel, decoded.inst_id))
         if book is None:
-            iid = self._ids.get(decoded.inst_id)
-            if iid is None:
+            book = self._new_book(decoded)
+            if book is None:
                 self.applied[Applied.UNKNOWN_INSTRUMENT] += 1
                 return Applied.UNKNOWN_INSTRUMENT
-            inst_type = decoded.inst_type.upper()  # echoed as sent, but some venues echo lower case
-            sub = Subscription(inst_type if inst_type in INST_TYPES else decoded.inst_type, channel, decoded.inst_id)
-            book = IncrementalBook(iid, sub) if channel == CHANNEL_BOOKS else SnapshotBook(iid, sub)
-            self._books[key] = book
         snapshot = decoded.snapshot
-        for lv in entries:
-            code = book.apply(lv, snapshot)
-            if code:
-                if not book.resync_queued and code != Applied.INVALID:
-                    book.resync_queued = True
-                    self._resyncs.append(book.subscription)
-                    self.resyncs_requested += 1
-                self.applied[code] += 1
-                return code
-        bp, bs, ap, az = book.top()
-        nb = len(bp)
-        na = len(ap)
+        if type(book) is SnapshotBook and len(entries) == 1:
+            # books1/5/15: one snapshot, packed straight from its (zero-size-free) lists
+            lv = entries[0]
+            seq = lv.seq
+            if lv.checksum or 0 <= seq < book.last_seq:  # to verify, or stale: the full method
+                code = book.apply(lv)
+                if code is not _EMITTED:
+                    self.applied[code] += 1
+                    return code
+                bp, bs, ap, az = book.bid_px, book.bid_sz, book.ask_px, book.ask_sz
+            else:  # SnapshotBook.apply without a checksum, inlined (the books15 hot path)
+                bp, bs, ap, az = lv.bid_px, lv.bid_sz, lv.ask_px, lv.ask_sz
+                if not all(bs):
+                    bp = list(compress(bp, bs))
+                    bs = list(compress(bs, bs))
+                if not all(az):
+                    ap = list(compress(ap, az))
+                    az = list(compress(az, az))
+                book.bid_px, book.bid_sz, book.ask_px, book.ask_sz = bp, bs, ap, az
+                book._levels = lv
+                if seq >= 0:
+                    book.last_seq = seq
+                book.state = _VALID
+            nb = len(bp)
+            na = len(ap)
+            if nb > BOOK_LEVELS:
+                bp, bs, nb = bp[:BOOK_LEVELS], bs[:BOOK_LEVELS], BOOK_LEVELS
+            if na > BOOK_LEVELS:
+                ap, az, na = ap[:BOOK_LEVELS], az[:BOOK_LEVELS], BOOK_LEVELS
+        else:
+            for lv in entries:
+                code = book.apply(lv, snapshot)
+                if code:
+                    if not book.resync_queued and code != Applied.INVALID:
+                        book.resync_queued = True
+                        self._resyncs.append(book.subscription)
+                        self.resyncs_requested += 1
+                    self.applied[code] += 1
+                    return code
+            bp, bs, ap, az = book.top()
+            nb = len(bp)
+            na = len(ap)
         seq = lv.seq
-        BOOK_STRUCT.pack_into(
-            out, 0,
-            book.instrument_id, BOOK_FLAG_SNAPSHOT if snapshot else 0, nb, na,
-            seq if seq >= 0 else 0, lv.ts_ms * _NS_PER_MS,
-            *bp, *_ZEROS[nb:], *bs, *_ZEROS[nb:], *ap, *_ZEROS[na:], *az, *_ZEROS[na:],
-        )
-        self.applied[Applied.EMITTED] += 1
-        return Applied.EMITTED
+        if nb == BOOK_LEVELS and na == BOOK_LEVELS:
+            BOOK_STRUCT.pack_into(
+                out, 0,
+                book.instrument_id, BOOK_FLAG_SNAPSHOT if snapshot else 0, nb, na,
+                seq if seq >= 0 else 0, lv.ts_ms * _NS_PER_MS, *bp, *bs, *ap, *az,
+            )
+        else:
+            BOOK_STRUCT.pack_into(
+                out, 0,
+                book.instrument_id, BOOK_FLAG_SNAPSHOT if snapshot else 0, nb, na,
+                seq if seq >= 0 else 0, lv.ts_ms * _NS_PER_MS,
+                *bp, *_ZEROS[nb:], *bs, *_ZEROS[nb:], *ap, *_ZEROS[na:], *az, *_ZEROS[na:],
+            )
+        self.applied[_EMITTED_I] += 1
+        return _EMITTED
+
+    def _new_book(self, decoded: Decoded) -> IncrementalBook | SnapshotBook | None:
+        """The book of a first push for (channel, instId); None for an unknown instrument."""
+        iid = self._ids.get(decoded.inst_id)
+        if iid is None:
+            return None
+        channel = decoded.channel
+        inst_type = decoded.inst_type.upper()  # echoed as sent, but some venues echo lower case
+        sub = Subscription(inst_type if inst_type in INST_TYPES else decoded.inst_type, channel, decoded.inst_id)
+        book = IncrementalBook(iid, sub) if channel == CHANNEL_BOOKS else SnapshotBook(iid, sub)
+        self._books[(channel, decoded.inst_id)] = book
+        return book
 
     def fill_trades(self, decoded: Decoded, out: np.ndarray | None = None) -> int:
         """Write the TRADE payloads of a TRADE push, oldest first, into ``out`` (a TRADE_DTYPE

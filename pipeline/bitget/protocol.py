@@ -55,7 +55,10 @@ derives from ``BitgetError`` (``pipeline.bitget.errors``).
 Two decoders with the same contract: ``MsgspecDecoder`` (typed ``msgspec.Struct`` decode: shapes
 and types are checked in C) and ``OrjsonDecoder`` (``orjson.loads`` to dicts, shapes checked in
 Python). ``make_decoder()`` returns the faster one as measured on real frames (msgspec; see
-``bench/feed.py``).
+``bench/feed.py``). The msgspec decoder has a fast path for books1/5/15 pushes in the venue's
+canonical form (``_fast_snapshot``: sides kept as raw JSON, checked by their skeleton, parsed by
+one orjson call, ``"price:size"`` strings built lazily); any other frame, or any failed check,
+goes through the full typed decode, which alone decides rejections and their reasons.
 """
 
 from __future__ import annotations
@@ -157,14 +160,39 @@ class BookLevels(msgspec.Struct, gc=False):
 
     bid_px: list
     bid_sz: list
-    bid_lv: list
+    _bid_lv: list | None  # None until asked for (fast snapshot path): built from ``_raw``
     ask_px: list
     ask_sz: list
-    ask_lv: list
+    _ask_lv: list | None
     checksum: int
     seq: int
     pseq: int
     ts_ms: int
+    _raw: tuple | None = None  # (bids, asks) canonical JSON bytes, when the lv lists are lazy
+
+    @property
+    def bid_lv(self) -> list:
+        """The bids' original ``"price:size"`` strings, in the order sent."""
+        lv = self._bid_lv
+        if lv is None:
+            lv = self._bid_lv = _lv_from_raw(self._raw[0])
+        return lv
+
+    @property
+    def ask_lv(self) -> list:
+        """The asks' original ``"price:size"`` strings, in the order sent."""
+        lv = self._ask_lv
+        if lv is None:
+            lv = self._ask_lv = _lv_from_raw(self._raw[1])
+        return lv
+
+
+def _lv_from_raw(raw) -> list:
+    """``"price:size"`` strings of a side in the canonical form ``[["p","s"],["p","s"]]``."""
+    raw = bytes(raw)
+    if len(raw) <= 2:
+        return []
+    return raw[3:-3].decode().replace('","', ":").split('"],["')
 
 
 class Trades(msgspec.Struct, gc=False):
@@ -406,6 +434,11 @@ def _rejected(reason: Reject, detail: str = "", channel: str = "", inst_type: st
 _PONG = Decoded(FrameKind.PONG)
 _EVENT_KINDS = {"subscribe": FrameKind.SUBSCRIBED, "unsubscribe": FrameKind.UNSUBSCRIBED, "error": FrameKind.ERROR}
 _ACTIONS = {"snapshot": True, "update": False}
+# frames that may take the books1/5/15 fast path (MsgspecDecoder._decode); a miss only costs speed
+_NEEDLE_15 = '"channel":"books1'  # books1 and books15
+_NEEDLE_5 = '"channel":"books5"'
+_NEEDLE_B15 = _NEEDLE_15.encode()
+_NEEDLE_B5 = _NEEDLE_5.encode()
 
 
 class Decoder:
@@ -513,8 +546,120 @@ def _validation_reason(msg: str) -> Reject:
     return Reject.OUT_OF_RANGE
 
 
+class _FastData(msgspec.Struct, gc=False):
+    """A depth entry whose sides are kept as raw JSON (checked and parsed in ``_fast_snapshot``)."""
+
+    asks: msgspec.Raw = msgspec.Raw()
+    bids: msgspec.Raw = msgspec.Raw()
+    checksum: int = 0
+    seq: int | str | None = None
+    pseq: int | str | None = None
+    ts: int | str | None = None
+    # the rest of ``_Data``, with the same types, so that the fast decode accepts no more than it
+    price: str | None = None
+    size: str | None = None
+    side: str | None = None
+    tradeId: str | None = None
+
+
+class _FastEnvelope(msgspec.Struct, gc=False):
+    """``_Envelope`` with one ``_FastData`` entry (every other field and type the same)."""
+
+    action: str | None = None
+    event: str | None = None
+    op: str | None = None
+    arg: _Arg | None = None
+    data: Annotated[list[_FastData], msgspec.Meta(max_length=1)] | None = None
+    code: int | str | None = None
+    msg: str | None = None
+    ts: int | None = None
+
+
+#: The skeleton (digits and dots deleted) of ``bids + b"," + asks`` when both sides are in the venue's
+#: canonical form ``[["p","s"],["p","s"],...]``, with nb and na levels -> nb, for
+#: 1 <= nb, na <= MAX_FAST_LEVELS (books1/5/15 send at most 15).
+MAX_FAST_LEVELS = 25
+_SKELETONS = {
+    b"[" + b",".join([b'["",""]'] * nb) + b"],[" + b",".join([b'["",""]'] * na) + b"]": nb
+    for nb in range(1, MAX_FAST_LEVELS + 1)
+    for na in range(1, MAX_FAST_LEVELS + 1)
+}
+_DIGITS_DOT = b"0123456789."
+_QUOTES_BRACKETS = b'"[]'
+_SNAPSHOT_KIND = FrameKind.SNAPSHOT
+_OK = Reject.OK
+_SNAPSHOT_I = int(_SNAPSHOT_KIND)  # plain ints index the counters without an __index__ call
+_OK_I = int(_OK)
+_TS_DIGITS = 19  # a ts digit string this long or shorter is < 10**19 (MAX_TS_MS has 13 digits)
+
+
+def _fast_snapshot(e: _FastData, channel: str, inst_type: str, inst_id: str):
+    """The SNAPSHOT ``Decoded`` of a books1/5/15 entry in the venue's exact canonical form, or None
+    when anything is unusual (the caller then runs the full typed decode, which gives the reason).
+
+    Soundness: msgspec has checked that each side is valid JSON. A side whose skeleton (digits and
+    dots deleted) is ``[["",""],...]`` therefore is exactly ``[["D","D"],...]`` with D runs of
+    digits and dots (a digit outside the quotes would not be valid JSON there); orjson then parses
+    the D as JSON numbers, which is the same grammar and finiteness check ``_numbers`` makes, and
+    the sortedness, price, checksum, seq and ts checks are those of ``_book_levels``."""
+    bids = e.bids
+    asks = e.asks
+    cat = b",".join((bids, asks))
+    shape = _SKELETONS.get(cat.translate(None, _DIGITS_DOT))
+    if shape is None:
+        return None
+    try:
+        vals = orjson.loads(b"[%b]" % cat.translate(None, _QUOTES_BRACKETS))
+    except orjson.JSONDecodeError:
+        return None
+    split = shape + shape
+    ask_px = vals[split::2]
+    # bids ascending then asks: strictly ascending iff both sides are strictly sorted best first
+    # and the book is not crossed (a crossed one goes the full way); then the lowest bid > 0 is
+    # the whole "price > 0" check
+    c = vals[split - 2 :: -2] + ask_px
+    if not (c[0] > 0 and all(map(lt, c, c[1:]))):
+        return None
+    checksum = e.checksum
+    if not INT32_MIN <= checksum <= INT32_MAX:
+        return None
+    seq = e.seq
+    if seq is None:
+        seq = -1
+    elif type(seq) is not int or not 0 <= seq <= U64_MAX:
+        r, seq = _uint(seq, U64_MAX)
+        if r:
+            return None
+    pseq = e.pseq
+    if pseq is None:
+        pseq = -1
+    else:
+        r, pseq = _uint(pseq, U64_MAX)
+        if r:
+            return None
+    ts = e.ts
+    if type(ts) is str and len(ts) <= _TS_DIGITS and ts.isascii() and ts.isdigit() and ts[0] != "0":
+        ts = int(ts)
+        if ts > MAX_TS_MS:
+            return None
+    else:
+        if ts is None:
+            return None
+        r, ts = _uint(ts, MAX_TS_MS)
+        if r:
+            return None
+    lv = BookLevels(vals[0:split:2], vals[1:split:2], None, ask_px, vals[split + 1 :: 2], None, checksum, seq, pseq, ts, (bids, asks))
+    return Decoded(_SNAPSHOT_KIND, _OK, channel, inst_type, inst_id, [lv], None, True)
+
+
 class MsgspecDecoder(Decoder):
-    """Decoder over ``msgspec.json.Decoder(_Envelope)`` (the default; see ``make_decoder``)."""
+    """Decoder over ``msgspec.json.Decoder(_Envelope)`` (the default; see ``make_decoder``).
+
+    Fast path: a books1/5/15 push is first decoded with its sides as raw JSON; when the sides are
+    in the venue's canonical form and every check passes, the numbers come from one orjson parse
+    (``_fast_snapshot``) and the ``"price:size"`` strings are only built when asked for. Anything
+    else, or any failed check, goes through the full typed decode, so rejections and their reasons
+    are exactly those of the typed decode."""
 
     name = "msgspec"
 
@@ -522,8 +667,33 @@ class MsgspecDecoder(Decoder):
         super().__init__()
         self._envelope = msgspec.json.Decoder(_Envelope)
         self._loose = msgspec.json.Decoder(_LooseEnvelope)
+        self._fast = msgspec.json.Decoder(_FastEnvelope)
+
+    def decode(self, frame: str | bytes) -> Decoded:
+        """``Decoder.decode``, with the books1/5/15 fast path tried first."""
+        tf = type(frame)
+        if (tf is bytes and (_NEEDLE_B15 in frame or _NEEDLE_B5 in frame)) or (
+            tf is str and (_NEEDLE_15 in frame or _NEEDLE_5 in frame)
+        ):
+            if len(frame) <= MAX_FRAME_BYTES:
+                try:
+                    env = self._fast.decode(frame)
+                    arg = env.arg
+                    if (env.action in _ACTIONS and env.data and arg is not None
+                            and arg.channel in SNAPSHOT_CHANNELS and arg.instId):
+                        d = _fast_snapshot(env.data[0], arg.channel, arg.instType, arg.instId)
+                        if d is not None:
+                            self.kinds[_SNAPSHOT_I] += 1
+                            self.rejects[_OK_I] += 1
+                            return d
+                except Exception:  # noqa: BLE001 - the full decode below classifies the frame
+                    pass
+        return Decoder.decode(self, frame)
 
     def _decode(self, frame) -> Decoded:
+        return self._decode_typed(frame)
+
+    def _decode_typed(self, frame) -> Decoded:
         try:
             env = self._envelope.decode(frame)
         except msgspec.ValidationError as exc:
