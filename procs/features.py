@@ -85,13 +85,20 @@ class FeatureAgent(Agent):
                 self._logged_error = True
                 self.ctx.log.error("feature_error", error=repr(exc), kind=int(kind))
 
-    def _book(self, payload, ts_origin_ns: int) -> None:
-        if len(payload) != _BOOK_BYTES:
+    def _state_for(self, payload, nbytes: int):
+        """The instrument state a BOOK/TRADE payload is for; None (counted) when its size is wrong
+        or its instrument is not configured."""
+        if len(payload) != nbytes:
             self._count("bad_size")
-            return
+            return None
         st = self.states.get(int(np.frombuffer(payload, _U16, 1)[0]))
         if st is None:
             self._count("unknown_instrument")
+        return st
+
+    def _book(self, payload, ts_origin_ns: int) -> None:
+        st = self._state_for(payload, _BOOK_BYTES)
+        if st is None:
             return
         self.stats["books"] += 1
         code = compute(st, payload, self.buf, ts_origin_ns)
@@ -105,12 +112,8 @@ class FeatureAgent(Agent):
             self.stats["out_drops"] += 1
 
     def _trade(self, payload, ts_origin_ns: int) -> None:
-        if len(payload) != _TRADE_BYTES:
-            self._count("bad_size")
-            return
-        st = self.states.get(int(np.frombuffer(payload, _U16, 1)[0]))
+        st = self._state_for(payload, _TRADE_BYTES)
         if st is None:
-            self._count("unknown_instrument")
             return
         self.stats["trades"] += 1
         code = update_from_trade(st, payload, ts_origin_ns)

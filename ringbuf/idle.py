@@ -5,7 +5,7 @@ work and otherwise waits in its own way. It never sleeps when there was work.
 
 - ``BusySpin``: returns at once (the process owns its core; lowest latency, 100 % of a core).
 - ``BackOff``: spins ``spins`` times, then ``os.sched_yield()`` ``yields`` times, then sleeps with
-  exponential growth from ``min_sleep_ns`` to ``max_sleep_ns``. (``time.sleep(0)`` costs ~55 us on
+  exponential growth from ``min_sleep_ns`` to ``max_sleep_ns``. (A zero-length ``time.sleep`` costs ~55 us on
   Linux and is not a yield; ``os.sched_yield()`` costs ~0.7 us.)
 - Blocking waits on a semaphore are not a plain idle strategy: they need the ring, so they live in
   ``ringbuf.ring.Reader.wait`` and the runner composes them.
