@@ -7,9 +7,18 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup test up down status bench bench-ring bench-feed clean
+.PHONY: setup model test up down status bench bench-ring bench-feed clean
 
-setup: $(STAMP)
+MODEL  := models/generated/fast.onnx
+
+setup: $(STAMP) $(MODEL)
+
+# The fast path's default model, trained from the synthetic venue's flow (a few seconds); made when missing.
+$(MODEL): | $(STAMP)
+	$(PY) -m pipeline.model --out $(MODEL)
+
+model: $(STAMP)
+	$(PY) -m pipeline.model --out $(MODEL)
 
 # Idempotent: re-runs only when the project's dependency list changes or the venv is missing.
 $(STAMP): pyproject.toml

@@ -43,6 +43,20 @@ are laid out by the ``F_*`` index constants of ``pipeline.features`` (table in d
      32      8    ref_spread      f64   best ask - best bid, price units
      40    512    features        f32[128]
 
+SIGNAL payload (56 bytes; numpy ``SIGNAL_DTYPE``), one per FEATURES, from the fast classifier;
+``probs`` are indexed by ``Label``::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      1    label           u8    Label
+      3      1    flags           u8    SIGNAL_FLAG_* bits
+      4      4    (zero)
+      8      8    feature_seq     u64   the FEATURES' book_seq (the feature snapshot it was computed from)
+     16      8    exch_ts_ns      u64   the FEATURES' venue timestamp
+     24      8    ref_mid         f64   the FEATURES' reference mid
+     32      8    ref_spread      f64   the FEATURES' reference spread
+     40     16    probs           f32[4] HOLD, LEAN_BUY, LEAN_SELL, EMERGENCY
+
 CONTROL payload (16 bytes)::
 
     0        2        4                8               16
@@ -143,3 +157,21 @@ FEATURES_DTYPE = np.dtype([
 ])
 assert FEATURES_DTYPE.itemsize == 552
 OFF_FEATURES_VECTOR = 40
+
+
+class Label(enum.IntEnum):
+    """The fast classifier's decision (SIGNAL ``label``; index into ``probs``)."""
+
+    HOLD = 0
+    LEAN_BUY = 1
+    LEAN_SELL = 2
+    EMERGENCY = 3  # informed / toxic flow: pull quotes now
+
+
+SIGNAL_FLAG_WARMUP = 1  # the FEATURES carried FEATURES_FLAG_WARMUP
+SIGNAL_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("label", "u1"), ("flags", "u1"), ("_pad", "V4"),
+    ("feature_seq", "<u8"), ("exch_ts_ns", "<u8"), ("ref_mid", "<f8"), ("ref_spread", "<f8"),
+    ("probs", "<f4", (4,)),
+])
+assert SIGNAL_DTYPE.itemsize == 56

@@ -1,6 +1,7 @@
 """`make up`'s own configuration, run for real (with this test's prefix and directories): the paper
-venue, the feed and the feature engine come up, BOOK messages flow into the md ring with valid
-checksums and FEATURES into the feat ring, nothing is rejected, and `down` leaves nothing."""
+venue, the feed, the feature engine and the fast path come up, BOOK messages flow into the md ring with
+valid checksums, FEATURES into the feat ring and SIGNALs into sig_risk, nothing is rejected, and `down`
+leaves nothing."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_default_config_runs_venue_feed_and_features_into_the_feat_ring(pipe):
 
     status = pipe.up()
     assert {p["name"]: p["state"] for p in status["processes"]} == {"venue": "RUNNING", "feed": "RUNNING",
-                                                                     "features": "RUNNING"}
+                                                                     "features": "RUNNING", "fast": "RUNNING"}
 
     def feed_stats():
         return next(p for p in pipe.status()["processes"] if p["name"] == "feed")["stage"]
@@ -49,5 +50,13 @@ def test_default_config_runs_venue_feed_and_features_into_the_feat_ring(pipe):
     feat = next(r for r in pipe.status()["rings"] if r["name"] == "feat")
     assert feat["write_cursor"] >= 50 and feat["crc_errors"] == 0
     assert fs["rejected"] == 0 and fs["books"] >= fs["emitted"] and fs.get("errors", 0) == 0
+    def fast_stats():
+        return next(p for p in pipe.status()["processes"] if p["name"] == "fast")["stage"]
+
+    fa = wait_until(lambda: (s := fast_stats()).get("signals", 0) >= 50 and s, 30, 0.1, "50 SIGNALs from fast")
+    sig = next(r for r in pipe.status()["rings"] if r["name"] == "sig_risk")
+    assert sig["write_cursor"] >= 50 and sig["crc_errors"] == 0
+    assert fa["provider"] in ("CPU", "CUDA") and fa["rejected"] == 0 and fa.get("errors", 0) == 0
+    assert fa["hold"] + fa["lean_buy"] + fa["lean_sell"] + fa["emergency"] == fa["features"] >= fa["signals"]
     assert pipe.down() == 0
     assert shm_entries(pipe.prefix) == []

@@ -76,3 +76,22 @@ def test_features_golden_bytes():
     assert struct.unpack_from("<f", raw, 40 + 4 * 65) == (-0.25,)
     assert struct.unpack_from("<f", raw, 40 + 4 * 127) == (3.0,)
     assert len(raw) == 552 and raw[44 : 40 + 4 * 65] == bytes(4 * 64)
+
+
+def test_signal_layout_and_golden_bytes():
+    from pipeline.messages import SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Label
+
+    assert [(lb.name, lb.value) for lb in Label] == [("HOLD", 0), ("LEAN_BUY", 1), ("LEAN_SELL", 2), ("EMERGENCY", 3)]
+    assert SIGNAL_DTYPE.itemsize == 56 <= 64 and SIGNAL_FLAG_WARMUP == 1
+    offsets = {name: SIGNAL_DTYPE.fields[name][1] for name in SIGNAL_DTYPE.names}
+    assert offsets == {"instrument_id": 0, "label": 2, "flags": 3, "_pad": 4, "feature_seq": 8, "exch_ts_ns": 16,
+                       "ref_mid": 24, "ref_spread": 32, "probs": 40}
+    rec = np.zeros(1, SIGNAL_DTYPE)
+    rec["instrument_id"], rec["label"], rec["flags"] = 2, Label.EMERGENCY, SIGNAL_FLAG_WARMUP
+    rec["feature_seq"], rec["exch_ts_ns"] = 0x0102030405060708, 1_700_000_000_123_000_000
+    rec["ref_mid"], rec["ref_spread"] = 100.625, 0.25
+    rec["probs"][0] = (0.125, 0.25, 0.5, 0.125)
+    raw = rec.tobytes()
+    assert raw[:16] == bytes.fromhex("0200" "03" "01" "00000000" "0807060504030201")
+    assert struct.unpack_from("<Qdd", raw, 16) == (1_700_000_000_123_000_000, 100.625, 0.25)
+    assert struct.unpack_from("<4f", raw, 40) == (0.125, 0.25, 0.5, 0.125)

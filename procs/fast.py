@@ -1,0 +1,282 @@
+"""The fast path: FEATURES from the ``feat`` ring in, one SIGNAL per FEATURES out (a small ONNX classifier).
+
+``FastAgent`` (``module = "procs.fast:FastAgent"``) holds one ``onnxruntime.InferenceSession``:
+
+- providers: ``[("CUDAExecutionProvider", {device_id, gpu_mem_limit, arena_extend_strategy}),
+  "CPUExecutionProvider"]`` when ``providers`` is ``"auto"`` or ``"cuda"`` and this onnxruntime build
+  has the CUDA EP (``onnxruntime.preload_dlls()`` first, where it exists); ``["CPUExecutionProvider"]``
+  for ``"cpu"``. One intra-op and one inter-op thread (the process is pinned to one core), all graph
+  optimizations.
+- The effective provider (``session.get_providers()[0]``) is logged (``fast_ready``) and published in
+  ``ctx.stats["provider"]``. With ``require_gpu = true`` anything but CUDA is a start-up error that names
+  the cause: no CUDA EP in this build, or the EP failed to load (onnxruntime's own message: missing
+  CUDA / cuDNN libraries, no device...).
+- IO binding: one preallocated float32 [batch, 128] input and float32 [batch, 4] output, bound once per
+  batch size seen (views of the same arrays; no allocation per message).
+- ``warmup_runs`` inferences (batch 1 and a full batch) before ``on_start`` returns: the runner reports
+  the stage RUNNING only then.
+
+Per ``do_work``: up to ``ctx.batch`` FEATURES are copied into the input array, classified in one run,
+labelled with the thresholds (``emergency``, then ``buy`` / ``sell``, else HOLD; each a probability),
+and each becomes a SIGNAL (``pipeline.messages.SIGNAL_DTYPE``, the FEATURES' ``ts_origin_ns``
+unchanged) written to ``sig_risk`` (every one) and to ``sig_llm`` (non-HOLD only), where those outputs
+exist. A model swap is a restart of this process with a new ``model_path`` in the config; the other
+processes keep running.
+
+Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm_output`` ("sig_llm"),
+``model_path`` ("models/generated/fast.onnx"), ``providers`` ("auto" | "cpu" | "cuda"),
+``require_gpu`` (false), ``device_id`` (0), ``gpu_mem_limit_mib`` (256), ``arena_extend_strategy``
+("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5}),
+``warmup_runs`` (20).
+
+Counters (``ctx.stats``): provider, model (first 8 hex digits of the file's SHA-256), features,
+signals, hold, lean_buy, lean_sell, emergency, runs, risk_drops, llm_drops, rejected, unknown_kind,
+errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.agent import Agent
+from pipeline.errors import ConfigError, StartupError
+from pipeline.messages import FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_LEN, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Kind, Label
+
+_FEATURES_BYTES = FEATURES_DTYPE.itemsize
+N_LABELS = len(Label)
+_LABEL_KEYS = ("hold", "lean_buy", "lean_sell", "emergency")
+CUDA_EP = "CUDAExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+
+
+class _StderrCapture:
+    """Collects what native code writes to fd 2 (onnxruntime reports EP load failures there)."""
+
+    def __enter__(self):
+        self.text = ""
+        self._tmp = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._tmp.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._tmp.seek(0)
+        self.text = self._tmp.read().decode("utf-8", "replace")
+        self._tmp.close()
+        return False
+
+
+def _cuda_cause(native: str) -> str:
+    """The most telling line of onnxruntime's native output about the CUDA EP."""
+    for key in ("Failed to load library", "cannot open shared object", "Failed to create CUDAExecutionProvider",
+                "CUDA failure", "no CUDA-capable device", "No registered plugin EP device"):
+        for line in native.splitlines():
+            if key in line:
+                if "with error: " in line:
+                    return "CUDA libraries missing (" + line.split("with error: ", 1)[1].strip()[:200] + ")"
+                return line.split("] ", 1)[-1].strip()[:300]
+    return native.strip().splitlines()[-1][:300] if native.strip() else "no message from onnxruntime"
+
+
+def build_session(model_path: str, *, providers: str = "auto", device_id: int = 0, gpu_mem_limit_mib: int = 256,
+                  arena_extend_strategy: str = "kSameAsRequested", require_gpu: bool = False, log=None):
+    """(session, effective provider name, cause when CUDA was asked for and is not in effect)."""
+    import onnxruntime as ort
+
+    if providers not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"fast: providers must be 'auto', 'cpu' or 'cuda', not {providers!r}")
+    if not Path(model_path).is_file():
+        raise StartupError(f"fast: model file {model_path!r} does not exist (run `make model`)")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    want_cuda = providers in ("auto", "cuda") or require_gpu
+    cause = ""
+    plist: list = [CPU_EP]
+    native = ""
+    if want_cuda:
+        if CUDA_EP not in ort.get_available_providers():
+            cause = f"this onnxruntime build ({ort.__version__}) has no {CUDA_EP} (install onnxruntime-gpu)"
+        else:
+            plist = [(CUDA_EP, {"device_id": int(device_id), "gpu_mem_limit": int(gpu_mem_limit_mib) << 20,
+                                "arena_extend_strategy": arena_extend_strategy}), CPU_EP]
+    with _StderrCapture() as cap:
+        if len(plist) == 2 and hasattr(ort, "preload_dlls"):
+            try:
+                with contextlib.redirect_stdout(io.StringIO()) as said:
+                    ort.preload_dlls()
+                native += said.getvalue()
+            except Exception as exc:  # best effort: the session reports what is really missing
+                native += f"preload_dlls: {exc!r}\n"
+        sess = ort.InferenceSession(model_path, so, providers=plist)
+    native += cap.text
+    effective = sess.get_providers()[0]
+    if want_cuda and effective != CUDA_EP and not cause:
+        cause = f"{CUDA_EP} failed to load: {_cuda_cause(native)}"
+    if require_gpu and effective != CUDA_EP:
+        raise StartupError(f"fast: require_gpu is set but onnxruntime runs on {effective}: {cause}")
+    if cause and log is not None:
+        log.warning("fast_cuda_unavailable", cause=cause, providers=providers)
+    return sess, effective, cause
+
+
+class FastAgent(Agent):
+    """FEATURES in, SIGNAL out (see the module docstring)."""
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        prm = ctx.params
+        name = prm.get("input")
+        if name is None:
+            if len(ctx.inputs) != 1:
+                raise ConfigError(f"fast: name the input ring (params.input); it has {sorted(ctx.inputs)}")
+            name = next(iter(ctx.inputs))
+        if name not in ctx.inputs:
+            raise ConfigError(f"fast: input ring {name!r} is not among {sorted(ctx.inputs)}")
+        self.inp = ctx.inputs[name]
+        self.risk = ctx.outputs.get(prm.get("risk_output", "sig_risk"))
+        self.llm = ctx.outputs.get(prm.get("llm_output", "sig_llm"))
+        if self.risk is None and self.llm is None:
+            raise ConfigError(f"fast: neither a risk nor an llm output among {sorted(ctx.outputs)}")
+        th = dict(prm.get("thresholds", {}))
+        unknown = set(th) - {"buy", "sell", "emergency"}
+        if unknown:
+            raise ConfigError(f"fast: unknown thresholds {sorted(unknown)} (buy, sell, emergency)")
+        self.th_buy = float(th.get("buy", 0.4))
+        self.th_sell = float(th.get("sell", 0.4))
+        self.th_emergency = float(th.get("emergency", 0.5))
+        self.model_path = str(prm.get("model_path", "models/generated/fast.onnx"))
+        self.sess, self.provider, cause = build_session(
+            self.model_path, providers=str(prm.get("providers", "auto")), device_id=int(prm.get("device_id", 0)),
+            gpu_mem_limit_mib=int(prm.get("gpu_mem_limit_mib", 256)),
+            arena_extend_strategy=str(prm.get("arena_extend_strategy", "kSameAsRequested")),
+            require_gpu=bool(prm.get("require_gpu", False)), log=ctx.log)
+        inp, out = self.sess.get_inputs()[0], self.sess.get_outputs()[0]
+        if inp.shape[-1] != FEATURES_LEN or out.shape[-1] != N_LABELS:
+            raise StartupError(f"fast: model {self.model_path!r} maps {inp.shape} -> {out.shape}, "
+                               f"expected [N, {FEATURES_LEN}] -> [N, {N_LABELS}]")
+        self.in_name, self.out_name = inp.name, out.name
+        self.model_id = hashlib.sha256(Path(self.model_path).read_bytes()).hexdigest()[:8]
+        n = max(1, int(ctx.batch))
+        self.cap = n
+        self.x = np.zeros((n, FEATURES_LEN), np.float32)
+        self.probs = np.zeros((n, N_LABELS), np.float32)
+        self.feat = np.zeros(n, FEATURES_DTYPE)
+        self.ts = np.zeros(n, np.int64)
+        self.sig = np.zeros(n, SIGNAL_DTYPE)
+        self.sig_bytes = memoryview(self.sig).cast("B")
+        self.n = 0
+        self._bindings: dict[int, object] = {}
+        self.stats = ctx.stats
+        self.stats.update(provider="CUDA" if self.provider == CUDA_EP else self.provider.replace("ExecutionProvider", ""),
+                          model=self.model_id, features=0, signals=0, hold=0, lean_buy=0, lean_sell=0, emergency=0,
+                          runs=0, risk_drops=0, llm_drops=0, rejected=0)
+        self._logged_error = False
+        for i in range(max(0, int(prm.get("warmup_runs", 20)))):
+            self._infer(1 if i % 2 == 0 else n)
+        self.stats["runs"] = 0
+        ctx.log.info("fast_ready", provider=self.provider, model=self.model_path, model_sha256_8=self.model_id,
+                     cuda_cause=cause, warmup_runs=int(prm.get("warmup_runs", 20)))
+
+    def _binding(self, n: int):
+        io = self._bindings.get(n)
+        if io is None:
+            import onnxruntime as ort
+
+            io = self.sess.io_binding()
+            io.bind_ortvalue_input(self.in_name, ort.OrtValue.ortvalue_from_numpy(self.x[:n]))
+            io.bind_ortvalue_output(self.out_name, ort.OrtValue.ortvalue_from_numpy(self.probs[:n]))
+            self._bindings[n] = io
+        return io
+
+    def _infer(self, n: int) -> np.ndarray:
+        """Run the model on the first ``n`` rows of ``self.x``; the probabilities land in ``self.probs[:n]``."""
+        io = self._binding(n)
+        io.synchronize_inputs()
+        self.sess.run_with_iobinding(io)
+        io.synchronize_outputs()
+        self.stats["runs"] += 1
+        return self.probs[:n]
+
+    def classify(self, probs: np.ndarray) -> np.ndarray:
+        """Labels (uint8) of probability rows under the thresholds."""
+        lab = np.zeros(len(probs), np.uint8)
+        buy, sell = probs[:, Label.LEAN_BUY], probs[:, Label.LEAN_SELL]
+        lab[(buy >= self.th_buy) & (buy >= sell)] = Label.LEAN_BUY
+        lab[(sell >= self.th_sell) & (sell > buy)] = Label.LEAN_SELL
+        lab[probs[:, Label.EMERGENCY] >= self.th_emergency] = Label.EMERGENCY
+        return lab
+
+    def _on(self, seq, ts_origin_ns, kind, payload) -> None:
+        if kind != Kind.FEATURES:
+            self.stats["unknown_kind"] = self.stats.get("unknown_kind", 0) + 1
+            return
+        if len(payload) != _FEATURES_BYTES:
+            self.stats["rejected"] += 1
+            return
+        i = self.n
+        self.feat[i : i + 1] = np.frombuffer(payload, FEATURES_DTYPE, 1)
+        self.ts[i] = ts_origin_ns
+        self.n = i + 1
+
+    def do_work(self) -> int:
+        self.n = 0
+        got = self.inp.poll(self._on, self.cap)
+        if not got:
+            return 0
+        self.ctx.received(got)
+        n = self.n
+        if n:
+            try:
+                self._emit(n)
+            except Exception as exc:  # never out of the hot loop: count, log once, skip the batch
+                self.stats["errors"] = self.stats.get("errors", 0) + n
+                if not self._logged_error:
+                    self._logged_error = True
+                    self.ctx.log.error("fast_error", error=repr(exc))
+        return got
+
+    def _emit(self, n: int) -> None:
+        f = self.feat[:n]
+        self.stats["features"] += n
+        self.x[:n] = f["features"]
+        probs = self._infer(n)
+        lab = self.classify(probs)
+        s = self.sig[:n]
+        s["instrument_id"] = f["instrument_id"]
+        s["label"] = lab
+        s["flags"] = np.where(f["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0)
+        s["feature_seq"], s["exch_ts_ns"] = f["book_seq"], f["exch_ts_ns"]
+        s["ref_mid"], s["ref_spread"] = f["ref_mid"], f["ref_spread"]
+        s["probs"] = probs
+        counts = np.bincount(lab, minlength=N_LABELS)
+        for k, c in zip(_LABEL_KEYS, counts):
+            if c:
+                self.stats[k] += int(c)
+        size = SIGNAL_DTYPE.itemsize
+        emit, risk, llm, ts, mv = self.ctx.emit, self.risk, self.llm, self.ts, self.sig_bytes
+        for i in range(n):
+            payload = mv[i * size : (i + 1) * size]
+            t = int(ts[i])
+            if risk is not None:
+                if emit(risk, Kind.SIGNAL, payload, t):
+                    self.stats["signals"] += 1
+                else:
+                    self.stats["risk_drops"] += 1
+            if llm is not None and lab[i] != Label.HOLD and not emit(llm, Kind.SIGNAL, payload, t):
+                self.stats["llm_drops"] += 1
+
+    def on_close(self) -> None:
+        self._bindings.clear()
+        self.sess = None

@@ -1,0 +1,51 @@
+"""The fast path's default model (pipeline/model.py): trained on the project's synthetic flow, it beats
+the majority class on held-out data, and the exported ONNX graph computes what numpy computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.messages import Label
+from pipeline.model import INPUT_NAME, OUTPUT_NAME, TrainParams, build, forward, generate, label
+
+
+def test_labels_use_the_dead_band_and_emergency_thresholds():
+    p = TrainParams(dead_band_ticks=2.0, emergency_ticks=40.0, toxic_vpin=0.9, toxic_move_ticks=20.0)
+    moves = np.array([0.0, 2.0, 2.5, -2.5, -2.0, 40.0, -45.0, 25.0, 25.0])
+    vpin = np.array([0, 0, 0, 0, 0, 0, 0, 0.95, 0.5])
+    assert label(moves, vpin, p).tolist() == [Label.HOLD, Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL, Label.HOLD,
+                                              Label.EMERGENCY, Label.EMERGENCY, Label.EMERGENCY, Label.LEAN_BUY]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    p = TrainParams(steps=30_000, seed=3)
+    out = tmp_path_factory.mktemp("model") / "fast.onnx"
+    return p, build(out, p), out
+
+
+def test_training_beats_the_majority_baseline_on_held_out_data(trained):
+    _, m, _ = trained
+    r = m.report
+    assert r["n_holdout"] > 4000 and set(r) >= {"holdout_accuracy", "majority_baseline", "holdout_balanced_accuracy"}
+    assert r["holdout_accuracy"] > r["majority_baseline"] + 0.01, r
+    assert r["holdout_balanced_accuracy"] > 0.25 + 0.05, r  # chance is 1/4
+
+
+def test_the_onnx_file_runs_in_onnxruntime_and_matches_numpy(trained):
+    import onnxruntime as ort
+
+    p, m, out = trained
+    X = generate(TrainParams(steps=600, seed=11)).X
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == [INPUT_NAME] and sess.get_inputs()[0].shape == ["N", 128]
+    assert [o.name for o in sess.get_outputs()] == [OUTPUT_NAME]
+    got = sess.run([OUTPUT_NAME], {INPUT_NAME: X})[0]
+    assert got.dtype == np.float32 and got.shape == (len(X), 4)
+    np.testing.assert_allclose(got, forward(m, X), atol=1e-5)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
+    one = sess.run([OUTPUT_NAME], {INPUT_NAME: X[:1]})[0]
+    np.testing.assert_allclose(one[0], got[0], atol=1e-6)
+    meta = sess.get_modelmeta().custom_metadata_map
+    assert "report" in meta and '"LEAN_BUY"' in meta["labels"]

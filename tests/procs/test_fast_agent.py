@@ -1,0 +1,238 @@
+"""The fast path (procs/fast.py): in-process with a fake context and the real onnxruntime, and end to end
+under the supervisor (FEATURES -> fast -> sig_risk / sig_llm), including a model swap by `restart fast`."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from pipeline.agent import Agent, AgentContext
+from pipeline.config import ProcessConfig, parse_config
+from pipeline.errors import StartupError
+from pipeline.messages import FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Kind, Label
+from pipeline.model import Model, to_onnx
+from procs.fast import FastAgent
+from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
+from tests.procs.test_features_agent import ListInput
+
+
+def write_model(path, *, hold=1.0, buy=0.0, sell=0.0, emergency=0.0, gain=4.0) -> str:
+    """A hand-made model: f[0] > 0 pushes LEAN_BUY, f[0] < 0 LEAN_SELL, f[1] > 0 EMERGENCY; the
+    bias logits (hold, buy, sell, emergency) decide the rest."""
+    w1 = np.zeros((128, 3))
+    w1[0, 0], w1[0, 1], w1[1, 2] = 1.0, -1.0, 1.0
+    w2 = np.zeros((3, 4))
+    w2[0, Label.LEAN_BUY], w2[1, Label.LEAN_SELL], w2[2, Label.EMERGENCY] = gain, gain, gain
+    m = Model(w1, np.zeros(3), w2, np.array([hold, buy, sell, emergency]), {"hand_made": True})
+    with open(path, "wb") as f:
+        f.write(to_onnx(m).SerializeToString())
+    return str(path)
+
+
+def features(seq, f0=0.0, f1=0.0, *, iid=1, flags=0):
+    r = np.zeros(1, FEATURES_DTYPE)
+    r["instrument_id"], r["flags"], r["book_seq"], r["exch_ts_ns"] = iid, flags, seq, 1_000 + seq
+    r["ref_mid"], r["ref_spread"] = 100.0 + seq, 0.5
+    r["features"][0, 0], r["features"][0, 1] = f0, f1
+    return r.tobytes()
+
+
+def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm")):
+    cfg = parse_config(ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=560)
+                       + INSTRUMENTS)
+    proc = ProcessConfig(name="fast", module="procs.fast:FastAgent", inputs=["feat"], outputs=list(outputs),
+                         batch=batch, params=params)
+    return AgentContext(config=cfg, process=proc, inputs={"feat": ListInput(msgs)},
+                        outputs={o: RecordingPort() for o in outputs}, log=ListLog())
+
+
+def run(msgs, params, **kw):
+    ctx = make_ctx(msgs, params, **kw)
+    agent = FastAgent()
+    agent.on_start(ctx)
+    while agent.do_work():
+        pass
+    return agent, ctx
+
+
+def signals(port):
+    return [(np.frombuffer(p, SIGNAL_DTYPE, 1)[0], ts) for k, p, ts, _ in port.msgs if k == Kind.SIGNAL]
+
+
+@pytest.mark.parametrize("batch", [1, 256])
+def test_every_features_gives_a_signal_to_risk_and_non_hold_ones_go_to_the_llm(tmp_path, batch):
+    model = write_model(tmp_path / "m.onnx")
+    msgs = [(Kind.FEATURES, features(1, 5.0, flags=FEATURES_FLAG_WARMUP), 11), (Kind.FEATURES, features(2), 12),
+            (Kind.FEATURES, features(3, -5.0), 13), (Kind.FEATURES, features(4, 0.0, 5.0, iid=2), 14),
+            (Kind.FEATURES, b"\0" * 10, 15), (Kind.BOOK, b"\0" * 504, 16), (Kind.FEATURES, features(5), 17)]
+    agent, ctx = run(msgs, {"model_path": model, "providers": "cpu", "warmup_runs": 3}, batch=batch)
+    risk = signals(ctx.outputs["sig_risk"])
+    assert [(int(s["feature_seq"]), int(s["label"]), ts) for s, ts in risk] == [
+        (1, Label.LEAN_BUY, 11), (2, Label.HOLD, 12), (3, Label.LEAN_SELL, 13), (4, Label.EMERGENCY, 14),
+        (5, Label.HOLD, 17)]
+    s0 = risk[0][0]
+    assert int(s0["instrument_id"]) == 1 and int(s0["flags"]) == SIGNAL_FLAG_WARMUP and int(s0["exch_ts_ns"]) == 1_001
+    assert float(s0["ref_mid"]) == 101.0 and float(s0["ref_spread"]) == 0.5
+    assert int(risk[3][0]["instrument_id"]) == 2 and int(risk[1][0]["flags"]) == 0
+    for s, _ in risk:
+        assert abs(float(s["probs"].sum()) - 1.0) < 1e-5 and int(np.argmax(s["probs"])) == int(s["label"])
+    llm = signals(ctx.outputs["sig_llm"])
+    assert [int(s["feature_seq"]) for s, _ in llm] == [1, 3, 4]
+    st = ctx.stats
+    assert st["provider"] == "CPU" and st["features"] == 5 and st["signals"] == 5
+    assert (st["hold"], st["lean_buy"], st["lean_sell"], st["emergency"]) == (2, 1, 1, 1)
+    assert st["rejected"] == 1 and st["unknown_kind"] == 1 and st["runs"] >= (5 if batch == 1 else 1)
+    assert ctx.msgs_in == len(msgs) and ctx.msgs_out == 8
+    ready = ctx.log.named("fast_ready")
+    assert ready and ready[0]["provider"] == "CPUExecutionProvider" and ready[0]["warmup_runs"] == 3
+
+
+def test_thresholds_decide_the_label(tmp_path):
+    model = write_model(tmp_path / "m.onnx", gain=1.0)  # f0 = 1: p(buy) ~ 0.48, below 0.6
+    msgs = [(Kind.FEATURES, features(1, 1.0), 1), (Kind.FEATURES, features(2, 3.0), 2)]
+    _, ctx = run(msgs, {"model_path": model, "providers": "cpu", "thresholds": {"buy": 0.6}})
+    assert [int(s["label"]) for s, _ in signals(ctx.outputs["sig_risk"])] == [Label.HOLD, Label.LEAN_BUY]
+
+
+def test_only_a_risk_output_is_enough_and_full_outputs_are_counted(tmp_path):
+    model = write_model(tmp_path / "m.onnx")
+    ctx = make_ctx([(Kind.FEATURES, features(1, 5.0), 1)], {"model_path": model, "providers": "cpu"},
+                   outputs=("sig_risk",))
+    ctx.outputs["sig_risk"].accept = False
+    agent = FastAgent()
+    agent.on_start(ctx)
+    agent.do_work()
+    assert ctx.stats["risk_drops"] == 1 and ctx.stats["signals"] == 0 and ctx.stats["lean_buy"] == 1
+
+
+def test_require_gpu_without_a_usable_cuda_provider_fails_the_start_naming_the_cause(tmp_path):
+    import onnxruntime as ort
+
+    model = write_model(tmp_path / "m.onnx")
+    ctx = make_ctx([], {"model_path": model, "require_gpu": True})
+    try:
+        FastAgent().on_start(ctx)
+    except StartupError as exc:
+        msg = str(exc)
+        assert "require_gpu" in msg and "CPUExecutionProvider" in msg
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            assert "has no CUDAExecutionProvider" in msg
+        else:
+            assert "CUDAExecutionProvider failed to load:" in msg and len(msg.split("load:", 1)[1].strip()) > 10
+    else:
+        pytest.skip("this machine runs the model on CUDA")
+
+
+def test_a_missing_model_file_fails_the_start(tmp_path):
+    with pytest.raises(StartupError, match="make model"):
+        FastAgent().on_start(make_ctx([], {"model_path": str(tmp_path / "none.onnx"), "providers": "cpu"}))
+
+
+def test_a_new_agent_with_another_model_path_gives_that_models_outputs(tmp_path):
+    a = write_model(tmp_path / "a.onnx", hold=0.0, buy=5.0)
+    b = write_model(tmp_path / "b.onnx", hold=0.0, sell=5.0)
+    msgs = [(Kind.FEATURES, features(i), i) for i in range(1, 4)]
+    _, ca = run(msgs, {"model_path": a, "providers": "cpu"})
+    _, cb = run(msgs, {"model_path": b, "providers": "cpu"})
+    assert {int(s["label"]) for s, _ in signals(ca.outputs["sig_risk"])} == {Label.LEAN_BUY}
+    assert {int(s["label"]) for s, _ in signals(cb.outputs["sig_risk"])} == {Label.LEAN_SELL}
+    assert ca.stats["model"] != cb.stats["model"]
+
+
+# ------------------------------------------------------------------------------------- end to end
+class FeaturesSource(Agent):
+    """Writes FEATURES (instrument 1, book_seq 1..) at ``rate_per_s`` into its one output."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.out = next(iter(ctx.outputs.values()))
+        self.rate = float(ctx.params.get("rate_per_s", 200))
+        self.t0 = ctx.clock()
+        self.base = getattr(self.out, "position", 0)
+        self.sent = 0
+
+    def do_work(self) -> int:
+        due = self.base + int((self.ctx.clock() - self.t0) * self.rate / 1e9)
+        n = 0
+        while self.base + self.sent < due and n < self.ctx.batch:
+            if not self.ctx.emit(self.out, Kind.FEATURES, features(self.base + self.sent + 1), self.ctx.clock()):
+                break
+            self.sent += 1
+            n += 1
+        return n
+
+
+class SignalSink(Agent):
+    """Appends ``SIGNAL iid feature_seq label ts_origin_ns`` per message of its one input to ``params.out``."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.inp = next(iter(ctx.inputs.values()))
+        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _on(self, seq, ts, kind, payload):
+        s = np.frombuffer(payload, SIGNAL_DTYPE, 1)[0]
+        os.write(self.fd, f"SIGNAL {s['instrument_id']} {s['feature_seq']} {s['label']} {ts}\n".encode())
+
+    def do_work(self) -> int:
+        n = self.inp.poll(self._on, self.ctx.batch)
+        self.ctx.received(n)
+        return n
+
+    def on_close(self):
+        os.close(self.fd)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_restart_fast_with_a_new_model_path_swaps_the_model_and_keeps_the_others_running(pipe):
+    a = write_model(pipe.tmp / "a.onnx", hold=0.0, buy=5.0)
+    b = write_model(pipe.tmp / "b.onnx", hold=0.0, sell=5.0)
+    risk_out, llm_out = pipe.tmp / "risk.txt", pipe.tmp / "llm.txt"
+    me = "tests.procs.test_fast_agent"
+
+    def body(model):
+        return (ring("feat", payload=560, capacity=1024, policy="drop") + ring("sig_risk", payload=64, capacity=4096,
+                                                                                 policy="drop")
+                + ring("sig_llm", payload=560, capacity=4096, policy="drop")
+                + process("src", f"{me}:FeaturesSource", outputs=["feat"], extra=BACK_OFF, params="rate_per_s = 200")
+                + process("fast", "procs.fast:FastAgent", inputs=["feat"], outputs=["sig_risk", "sig_llm"],
+                          extra=BACK_OFF, params=f'model_path = "{model}", providers = "cpu", warmup_runs = 5')
+                + process("risk", f"{me}:SignalSink", inputs=["sig_risk"], extra='wait = "blocking"\n',
+                          params=f'out = "{risk_out}"')
+                + process("llm", f"{me}:SignalSink", inputs=["sig_llm"], extra='wait = "blocking"\n',
+                          params=f'out = "{llm_out}"')
+                + INSTRUMENTS)
+
+    def labels(path):
+        text = path.read_text() if path.exists() else ""
+        return [int(ln.split()[3]) for ln in text.splitlines()]
+
+    path = pipe.write_config(body(a))
+    pipe.up()
+    wait_until(lambda: len(labels(risk_out)) >= 20, 15, 0.02, "20 SIGNALs at risk")
+    first = pipe.procs()["fast"]["stage"]
+    assert first["provider"] == "CPU" and set(labels(risk_out)) == {Label.LEAN_BUY}
+    assert labels(llm_out)[:20] == labels(risk_out)[:20]
+    before = pipe.pids()
+
+    path.write_text(pipe.config_text(body(b)))  # same file, new model_path
+    resp = pipe.request({"cmd": "restart", "name": "fast"})
+    assert resp["ok"], resp
+    st = wait_until(lambda: (p := pipe.procs()["fast"])["state"] == "RUNNING" and p["pid"] != before["fast"]
+                    and p["stage"].get("model") not in (None, first["model"]) and p, 20, 0.05, "fast on model B")
+    n = len(labels(risk_out))
+    wait_until(lambda: len(labels(risk_out)) >= n + 20, 15, 0.02, "20 more SIGNALs")
+    got = labels(risk_out)
+    assert got[-1] == Label.LEAN_SELL and set(got) == {Label.LEAN_BUY, Label.LEAN_SELL}
+    assert got.index(Label.LEAN_SELL) > 0 and all(x == Label.LEAN_SELL for x in got[got.index(Label.LEAN_SELL):])
+    after = pipe.pids()
+    assert {k: v for k, v in after.items() if k != "fast"} == {k: v for k, v in before.items() if k != "fast"}
+    assert st["stage"]["provider"] == "CPU"
+    ready = [e for e in pipe.log("fast") if e.get("event") == "fast_ready"]
+    assert [e["model"] for e in ready][-2:] == [a, b]
+    assert pipe.down() == 0
