@@ -49,5 +49,5 @@ bench-feed: setup
 
 clean:
 	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null
-	rm -rf $(VENV) build *.egg-info logs run .pytest_cache
+	rm -rf $(VENV) build *.egg-info logs run .pytest_cache models/generated
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
