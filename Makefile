@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup model test up down status bench bench-ring bench-feed clean
+.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast clean
 
 MODEL  := models/generated/fast.onnx
 
@@ -39,13 +39,16 @@ down: setup
 status: setup
 	$(PY) -m pipeline --config $(CONFIG) status
 
-bench: bench-ring bench-feed
+bench: bench-ring bench-feed bench-fast
 
 bench-ring: setup
 	$(PY) -m bench.ring
 
 bench-feed: setup
 	$(PY) -m bench.feed
+
+bench-fast: setup
+	$(PY) -m bench.fast
 
 clean:
 	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null

@@ -18,6 +18,15 @@ Pure apart from writing the model file: no clock, no ring, no network. Steps:
    first layer, ``MatMul, Add, Relu, MatMul, Add, Softmax``, output ``probs`` float32 [N, 4] (index =
    ``pipeline.messages.Label``). Metadata props record the labelling parameters and held-out scores.
 
+5. Evaluation (``evaluate``): on the held-out split, macro-F1 and per-class precision / recall of the
+   model and of two baselines: always-HOLD, and the sign of the book imbalance (``F_IMBALANCE_1`` or
+   ``F_IMBALANCE_5``, > +eps LEAN_BUY, < -eps LEAN_SELL, else HOLD; the slot and eps chosen for the
+   best macro-F1 on the training split). When the real Bitget capture is there
+   (``<repo>/../shared/data/bitget/BITGET.ws.1.0``), the same metrics on it (``evaluate_capture``):
+   books rebuilt with ``pipeline.bitget``, features from ``pipeline.features``, labels from the
+   future mid at the capture's receive time + ``horizon_ms``, in ticks of each instrument's price
+   grid. Written next to the model as ``<stem>.eval.json`` and ``<stem>.eval.md``.
+
 ``python -m pipeline.model --out models/generated/fast.onnx`` (``make model``).
 """
 
@@ -32,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.features import F_VPIN, N_FEATURES, FeatureParams, FeatureState, compute, update_from_trade
+from pipeline.features import F_IMBALANCE_1, F_IMBALANCE_5, F_VPIN, N_FEATURES, FeatureParams, FeatureState, compute, update_from_trade
 from pipeline.messages import BOOK_DTYPE, BOOK_LEVELS, TRADE_DTYPE, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Label
 from pipeline.venue.synthetic import SyntheticMarket, SyntheticParams
 
@@ -76,6 +85,7 @@ class Model:
     w2: np.ndarray
     b2: np.ndarray
     report: dict
+    eval: dict | None = None
 
 
 def generate(p: TrainParams) -> Dataset:
@@ -226,13 +236,191 @@ def to_onnx(m: Model, p: TrainParams | None = None):
     return model
 
 
-def build(out: Path, p: TrainParams = TrainParams()) -> Model:
-    """Generate, train and write ``out`` (atomically: a temporary file, then a rename)."""
-    m = train(generate(p), p)
+REPO = Path(__file__).resolve().parents[1]
+CAPTURE = REPO.parent / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
+MIN_CAPTURE_ROWS = 200  # fewer labelled rows than this: the capture's figures are flagged as too few
+
+
+# ------------------------------------------------------------------------------------- evaluation
+def scores(y: np.ndarray, pred: np.ndarray) -> dict:
+    """Macro-F1 (mean F1 over the classes present in ``y`` or ``pred``), accuracy, and per class
+    precision / recall / F1 / support (precision None for a class never predicted, recall None for
+    a class absent from ``y``; such a class's F1 counts as 0 when the other side has it)."""
+    per, f1s = {}, []
+    for c in Label:
+        tp = int(((pred == c) & (y == c)).sum())
+        npred, ntrue = int((pred == c).sum()), int((y == c).sum())
+        f1 = 2 * tp / (npred + ntrue) if npred + ntrue else None
+        if f1 is not None:
+            f1s.append(f1)
+        per[c.name] = {"precision": tp / npred if npred else None, "recall": tp / ntrue if ntrue else None,
+                       "f1": f1, "support": ntrue}
+    return {"macro_f1": float(np.mean(f1s)) if f1s else 0.0,
+            "accuracy": float((pred == y).mean()) if len(y) else 0.0, "n": int(len(y)), "per_class": per}
+
+
+def imbalance_predict(X: np.ndarray, slot: int, eps: float) -> np.ndarray:
+    """The imbalance-sign baseline: > +eps LEAN_BUY, < -eps LEAN_SELL, else HOLD."""
+    v = X[:, slot]
+    pred = np.full(len(X), int(Label.HOLD), np.int64)
+    pred[v > eps] = Label.LEAN_BUY
+    pred[v < -eps] = Label.LEAN_SELL
+    return pred
+
+
+def fit_imbalance(X: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+    """The slot (``F_IMBALANCE_1`` / ``F_IMBALANCE_5``) and eps with the best training macro-F1."""
+    best = (-1.0, F_IMBALANCE_1, 0.0)
+    for slot in (F_IMBALANCE_1, F_IMBALANCE_5):
+        grid = np.unique(np.concatenate([[0.0], np.quantile(np.abs(X[:, slot]), np.linspace(0.02, 0.98, 49))]))
+        for eps in grid:
+            f = scores(y, imbalance_predict(X, slot, float(eps)))["macro_f1"]
+            if f > best[0]:
+                best = (f, slot, float(eps))
+    return best[1], best[2]
+
+
+def evaluate(m: Model, X: np.ndarray, y: np.ndarray, slot: int, eps: float) -> dict:
+    """The three rows (model, always-HOLD, imbalance sign) on ``X`` / ``y``."""
+    rows = {"model": scores(y, forward(m, X).argmax(axis=1)),
+            "always_hold": scores(y, np.full(len(y), int(Label.HOLD), np.int64)),
+            "imbalance_sign": scores(y, imbalance_predict(X, slot, eps))}
+    f = {k: v["macro_f1"] for k, v in rows.items()}
+    return {"rows": rows, "model_beats_always_hold": f["model"] > f["always_hold"],
+            "model_beats_imbalance_sign": f["model"] > f["imbalance_sign"],
+            "model_beats_both": f["model"] > max(f["always_hold"], f["imbalance_sign"])}
+
+
+def _grid_tick(prices: list[float]) -> float:
+    """The price grid of one instrument, from the smallest gap between distinct levels seen."""
+    u = np.unique(np.round(np.asarray(prices), 12))
+    gaps = np.diff(u)
+    gaps = gaps[gaps > 1e-12]
+    return float(gaps.min()) if gaps.size else 1.0
+
+
+def capture_dataset(path: Path, p: TrainParams) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Feature rows and labels from a Bitget capture: every received frame decoded, books rebuilt
+    (``BitgetBooks``), trades folded in, one row per emitted BOOK (the first of each instrument, the
+    warm-up, dropped); the label is the mid move (ticks of that instrument's price grid) from this
+    BOOK's receive time to the last BOOK received at or before receive time + ``horizon_ms``; rows
+    whose horizon runs past the capture's last BOOK of the instrument are unlabelled (dropped)."""
+    import orjson
+
+    from pipeline.bitget.book import Applied, BitgetBooks
+    from pipeline.bitget.capture import RECV, read_capture
+    from pipeline.bitget.protocol import make_decoder
+
+    lines = [ln for ln in read_capture(path) if ln.direction == RECV]
+    prices: dict[str, list[float]] = {}
+    for ln in lines:  # each instrument's price grid, from its snapshots' top 50 levels
+        if '"snapshot"' in ln.text and '"books' in ln.text:
+            d = orjson.loads(ln.text)
+            e = d["data"][0]
+            prices.setdefault(d["arg"]["instId"], []).extend(float(px) for px, _ in e["bids"][:50] + e["asks"][:50])
+    ticks = {s: _grid_tick(v) for s, v in sorted(prices.items())}
+    ids = {s: i + 1 for i, s in enumerate(ticks)}
+    dec, books, out = make_decoder(), BitgetBooks(ids), np.zeros(1, BOOK_DTYPE)
+    states = {iid: FeatureState(iid, ticks[s]) for s, iid in ids.items()}
+    per: dict[int, list] = {iid: [] for iid in ids.values()}  # (recv_ns, row, mid in ticks, warm)
+    for ln in lines:
+        d = dec.decode(ln.text)
+        iid = ids.get(d.inst_id)
+        if iid is None:
+            continue
+        t_ns = int(round(ln.receive_time_s * 1e9))
+        n = books.fill_trades(d)
+        for k in range(n):
+            update_from_trade(states[iid], books.trade_records[k : k + 1].tobytes(), t_ns)
+        if n == 0 and books.apply(d, out) is Applied.EMITTED:
+            row = np.zeros(N_FEATURES, np.float32)
+            st = states[iid]
+            if compute(st, out.tobytes(), row, t_ns) == 0:
+                mid = 0.5 * (float(out["bid_px"][0, 0]) + float(out["ask_px"][0, 0]))
+                per[iid].append((t_ns, row, mid / st.tick_size, st.books > 1))
+    Xs, ds = [], []
+    h_ns = p.horizon_ms * 1_000_000
+    for rows in per.values():
+        if not rows:
+            continue
+        ts = np.array([r[0] for r in rows], np.int64)
+        for t, row, mid, warm in rows:
+            if not warm or ts[-1] < t + h_ns:
+                continue
+            j = int(np.searchsorted(ts, t + h_ns, side="right")) - 1
+            Xs.append(row)
+            ds.append(rows[j][2] - mid)
+    X = np.array(Xs, np.float32).reshape(-1, N_FEATURES)
+    d = np.array(ds, np.float64)
+    info = {"instruments": len(ids), "books": int(sum(len(r) for r in per.values())), "labelled_rows": int(len(d)),
+            "labelled_non_hold": int((np.abs(d) > p.dead_band_ticks).sum()), "ticks": ticks}
+    return X, label(d, X[:, F_VPIN], p), info
+
+
+def eval_report(m: Model, ds: Dataset, p: TrainParams, capture: Path | None = CAPTURE) -> dict:
+    """Held-out evaluation, and the capture's when ``capture`` exists."""
+    cut = int(len(ds.y) * (1 - p.holdout))
+    slot, eps = fit_imbalance(ds.X[:cut], ds.y[:cut])
+    rep = {"imbalance_baseline": {"slot": "F_IMBALANCE_1" if slot == F_IMBALANCE_1 else "F_IMBALANCE_5", "eps": eps},
+           "synthetic_holdout": evaluate(m, ds.X[cut:], ds.y[cut:], slot, eps), "capture": None}
+    if capture is not None and capture.exists():
+        Xc, yc, info = capture_dataset(capture, p)
+        cap = {"path": str(capture), **info, "too_few_rows": info["labelled_rows"] < MIN_CAPTURE_ROWS
+               or info["labelled_non_hold"] < MIN_CAPTURE_ROWS // 4}
+        if len(yc):
+            cap.update(evaluate(m, Xc, yc, slot, eps))
+        rep["capture"] = cap
+    return rep
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def eval_markdown(rep: dict) -> str:
+    b = rep["imbalance_baseline"]
+    md = ["# Fast classifier evaluation", "",
+          f"Imbalance baseline: sign of {b['slot']} with eps = {b['eps']:.4f} (chosen on the training split).", ""]
+    for key, title in (("synthetic_holdout", "Synthetic held-out split"), ("capture", "Real Bitget capture")):
+        sec = rep.get(key)
+        md += [f"## {title}", ""]
+        if sec is None:
+            md += ["Not evaluated (capture absent).", ""]
+            continue
+        if key == "capture":
+            md.append(f"{sec['instruments']} instruments, {sec['books']} books, {sec['labelled_rows']} labelled rows, "
+                      f"{sec['labelled_non_hold']} of them outside the dead band (not HOLD).")
+            if sec["too_few_rows"]:
+                md.append(f"**Too few labelled rows (< {MIN_CAPTURE_ROWS}, or < {MIN_CAPTURE_ROWS // 4} not HOLD) for these "
+                          "figures to mean much: macro-F1 here rests on a handful of moves.**")
+            md.append("")
+            if "rows" not in sec:
+                continue
+        md += ["| predictor | macro-F1 | accuracy | " + " | ".join(f"{c.name} P / R" for c in Label) + " |",
+               "|---|---|---|" + "---|" * len(Label)]
+        for name, r in sec["rows"].items():
+            pc = r["per_class"]
+            md.append(f"| {name} | {r['macro_f1']:.3f} | {r['accuracy']:.3f} | "
+                      + " | ".join(f"{_fmt(pc[c.name]['precision'])} / {_fmt(pc[c.name]['recall'])}" for c in Label)
+                      + " |")
+        md += ["", f"Model beats always-HOLD on macro-F1: {'yes' if sec['model_beats_always_hold'] else 'NO'}; "
+               f"beats the imbalance sign: {'yes' if sec['model_beats_imbalance_sign'] else 'NO'}; "
+               f"beats both: {'yes' if sec['model_beats_both'] else 'NO'}.", ""]
+    return "\n".join(md)
+
+
+def build(out: Path, p: TrainParams = TrainParams(), capture: Path | None = CAPTURE) -> Model:
+    """Generate, train and write ``out`` (atomically: a temporary file, then a rename), and the
+    evaluation report ``<stem>.eval.json`` / ``<stem>.eval.md`` beside it (also ``m.eval``)."""
+    ds = generate(p)
+    m = train(ds, p)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(to_onnx(m, p).SerializeToString())
     tmp.replace(out)
+    m.eval = eval_report(m, ds, p, capture)
+    out.with_suffix(".eval.json").write_text(json.dumps(m.eval, indent=2))
+    out.with_suffix(".eval.md").write_text(eval_markdown(m.eval))
     return m
 
 
@@ -246,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     p = TrainParams(seed=args.seed, steps=args.steps, horizon_ms=args.horizon_ms, dead_band_ticks=args.dead_band_ticks)
     m = build(Path(args.out), p)
-    print(json.dumps({"out": args.out, **m.report}), file=sys.stdout)
+    f = {k: {n: round(r["macro_f1"], 4) for n, r in v["rows"].items()}
+         for k, v in m.eval.items() if isinstance(v, dict) and "rows" in v}
+    print(json.dumps({"out": args.out, **m.report, "macro_f1": f}), file=sys.stdout)
     return 0
 
 

@@ -199,3 +199,95 @@ def test_random_valid_books_never_give_non_finite_features(data, tick, nb, na):
         assert code == OK
         assert np.isfinite(out["features"]).all() and np.isfinite(out["ref_mid"])
         assert -1 <= out["features"][F.F_IMBALANCE_1] <= 1 and 0 <= out["features"][F.F_VPIN] <= 1
+
+
+# ------------------------------------------------------------------ golden vector and mirror symmetry
+# tick 0.5 and prices on the half-unit grid: every distance, the mid and the reflections are exact
+GOLDEN = book([(1000.0, 2.0), (999.5, 1.0), (998.5, 4.0), (997.0, 0.5)], [(1001.0, 1.0), (1001.5, 3.0), (1003.0, 2.0)],
+              seq=7)
+
+
+def _golden_expected() -> np.ndarray:
+    """The full vector of GOLDEN as the first BOOK of a fresh state, slot by slot, by hand."""
+    e = np.zeros(128, np.float64)
+    mid = 1000.5
+    e[0:4] = [1.0, 2.0, 4.0, 7.0]  # (1000.5 - 1000 | 999.5 | 998.5 | 997) / 0.5
+    e[15:18] = [1.0, 2.0, 5.0]  # (1001 | 1001.5 | 1003 - 1000.5) / 0.5
+    e[30:34] = [2.0, 1.0, 4.0, 0.5]
+    e[45:48] = [1.0, 3.0, 2.0]
+    # B_1 2 vs A_1 1; B_3 7 vs A_3 6; B_5.. 7.5 vs 6
+    e[60:65] = [1 / 3, 1 / 13, 1.5 / 13.5, 1.5 / 13.5, 1.5 / 13.5]
+    e[65] = ((1000.0 * 1.0 + 1001.0 * 2.0) / 3.0 - mid) / 0.5  # microprice 1000.667: +1/3 tick
+    e[66] = 2.0  # spread ticks
+    e[67] = 1.0 / mid * 1e4  # spread bps
+    # 68..75: OFI, decayed, norm, trade intensity, volume rate, imbalance, VPIN, last trade: 0 (first, no trade)
+    e[76] = 60.0  # seconds since trade: the cap (none yet)
+    # 77..80: return, mid change, volatilities: 0 (first BOOK)
+    e[81:85] = [7.5, 6.0, 4.0, 3.0]  # depths, level counts
+    # 85: book interval 0 (first); 86..127 reserved: 0
+    return e
+
+
+# sha256 of the float32 bytes of GOLDEN's vector (equal in value to _golden_expected(); the bytes also pin the
+# sign of each zero): a change to any slot, by even one ulp, changes it
+GOLDEN_SHA256 = "496342ee93f001d0e91d4cf56b8dd8622af4cc362c65bd03cd966ca723a57210"
+
+
+def test_golden_feature_vector_of_a_fixed_book():
+    import hashlib
+
+    row = np.zeros(128, np.float32)
+    assert compute(FeatureState(1, 0.5), GOLDEN, row) == OK
+    exp = _golden_expected()
+    # the meaningful slots, by hand
+    assert row[F.F_BID_DIST_0:F.F_BID_DIST_0 + 4].tolist() == [1.0, 2.0, 4.0, 7.0]
+    assert row[F.F_ASK_DIST_0:F.F_ASK_DIST_0 + 3].tolist() == [1.0, 2.0, 5.0]
+    assert row[F.F_BID_SIZE_0:F.F_BID_SIZE_0 + 4].tolist() == [2.0, 1.0, 4.0, 0.5]
+    assert row[F.F_ASK_SIZE_0:F.F_ASK_SIZE_0 + 3].tolist() == [1.0, 3.0, 2.0]
+    assert row[F.F_IMBALANCE_1] == np.float32(1 / 3) and row[F.F_IMBALANCE_3] == np.float32(1 / 13)
+    assert row[F.F_IMBALANCE_5] == row[F.F_IMBALANCE_15] == np.float32(1 / 9)
+    assert row[F.F_MICROPRICE_OFFSET] == pytest.approx(1 / 3, rel=1e-6)
+    assert row[F.F_SPREAD_TICKS] == 2.0 and row[F.F_SPREAD_BPS] == pytest.approx(9.995002, rel=1e-6)
+    # the whole 128-wide vector: the hand-derived one, to float32 rounding, reserved slots exactly zero
+    np.testing.assert_allclose(row, exp.astype(np.float32), rtol=1e-6, atol=0)
+    assert not row[F.F_RESERVED_0:].any() and np.count_nonzero(row) == np.count_nonzero(exp)
+    # and pinned bit for bit
+    assert hashlib.sha256(row.tobytes()).hexdigest() == GOLDEN_SHA256
+
+
+def _mirror(b, center: float):
+    """``b`` reflected around ``center``: bids become asks (price 2 * center - p) and back."""
+    bids = [(2 * center - p, q) for p, q in zip(b["ask_px"][: b["n_asks"]], b["ask_sz"][: b["n_asks"]])]
+    asks = [(2 * center - p, q) for p, q in zip(b["bid_px"][: b["n_bids"]], b["bid_sz"][: b["n_bids"]])]
+    return book(bids, asks, ts=int(b["exch_ts_ns"]), seq=int(b["seq"]))
+
+
+SIGNED = [F.F_IMBALANCE_1, F.F_IMBALANCE_3, F.F_IMBALANCE_5, F.F_IMBALANCE_10, F.F_IMBALANCE_15,
+          F.F_MICROPRICE_OFFSET, F.F_OFI, F.F_OFI_DECAYED, F.F_OFI_NORM, F.F_MID_CHANGE_TICKS]
+# (volatility and return are log-price features: a reflection changes the price level, so |log return| is
+# not kept exactly; the tick-based mid change is, and is in SIGNED)
+UNSIGNED = [F.F_SPREAD_TICKS, F.F_BOOK_INTERVAL_MS, F.F_SECONDS_SINCE_TRADE]
+SWAPPED = [(F.F_DEPTH_BID, F.F_DEPTH_ASK), (F.F_N_BIDS, F.F_N_ASKS)] + [
+    (F.F_BID_DIST_0 + i, F.F_ASK_DIST_0 + i) for i in range(15)] + [(F.F_BID_SIZE_0 + i, F.F_ASK_SIZE_0 + i) for i in range(15)]
+
+CHANGES = [  # (first book, second book): bid grows; ask price drops; both sides move up; a level vanishes
+    (GOLDEN, book([(1000.0, 5.0), (999.5, 1.0)], [(1001.0, 1.0), (1001.5, 3.0)], ts=T0 + S // 10)),
+    (GOLDEN, book([(1000.0, 2.0), (999.5, 1.0)], [(1000.5, 0.5), (1001.0, 1.0)], ts=T0 + S // 5)),
+    (GOLDEN, book([(1000.5, 1.5), (1000.0, 2.0), (999.0, 3.0)], [(1002.0, 2.5)], ts=T0 + S)),
+    (book([(50.0, 1.0)], [(51.0, 9.0), (52.0, 1.0)]), book([(49.5, 3.0)], [(51.0, 2.0)], ts=T0 + 3 * S)),
+]
+
+
+@pytest.mark.parametrize("first, second", CHANGES)
+def test_mirroring_the_book_flips_the_signed_features_and_keeps_the_unsigned(first, second):
+    center = float(0.5 * (first["bid_px"][0] + first["ask_px"][0]))  # the first book's mid, fixed for both
+    s, sm = FeatureState(1, 0.5), FeatureState(1, 0.5)
+    for b in (first, second):
+        f, fm = np.zeros(128, np.float32), np.zeros(128, np.float32)
+        assert compute(s, b, f) == OK and compute(sm, _mirror(b, center), fm) == OK
+        assert fm[SIGNED] == pytest.approx(-f[SIGNED], abs=1e-6)
+        assert fm[UNSIGNED] == pytest.approx(f[UNSIGNED], rel=1e-6)
+        for i, j in SWAPPED:
+            assert (fm[i], fm[j]) == (f[j], f[i])
+        assert not fm[F.F_RESERVED_0:].any()
+    assert f[F.F_OFI] != 0.0  # the change did move the order flow (so the sign flip was tested)

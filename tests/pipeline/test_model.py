@@ -49,3 +49,38 @@ def test_the_onnx_file_runs_in_onnxruntime_and_matches_numpy(trained):
     np.testing.assert_allclose(one[0], got[0], atol=1e-6)
     meta = sess.get_modelmeta().custom_metadata_map
     assert "report" in meta and '"LEAN_BUY"' in meta["labels"]
+
+
+def test_the_evaluation_report_is_written_beside_the_model_with_three_rows(trained):
+    import json
+
+    _, m, out = trained
+    js, md = out.with_suffix(".eval.json"), out.with_suffix(".eval.md")
+    assert js.exists() and md.exists()
+    rep = json.loads(js.read_text())
+    assert rep == json.loads(json.dumps(m.eval))
+    rows = rep["synthetic_holdout"]["rows"]
+    assert set(rows) == {"model", "always_hold", "imbalance_sign"}
+    for r in rows.values():
+        assert 0.0 <= r["macro_f1"] <= 1.0 and set(r["per_class"]) == {lb.name for lb in Label}
+        for c in r["per_class"].values():
+            assert all(v is None or 0.0 <= v <= 1.0 for v in (c["precision"], c["recall"], c["f1"]))
+    assert rows["model"]["macro_f1"] > rows["always_hold"]["macro_f1"], rows
+    assert rep["synthetic_holdout"]["model_beats_always_hold"] is True
+    assert rep["imbalance_baseline"]["slot"] in ("F_IMBALANCE_1", "F_IMBALANCE_5")
+    text = md.read_text()
+    assert all(f"| {name} |" in text for name in rows)
+    if rep["capture"] is not None:  # the real capture was there: its section too
+        assert rep["capture"]["labelled_rows"] >= 0 and "Real Bitget capture" in text
+
+
+def test_macro_f1_of_hand_made_predictions():
+    from pipeline.model import scores
+
+    y = np.array([0, 0, 1, 2])
+    r = scores(y, np.array([0, 0, 1, 1]))
+    # HOLD f1 1, LEAN_BUY 2*1/(2+1), LEAN_SELL 0; EMERGENCY absent from both: not averaged
+    assert r["macro_f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+    assert r["per_class"]["LEAN_BUY"]["precision"] == 0.5 and r["per_class"]["LEAN_SELL"]["recall"] == 0.0
+    assert r["per_class"]["EMERGENCY"]["precision"] is None
+    assert scores(y, np.zeros(4, np.int64))["macro_f1"] == pytest.approx((2 * 2 / 6) / 3)

@@ -1,0 +1,282 @@
+"""Fast-path benchmark: ``python -m bench.fast`` (``make bench-fast``).
+
+Measured on this machine, on ``books15`` frames of the synthetic venue model (one instrument):
+
+(a) feature vector per BOOK: ``pipeline.features.compute`` of a 504-byte BOOK payload into a
+    FEATURES record, as the feature stage does, p50 / p99 (target p50 <= 15 µs);
+(b) the classifier on the CPU provider with IO binding, batch 1 (the fast stage's ``_infer``: copy of
+    the 128 features into the bound input, ``run_with_iobinding``, synchronize), p50 / p99 (target
+    p50 <= 15 µs);
+(c) the usual single-process loop on the same frames: ``orjson.loads`` of the frame, a Python loop
+    over the 15 levels a side filling a 128-wide float32 array, ``InferenceSession.run`` on it;
+(d) end to end across real processes: the supervisor runs the paper venue (synthetic, ``books15``,
+    one book a 20 ms step), feed, features, fast (CPU provider) and ``bench.sink:LatencySink`` on
+    ``sig_risk``, for ``--seconds`` (10; 4 with ``--quick``); the sink records now - ts_origin_ns (the
+    feed's frame-received stamp) of every SIGNAL; p50 / p99 after the first second, the ratio to (c),
+    and MET / MISSED for "end-to-end p50 <= single-process loop p50".
+
+Writes ``bench/results/<UTC timestamp>-fast/results.json`` and ``report.md``; prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from bench.feed import _pcts, books15_synthetic
+from pipeline.bitget.book import Applied, BitgetBooks
+from pipeline.bitget.protocol import make_decoder
+from pipeline.features import FeatureParams, FeatureState, compute
+from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, FEATURES_LEN
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "models" / "generated" / "fast.onnx"
+TARGETS = {"features_p50_us": 15.0, "classifier_p50_us": 15.0}
+
+
+def book_payloads(frames: list[bytes]) -> list[bytes]:
+    dec, books, out = make_decoder(), BitgetBooks({"BTCUSDT": 1}), np.zeros(1, BOOK_DTYPE)
+    res = []
+    for f in frames:
+        if books.apply(dec.decode(f), out) is Applied.EMITTED:
+            res.append(out.tobytes())
+    return res
+
+
+def bench_features(payloads: list[bytes], passes: int) -> dict:
+    out = np.zeros(1, FEATURES_DTYPE)
+    clock = time.perf_counter_ns
+    ns = []
+    for _ in range(passes):
+        st = FeatureState(1, 0.1, FeatureParams(vpin_bucket_volume=0.1))
+        for i, b in enumerate(payloads):
+            t0 = clock()
+            compute(st, b, out, i + 1)
+            ns.append(clock() - t0)
+    return _pcts(ns)
+
+
+def bench_classifier(model: Path, rows: np.ndarray, passes: int) -> dict:
+    import onnxruntime as ort
+
+    from procs.fast import build_session
+
+    sess, provider, _ = build_session(str(model), providers="cpu")
+    x, probs = np.zeros((1, FEATURES_LEN), np.float32), np.zeros((1, 4), np.float32)
+    io = sess.io_binding()
+    io.bind_ortvalue_input(sess.get_inputs()[0].name, ort.OrtValue.ortvalue_from_numpy(x))
+    io.bind_ortvalue_output(sess.get_outputs()[0].name, ort.OrtValue.ortvalue_from_numpy(probs))
+    clock = time.perf_counter_ns
+    for r in rows[:50]:  # warm-up
+        x[0] = r
+        sess.run_with_iobinding(io)
+    ns = []
+    for _ in range(passes):
+        for r in rows:
+            t0 = clock()
+            x[0] = r
+            io.synchronize_inputs()
+            sess.run_with_iobinding(io)
+            io.synchronize_outputs()
+            ns.append(clock() - t0)
+    return {**_pcts(ns), "provider": provider}
+
+
+def naive_loop(frame: bytes, sess, in_name: str, out_names: list[str]) -> np.ndarray:
+    """The usual single-process loop: parse, a Python loop over the levels, ``run``."""
+    d = orjson.loads(frame)
+    e = d["data"][0]
+    x = np.zeros((1, FEATURES_LEN), np.float32)
+    for i, (px, sz) in enumerate(e["bids"][:15]):
+        x[0, 2 * i] = float(px)
+        x[0, 2 * i + 1] = float(sz)
+    for i, (px, sz) in enumerate(e["asks"][:15]):
+        x[0, 30 + 2 * i] = float(px)
+        x[0, 30 + 2 * i + 1] = float(sz)
+    return sess.run(out_names, {in_name: x})[0]
+
+
+def bench_naive(model: Path, frames: list[bytes], passes: int) -> dict:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    in_name, out_names = sess.get_inputs()[0].name, [sess.get_outputs()[0].name]
+    for f in frames[:50]:
+        naive_loop(f, sess, in_name, out_names)
+    clock = time.perf_counter_ns
+    ns = []
+    for _ in range(passes):
+        for f in frames:
+            t0 = clock()
+            naive_loop(f, sess, in_name, out_names)
+            ns.append(clock() - t0)
+    return _pcts(ns)
+
+
+CONFIG = """
+[supervisor]
+shm_prefix = "{prefix}"
+run_dir = "{run}"
+log_dir = "{logs}"
+poll_interval_ms = 10
+heartbeat_interval_ms = 100
+stop_grace_ms = 3000
+
+[[rings]]
+name = "md"
+max_payload_bytes = 512
+capacity = 8192
+full_policy = "drop"
+
+[[rings]]
+name = "feat"
+max_payload_bytes = 560
+capacity = 4096
+full_policy = "drop"
+
+[[rings]]
+name = "sig_risk"
+max_payload_bytes = 64
+capacity = 4096
+full_policy = "drop"
+
+[[processes]]
+name = "venue"
+module = "procs.venue:VenueAgent"
+wait = "back-off"
+params = {{ port = 0, seed = 1, step_ms = 20, port_file = "{run}/venue.port" }}
+
+[[processes]]
+name = "feed"
+module = "procs.feed:BitgetFeedAgent"
+outputs = ["md"]
+wait = "back-off"
+params = {{ port_file = "{run}/venue.port", channels = ["books15"] }}
+
+[[processes]]
+name = "features"
+module = "procs.features:FeatureAgent"
+inputs = ["md"]
+outputs = ["feat"]
+
+[[processes]]
+name = "fast"
+module = "procs.fast:FastAgent"
+inputs = ["feat"]
+outputs = ["sig_risk"]
+params = {{ model_path = "{model}", providers = "cpu" }}
+
+[[processes]]
+name = "sink"
+module = "bench.sink:LatencySink"
+inputs = ["sig_risk"]
+params = {{ out = "{sink}" }}
+
+[[instruments]]
+id = 1
+symbol = "BTCUSDT"
+venue = "paper"
+tick_size = 0.1
+lot_size = 0.0001
+"""
+
+
+def bench_end_to_end(model: Path, seconds: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-fast-") as tmp:
+        t = Path(tmp)
+        sink = t / "latency.bin"
+        cfg = t / "bench.toml"
+        cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid()}", run=t / "run", logs=t / "logs", model=model, sink=sink))
+        warm = 1.0
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "up", "--run-for",
+                               str(seconds + warm + 2.0), "--status-every", "0"], cwd=REPO, capture_output=True,
+                              text=True, timeout=seconds + 90)
+        subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "down"], cwd=REPO,
+                       capture_output=True, timeout=30)
+        lat = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)
+        if proc.returncode != 0 or lat.size == 0:
+            raise RuntimeError(f"end-to-end run failed (rc {proc.returncode}, {lat.size} signals): "
+                               f"{proc.stdout[-2000:]} {proc.stderr[-2000:]}")
+        skip = min(lat.size // 5, 50)  # the first second of books (20 ms steps): connection and warm-up
+        res = _pcts(lat[skip:].tolist())
+        res.update(signals=int(lat.size), skipped=int(skip), seconds=seconds)
+        return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small counts (smoke run)")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--seconds", type=float, default=None, help="end-to-end run time (default 10; 4 with --quick)")
+    ap.add_argument("--no-e2e", action="store_true", help="skip (d), the multi-process run")
+    args = ap.parse_args(argv)
+    stamp = dt.datetime.now(dt.timezone.utc)
+    out_dir = args.out or REPO / "bench" / "results" / (stamp.strftime("%Y%m%dT%H%M%SZ") + "-fast")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = args.model.resolve()
+    if not model.exists():
+        from pipeline.model import TrainParams, build
+
+        build(model, TrainParams(steps=20_000) if args.quick else TrainParams())
+    frames = books15_synthetic(400)
+    payloads = book_payloads(frames)
+    passes = 3 if args.quick else 25
+    rows = np.zeros((len(payloads), FEATURES_LEN), np.float32)
+    st = FeatureState(1, 0.1)
+    for i, b in enumerate(payloads):
+        compute(st, b, rows[i], i + 1)
+    res = {"features": bench_features(payloads, passes), "classifier": bench_classifier(model, rows, passes),
+           "naive_loop": bench_naive(model, frames, passes)}
+    if not args.no_e2e:
+        res["end_to_end"] = bench_end_to_end(model, args.seconds or (4.0 if args.quick else 10.0))
+    machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+               "load_avg": os.getloadavg(), "date": stamp.isoformat(timespec="seconds")}
+    fe, cl, nv = res["features"], res["classifier"], res["naive_loop"]
+
+    def verdict(v: float, t: float) -> str:
+        return f"target p50 <= {t:g} µs: {'MET' if v <= t else 'MISSED'}"
+
+    rows_md = [
+        ("(a) feature vector per BOOK (compute into a FEATURES record)", fe, verdict(fe["p50_us"], TARGETS["features_p50_us"])),
+        (f"(b) classifier, {cl['provider']}, IO binding, batch 1", cl, verdict(cl["p50_us"], TARGETS["classifier_p50_us"])),
+        ("(c) single-process loop: orjson.loads + Python level loop + InferenceSession.run", nv,
+         f"p50 is {nv['p50_us'] / (fe['p50_us'] + cl['p50_us']):.2f}x that of (a)+(b)"),
+    ]
+    e2e = res.get("end_to_end")
+    if e2e:
+        ratio = e2e["p50_us"] / nv["p50_us"]
+        res["e2e_over_naive_p50"] = ratio
+        res["e2e_p50_le_naive_p50"] = e2e["p50_us"] <= nv["p50_us"]
+        rows_md.append((f"(d) end to end, 5 processes: frame received -> SIGNAL read by the sink ({e2e['n']} SIGNALs)", e2e,
+                        f"{ratio:.1f}x the loop p50; end-to-end p50 <= single-process loop p50: "
+                        f"{'MET' if res['e2e_p50_le_naive_p50'] else 'MISSED'}"))
+    results = {"machine": machine, "targets": TARGETS, "frames": len(frames), "books": len(payloads),
+               "source": "synthetic venue model (books15, one instrument)", **res}
+    md = [f"# Fast-path benchmark {machine['date']}", "",
+          f"Machine: {machine['cores']} cores, Python {machine['python']}, {machine['platform']}, load {machine['load_avg']}.",
+          f"{len(frames)} books15 frames of the synthetic venue model; {passes} passes for (a)-(c).", "",
+          "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]
+    md += [f"| {a} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |" for a, r, v in rows_md]
+    if not e2e:
+        md += ["", "(d) end to end: not run (--no-e2e)."]
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\nwritten to {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
