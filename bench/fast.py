@@ -21,10 +21,7 @@ Writes ``bench/results/<UTC timestamp>-fast/results.json`` and ``report.md``; pr
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -34,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bench.feed import _pcts, books15_synthetic
+from bench import report
+from bench.feed import books15_synthetic
 from pipeline.bitget.book import Applied, BitgetBooks
 from pipeline.bitget.protocol import make_decoder
 from pipeline.features import FeatureParams, FeatureState, compute
@@ -64,7 +62,7 @@ def bench_features(payloads: list[bytes], passes: int) -> dict:
             t0 = clock()
             compute(st, b, out, i + 1)
             ns.append(clock() - t0)
-    return _pcts(ns)
+    return report.percentiles_us(ns)
 
 
 def bench_classifier(model: Path, rows: np.ndarray, passes: int) -> dict:
@@ -90,7 +88,7 @@ def bench_classifier(model: Path, rows: np.ndarray, passes: int) -> dict:
             sess.run_with_iobinding(io)
             io.synchronize_outputs()
             ns.append(clock() - t0)
-    return {**_pcts(ns), "provider": provider}
+    return {**report.percentiles_us(ns), "provider": provider}
 
 
 def naive_loop(frame: bytes, sess, in_name: str, out_names: list[str]) -> np.ndarray:
@@ -121,7 +119,7 @@ def bench_naive(model: Path, frames: list[bytes], passes: int) -> dict:
             t0 = clock()
             naive_loop(f, sess, in_name, out_names)
             ns.append(clock() - t0)
-    return _pcts(ns)
+    return report.percentiles_us(ns)
 
 
 CONFIG = """
@@ -209,7 +207,7 @@ def bench_end_to_end(model: Path, seconds: float) -> dict:
             raise RuntimeError(f"end-to-end run failed (rc {proc.returncode}, {lat.size} signals): "
                                f"{proc.stdout[-2000:]} {proc.stderr[-2000:]}")
         skip = min(lat.size // 5, 50)  # the first second of books (20 ms steps): connection and warm-up
-        res = _pcts(lat[skip:].tolist())
+        res = report.percentiles_us(lat[skip:].tolist())
         res.update(signals=int(lat.size), skipped=int(skip), seconds=seconds)
         return res
 
@@ -222,9 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="end-to-end run time (default 10; 4 with --quick)")
     ap.add_argument("--no-e2e", action="store_true", help="skip (d), the multi-process run")
     args = ap.parse_args(argv)
-    stamp = dt.datetime.now(dt.timezone.utc)
-    out_dir = args.out or REPO / "bench" / "results" / (stamp.strftime("%Y%m%dT%H%M%SZ") + "-fast")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir, machine = report.start("fast", args.out)
     model = args.model.resolve()
     if not model.exists():
         from pipeline.model import TrainParams, build
@@ -241,8 +237,6 @@ def main(argv: list[str] | None = None) -> int:
            "naive_loop": bench_naive(model, frames, passes)}
     if not args.no_e2e:
         res["end_to_end"] = bench_end_to_end(model, args.seconds or (4.0 if args.quick else 10.0))
-    machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-               "load_avg": os.getloadavg(), "date": stamp.isoformat(timespec="seconds")}
     fe, cl, nv = res["features"], res["classifier"], res["naive_loop"]
 
     def verdict(v: float, t: float) -> str:
@@ -265,16 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {"machine": machine, "targets": TARGETS, "frames": len(frames), "books": len(payloads),
                "source": "synthetic venue model (books15, one instrument)", **res}
     md = [f"# Fast-path benchmark {machine['date']}", "",
-          f"Machine: {machine['cores']} cores, Python {machine['python']}, {machine['platform']}, load {machine['load_avg']}.",
+          report.machine_line(machine),
           f"{len(frames)} books15 frames of the synthetic venue model; {passes} passes for (a)-(c).", "",
           "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]
     md += [f"| {a} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |" for a, r, v in rows_md]
     if not e2e:
         md += ["", "(d) end to end: not run (--no-e2e)."]
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    (out_dir / "report.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-    print(f"\nwritten to {out_dir}")
+    report.write(out_dir, results, md)
     return 0
 
 

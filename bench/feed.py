@@ -17,16 +17,15 @@ Writes ``bench/results/<UTC timestamp>-feed/results.json`` and ``report.md``; pr
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import orjson
+
+from bench import report
 
 from pipeline.bitget.book import Applied, BitgetBooks
 from pipeline.bitget.capture import RECV, read_capture
@@ -79,11 +78,6 @@ def _books15(inst: str, bids, asks, seq: int, ts_ms: int) -> bytes:
                          "ts": ts_ms + 3})
 
 
-def _pcts(ns: list[int]) -> dict:
-    a = np.asarray(ns, dtype=np.float64) / 1000.0
-    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "n": int(a.size)}
-
-
 def naive_baseline(frame: bytes) -> np.ndarray:
     """How such feeds are usually written: parse, then loop over the levels in Python."""
     d = orjson.loads(frame)
@@ -122,14 +116,14 @@ def bench_bitget(frames: list[bytes], passes: int) -> dict:
                     if w.position % 512 == 0:
                         r.poll(lambda *a: None, 1024)
                 r.poll(lambda *a: None, 1024)
-            results[f"ours_{dec_name}"] = _pcts(ns)
+            results[f"ours_{dec_name}"] = report.percentiles_us(ns)
         ns = []
         for _ in range(passes):
             for f in frames:
                 t0 = clock()
                 naive_baseline(f)
                 ns.append(clock() - t0)
-        results["naive"] = _pcts(ns)
+        results["naive"] = report.percentiles_us(ns)
         results["books_written"] = ring.stats().written
     finally:
         ring.close()
@@ -155,7 +149,7 @@ def bench_itch(n_events: int) -> dict:
         ns.append(clock() - t0)
         if iid > 0 and len(ns) % 64 == 0:
             book.write_payload(iid, payload)
-    res["stream_book"] = _pcts(ns)
+    res["stream_book"] = report.percentiles_us(ns)
     return res
 
 
@@ -164,15 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small counts (smoke run)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    stamp = dt.datetime.now(dt.timezone.utc)
-    out_dir = args.out or REPO / "bench" / "results" / (stamp.strftime("%Y%m%dT%H%M%SZ") + "-feed")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir, machine = report.start("feed", args.out)
     source = "real capture" if CAPTURE.exists() else "synthetic model"
     frames = books15_from_capture(CAPTURE) if CAPTURE.exists() else books15_synthetic()
     bg = bench_bitget(frames, 2 if args.quick else 20)
     it = bench_itch(20_000 if args.quick else 300_000)
-    machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-               "load_avg": os.getloadavg(), "date": stamp.isoformat(timespec="seconds")}
     results = {"machine": machine, "bitget": bg, "bitget_source": source, "itch": it, "targets": TARGETS}
     ours = bg["ours_msgspec"]["p50_us"]
     rows = [
@@ -189,15 +179,12 @@ def main(argv: list[str] | None = None) -> int:
          f"target p50 <= 2 µs: {'MET' if it['stream_book']['p50_us'] <= TARGETS['itch_stream_p50_us'] else 'MISSED'}"),
     ]
     md = [f"# Feed benchmark {machine['date']}", "",
-          f"Machine: {machine['cores']} cores, Python {machine['python']}, {machine['platform']}, load {machine['load_avg']}.",
+          report.machine_line(machine),
           f"Bitget frames: {bg['frames']} books15 frames from the {source}, p50 {bg['frame_bytes_p50']} bytes; "
           f"ITCH: synthetic session of {it['messages']} messages.", "",
           "| measured | p50 / rate | p99 | verdict |", "|---|---|---|---|"]
     md += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    (out_dir / "report.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-    print(f"\nwritten to {out_dir}")
+    report.write(out_dir, results, md)
     return 0
 
 

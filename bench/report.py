@@ -1,0 +1,44 @@
+"""What every single-process bench (feed, fast) shares: where results go, the machine line, the
+percentile summary, and writing results.json + report.md (the table also printed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def start(name: str, out: Path | None) -> tuple[Path, dict]:
+    """The output folder (``out``, or ``bench/results/<UTC stamp>-<name>``, created) and the
+    machine facts recorded beside the figures."""
+    stamp = dt.datetime.now(dt.timezone.utc)
+    out_dir = out or RESULTS / (stamp.strftime("%Y%m%dT%H%M%SZ") + f"-{name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    machine = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+               "load_avg": os.getloadavg(), "date": stamp.isoformat(timespec="seconds")}
+    return out_dir, machine
+
+
+def machine_line(machine: dict) -> str:
+    return (f"Machine: {machine['cores']} cores, Python {machine['python']}, {machine['platform']}, "
+            f"load {machine['load_avg']}.")
+
+
+def percentiles_us(ns) -> dict:
+    """p50 / p99 in µs and the sample count of a list of nanosecond timings."""
+    a = np.asarray(ns, dtype=np.float64) / 1000.0
+    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "n": int(a.size)}
+
+
+def write(out_dir: Path, results: dict, md: list[str]) -> None:
+    """results.json and report.md into ``out_dir``; the report is printed too."""
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\nwritten to {out_dir}")
