@@ -57,6 +57,54 @@ SIGNAL payload (56 bytes; numpy ``SIGNAL_DTYPE``), one per FEATURES, from the fa
      32      8    ref_spread      f64   the FEATURES' reference spread
      40     16    probs           f32[4] HOLD, LEAN_BUY, LEAN_SELL, EMERGENCY
 
+On ``sig_llm`` the fast stage sends SIGNAL_CTX (568 bytes; numpy ``SIGNAL_CTX_DTYPE``, kind SIGNAL):
+the SIGNAL above followed by the FEATURES vector it was computed from (``f32[128]`` at offset 56), so
+the LLM hub can describe the book without a second ring.
+
+INSTRUCTION payload (48 bytes; numpy ``INSTRUCTION_DTYPE``), LLM hub -> risk, validated before it is
+written; ``target_lots`` is the wanted position in lots (``lot_size`` units), signed::
+
+    offset  size  field
+      0      2    instrument_id       u16
+      2      1    action              u8    Action
+      3      1    flags               u8    (zero)
+      4      4    limit_offset_ticks  i32   extra passive offset from the mid the hub asks for (>= 0)
+      8      8    target_lots         i64
+     16      8    signal_seq          u64   the SIGNAL's feature_seq it answers
+     24      8    issued_ns           u64   CLOCK_MONOTONIC when the hub emitted it
+     32      4    ttl_ms              u32   risk discards it after issued_ns + ttl_ms
+     36      4    confidence          f32   0..1
+     40      8    instruction_id      u64   the hub's own sequence, from 1
+
+ORDER payload (48 bytes; numpy ``ORDER_DTYPE``), risk -> sender; commands are imperatives::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      1    cmd             u8    OrderCmd
+      3      1    side            u8    Side (0 for cancels)
+      4      1    tif             u8    TimeInForce (0 for cancels)
+      5      3    (zero)
+      8      8    order_id        u64   NEW: the new order's id (``order_id_for``); CANCEL: the order to cancel
+     16      8    price           f64   NEW only
+     24      8    size            f64   NEW only, base units
+     32      8    origin_seq      u64   the SIGNAL / INSTRUCTION sequence the decision came from
+     40      8    decided_ns      u64   CLOCK_MONOTONIC of the risk decision
+
+EXEC_REPORT payload (56 bytes; numpy ``EXEC_DTYPE``), sender -> risk; events, past tense::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      1    exec_type       u8    ExecType
+      3      1    side            u8    Side
+      4      2    reason          u16   ExecReason (REJECTED / UNKNOWN), else 0
+      6      2    (zero)
+      8      8    order_id        u64
+     16      8    price           f64   ACK: order price; FILL: fill price; POSITION: average entry price
+     24      8    size            f64   ACK: order size; FILL: fill size; POSITION: signed position (base units)
+     32      8    leaves          f64   size still working after this event
+     40      8    venue_ts_ns     u64   the venue's timestamp, ns since the epoch (0 if none)
+     48      8    fill_id         u64   FILL: the venue's trade id; else 0
+
 CONTROL payload (16 bytes)::
 
     0        2        4                8               16
@@ -69,6 +117,7 @@ CONTROL payload (16 bytes)::
 from __future__ import annotations
 
 import enum
+import hashlib
 import struct
 
 import numpy as np
@@ -175,3 +224,113 @@ SIGNAL_DTYPE = np.dtype([
     ("probs", "<f4", (4,)),
 ])
 assert SIGNAL_DTYPE.itemsize == 56
+
+
+SIGNAL_CTX_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("label", "u1"), ("flags", "u1"), ("_pad", "V4"),
+    ("feature_seq", "<u8"), ("exch_ts_ns", "<u8"), ("ref_mid", "<f8"), ("ref_spread", "<f8"),
+    ("probs", "<f4", (4,)), ("features", "<f4", (FEATURES_LEN,)),
+])
+assert SIGNAL_CTX_DTYPE.itemsize == 568
+
+
+class Action(enum.IntEnum):
+    """What an INSTRUCTION asks for."""
+
+    HOLD = 0  # keep the position; nothing to do
+    BUY = 1  # move the position up to target_lots
+    SELL = 2  # move the position down to target_lots
+    FLATTEN = 3  # target 0
+    CANCEL = 4  # cancel the instrument's working orders
+
+
+INSTRUCTION_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("action", "u1"), ("flags", "u1"), ("limit_offset_ticks", "<i4"),
+    ("target_lots", "<i8"), ("signal_seq", "<u8"), ("issued_ns", "<u8"), ("ttl_ms", "<u4"),
+    ("confidence", "<f4"), ("instruction_id", "<u8"),
+])
+assert INSTRUCTION_DTYPE.itemsize == 48
+
+
+class OrderCmd(enum.IntEnum):
+    """ORDER commands, risk -> sender."""
+
+    NEW = 1  # SubmitOrder
+    CANCEL = 2  # CancelOrder (order_id)
+    CANCEL_ALL = 3  # CancelAllOrders of the instrument
+    SYNC = 4  # ReportState: the sender answers with POSITION / OPEN_ORDER reports, then SYNC_DONE
+
+
+class Side(enum.IntEnum):
+    BUY = 1
+    SELL = 2
+
+
+class TimeInForce(enum.IntEnum):
+    GTC = 1
+    POST_ONLY = 2
+    IOC = 3
+
+
+ORDER_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("cmd", "u1"), ("side", "u1"), ("tif", "u1"), ("_pad", "V3"),
+    ("order_id", "<u8"), ("price", "<f8"), ("size", "<f8"), ("origin_seq", "<u8"), ("decided_ns", "<u8"),
+])
+assert ORDER_DTYPE.itemsize == 48
+
+
+class ExecType(enum.IntEnum):
+    """EXEC_REPORT events, sender -> risk."""
+
+    ACKED = 1  # the venue accepted the order; it is working
+    FILLED = 2  # a (partial) fill; leaves says what still works
+    REJECTED = 3  # the venue or the sender refused it; terminal
+    CANCELLED = 4  # terminal
+    POSITION = 5  # state report (after SYNC or a reconciliation): the instrument's position
+    OPEN_ORDER = 6  # state report: one working order
+    SYNC_DONE = 7  # the end of a state report
+    UNKNOWN = 8  # the outcome of a send is not known yet; the sender is querying the venue
+
+
+class ExecReason(enum.IntEnum):
+    NONE = 0
+    VENUE_REJECTED = 1  # the venue answered with an error code
+    BAD_SIGNATURE = 2
+    RATE_LIMITED = 3
+    TIMEOUT = 4  # no answer in time (UNKNOWN until queried)
+    DUPLICATE = 5  # an order with this client id was already journaled
+    NOT_FOUND = 6  # cancel of an order the venue does not know
+    HALTED = 7  # the sender is not sending (reconciling or stopping)
+    MALFORMED = 8  # the ORDER did not decode
+
+
+EXEC_DTYPE = np.dtype([
+    ("instrument_id", "<u2"), ("exec_type", "u1"), ("side", "u1"), ("reason", "<u2"), ("_pad", "V2"),
+    ("order_id", "<u8"), ("price", "<f8"), ("size", "<f8"), ("leaves", "<f8"), ("venue_ts_ns", "<u8"),
+    ("fill_id", "<u8"),
+])
+assert EXEC_DTYPE.itemsize == 56
+
+
+def order_id_for(instrument_id: int, origin_seq: int, leg: int) -> int:
+    """The deterministic order id of leg ``leg`` of the decision taken on ``origin_seq``: the same
+    origin always yields the same id, so a replayed decision cannot become a second order.
+    Nonzero, below 2**63."""
+    digest = hashlib.blake2b(struct.pack("<HQI", instrument_id, origin_seq, leg), digest_size=8,
+                             person=b"shmpipe-order").digest()
+    return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) or 1
+
+
+def client_oid(order_id: int) -> str:
+    """The venue's ``clientOid`` for ``order_id``: ``"tp"`` and 16 lowercase hex digits."""
+    return f"tp{order_id:016x}"
+
+
+def order_id_from_client_oid(text: str) -> int | None:
+    """Inverse of ``client_oid``; None when ``text`` is not one of ours."""
+    if len(text) != 18 or not text.startswith("tp"):
+        return None
+    try:
+        return int(text[2:], 16)
+    except ValueError:
+        return None

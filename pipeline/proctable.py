@@ -3,14 +3,14 @@ supervisor (liveness, readiness, the status view). The supervisor creates and un
 
 Segment ``<shm_prefix>.procs``, mode 0600::
 
-    0                64               64 + 256          64 + 2*256
+    0                64               64 + 1024         64 + 2*1024
     +----------------+----------------+-----------------+-- ... --+
     | table header   | record 0       | record 1        |         |
     +----------------+----------------+-----------------+-- ... --+
 
 Table header: ``magic u64 = b"PROCTAB\\x00"``, ``version u32``, ``n_records u32``.
 
-Record (512 bytes; every number an aligned u64 written with one 8-byte store)::
+Record (1024 bytes; every number an aligned u64 written with one 8-byte store)::
 
     offset  field            meaning
       0     pid              the runner's pid (0 = never started)
@@ -27,7 +27,7 @@ Record (512 bytes; every number an aligned u64 written with one 8-byte store)::
      88     error_len        bytes used in last_error
      96     last_error       UTF-8, 160 bytes, truncated
     256     stats_len        bytes used in stage_stats
-    264     stage_stats      UTF-8 JSON object, 248 bytes: the stage's own counters (reconnects,
+    264     stage_stats      UTF-8 JSON object, 760 bytes: the stage's own counters (reconnects,
                              resyncs, rejected frames...), published with each heartbeat
 """
 
@@ -43,11 +43,11 @@ import posix_ipc
 from pipeline.errors import StartupError
 
 MAGIC = int.from_bytes(b"PROCTAB\x00", "little")
-VERSION = 2
+VERSION = 3
 HEADER_BYTES = 64
-RECORD_BYTES = 512
+RECORD_BYTES = 1024
 ERROR_BYTES = 160
-STATS_BYTES = 248
+STATS_BYTES = 760
 
 OFF_PID = 0
 OFF_HEARTBEAT_NS = 8

@@ -19,8 +19,8 @@
 Per ``do_work``: up to ``ctx.batch`` FEATURES are copied into the input array, classified in one run,
 labelled with the thresholds (``emergency``, then ``buy`` / ``sell``, else HOLD; each a probability),
 and each becomes a SIGNAL (``pipeline.messages.SIGNAL_DTYPE``, the FEATURES' ``ts_origin_ns``
-unchanged) written to ``sig_risk`` (every one) and to ``sig_llm`` (non-HOLD only), where those outputs
-exist. A model swap is a restart of this process with a new ``model_path`` in the config; the other
+unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as SIGNAL_CTX
+(``SIGNAL_CTX_DTYPE``: the SIGNAL followed by its feature vector, 568 bytes), where those outputs exist. A model swap is a restart of this process with a new ``model_path`` in the config; the other
 processes keep running.
 
 Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm_output`` ("sig_llm"),
@@ -47,7 +47,8 @@ import numpy as np
 
 from pipeline.agent import Agent
 from pipeline.errors import ConfigError, StartupError
-from pipeline.messages import FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_LEN, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Kind, Label
+from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_LEN, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE,
+                               SIGNAL_FLAG_WARMUP, Kind, Label)
 
 _FEATURES_BYTES = FEATURES_DTYPE.itemsize
 N_LABELS = len(Label)
@@ -176,6 +177,10 @@ class FastAgent(Agent):
         self.ts = np.zeros(n, np.int64)
         self.sig = np.zeros(n, SIGNAL_DTYPE)
         self.sig_bytes = memoryview(self.sig).cast("B")
+        self.ctx_rec = np.zeros(1, SIGNAL_CTX_DTYPE)  # one SIGNAL_CTX, filled per non-HOLD signal
+        self.ctx_bytes = memoryview(self.ctx_rec).cast("B")
+        self.ctx_sig = memoryview(self.ctx_rec).cast("B")[:SIGNAL_DTYPE.itemsize]
+        self.ctx_vec = self.ctx_rec["features"][0]
         self.n = 0
         self._bindings: dict[int, object] = {}
         self.stats = ctx.stats
@@ -274,8 +279,11 @@ class FastAgent(Agent):
                     self.stats["signals"] += 1
                 else:
                     self.stats["risk_drops"] += 1
-            if llm is not None and lab[i] != Label.HOLD and not emit(llm, Kind.SIGNAL, payload, t):
-                self.stats["llm_drops"] += 1
+            if llm is not None and lab[i] != Label.HOLD:
+                self.ctx_sig[:] = payload
+                self.ctx_vec[:] = f["features"][i]
+                if not emit(llm, Kind.SIGNAL, self.ctx_bytes, t):
+                    self.stats["llm_drops"] += 1
 
     def on_close(self) -> None:
         self._bindings.clear()

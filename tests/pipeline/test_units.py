@@ -91,13 +91,13 @@ def test_budget_exactly_equal_to_free_fits():
 
 # ------------------------------------------------------------------------------------- golden layouts
 def test_proctable_layout_constants():
-    assert (PT.HEADER_BYTES, PT.RECORD_BYTES, PT.ERROR_BYTES, PT.STATS_BYTES) == (64, 512, 160, 248)
+    assert (PT.HEADER_BYTES, PT.RECORD_BYTES, PT.ERROR_BYTES, PT.STATS_BYTES) == (64, 1024, 160, 760)
     offsets = [PT.OFF_PID, PT.OFF_HEARTBEAT_NS, PT.OFF_PHASE, PT.OFF_CORE_PLUS_ONE, PT.OFF_MSGS_IN, PT.OFF_MSGS_OUT,
                PT.OFF_ERRORS, PT.OFF_LAT_P50_NS, PT.OFF_LAT_P99_NS, PT.OFF_STARTED_NS, PT.OFF_READY_NS,
                PT.OFF_ERROR_LEN, PT.OFF_LAST_ERROR, PT.OFF_STATS_LEN, PT.OFF_STAGE_STATS]
     assert offsets == [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 256, 264]
     assert PT.OFF_LAST_ERROR + PT.ERROR_BYTES == 256
-    assert PT.OFF_STAGE_STATS + PT.STATS_BYTES == 512
+    assert PT.OFF_STAGE_STATS + PT.STATS_BYTES == 1024
     assert (PT.PHASE_NONE, PT.PHASE_STARTING, PT.PHASE_READY, PT.PHASE_STOPPING) == (0, 1, 2, 3)
     assert PT.MAGIC.to_bytes(8, "little") == b"PROCTAB\x00"
 
@@ -106,7 +106,7 @@ def raw_len_and_text(prefix: str, base_record: int) -> tuple[int, bytes]:
     with open(SHM_DIR / f"{prefix}.procs", "rb") as f:
         raw = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     try:
-        base = 64 + 512 * base_record
+        base = 64 + 1024 * base_record
         n = struct.unpack_from("<Q", raw, base + 256)[0]
         return n, bytes(raw[base + 264 : base + 264 + n])
     finally:
@@ -128,15 +128,15 @@ def test_proctable_golden_bytes_in_the_segment():
         with open(SHM_DIR / f"{prefix}.procs", "rb") as f:
             raw = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
         try:
-            assert len(raw) == 64 + 3 * 512
-            assert raw[0:16] == b"PROCTAB\x00" + bytes.fromhex("02000000" "03000000")
-            base = 64 + 512
+            assert len(raw) == 64 + 3 * 1024
+            assert raw[0:16] == b"PROCTAB\x00" + bytes.fromhex("03000000" "03000000")
+            base = 64 + 1024
             for off, v in values.items():
                 assert struct.unpack_from("<Q", raw, base + off)[0] == v, off
             err = "boom: é".encode()
             assert struct.unpack_from("<Q", raw, base + 88)[0] == len(err)
             assert raw[base + 96 : base + 96 + len(err)] == err
-            assert raw[64 : 64 + 512] == bytes(512) and raw[64 + 1024 :] == bytes(512)  # neighbours untouched
+            assert raw[64 : 64 + 1024] == bytes(1024) and raw[64 + 2048 :] == bytes(1024)  # neighbours untouched
         finally:
             raw.close()
         assert rec.last_error() == "boom: é"

@@ -12,7 +12,8 @@ import pytest
 from pipeline.agent import Agent, AgentContext
 from pipeline.config import ProcessConfig, parse_config
 from pipeline.errors import StartupError
-from pipeline.messages import FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Kind, Label
+from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
+                               Kind, Label)
 from pipeline.model import Model, to_onnx
 from procs.fast import FastAgent
 from tests.pipeline._support import BACK_OFF, process, ring, wait_until
@@ -42,7 +43,7 @@ def features(seq, f0=0.0, f1=0.0, *, iid=1, flags=0):
 
 
 def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm")):
-    cfg = parse_config(ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=560)
+    cfg = parse_config(ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=576)
                        + INSTRUMENTS)
     proc = ProcessConfig(name="fast", module="procs.fast:FastAgent", inputs=["feat"], outputs=list(outputs),
                          batch=batch, params=params)
@@ -80,8 +81,11 @@ def test_every_features_gives_a_signal_to_risk_and_non_hold_ones_go_to_the_llm(t
     assert int(risk[3][0]["instrument_id"]) == 2 and int(risk[1][0]["flags"]) == 0
     for s, _ in risk:
         assert abs(float(s["probs"].sum()) - 1.0) < 1e-5 and int(np.argmax(s["probs"])) == int(s["label"])
-    llm = signals(ctx.outputs["sig_llm"])
-    assert [int(s["feature_seq"]) for s, _ in llm] == [1, 3, 4]
+    llm = [np.frombuffer(p, SIGNAL_CTX_DTYPE, 1)[0] for k, p, _, _ in ctx.outputs["sig_llm"].msgs if k == Kind.SIGNAL]
+    assert [int(s["feature_seq"]) for s in llm] == [1, 3, 4]
+    for c, (s, _) in zip(llm, [risk[0], risk[2], risk[3]]):  # the SIGNAL, then the feature vector it came from
+        assert c.tobytes()[:56] == s.tobytes()
+    assert float(llm[0]["features"][0]) == 5.0 and float(llm[2]["features"][1]) == 5.0
     st = ctx.stats
     assert st["provider"] == "CPU" and st["features"] == 5 and st["signals"] == 5
     assert (st["hold"], st["lean_buy"], st["lean_sell"], st["emergency"]) == (2, 1, 1, 1)
@@ -198,7 +202,7 @@ def test_restart_fast_with_a_new_model_path_swaps_the_model_and_keeps_the_others
     def body(model):
         return (ring("feat", payload=560, capacity=1024, policy="drop") + ring("sig_risk", payload=64, capacity=4096,
                                                                                  policy="drop")
-                + ring("sig_llm", payload=560, capacity=4096, policy="drop")
+                + ring("sig_llm", payload=576, capacity=4096, policy="drop")
                 + process("src", f"{me}:FeaturesSource", outputs=["feat"], extra=BACK_OFF, params="rate_per_s = 200")
                 + process("fast", "procs.fast:FastAgent", inputs=["feat"], outputs=["sig_risk", "sig_llm"],
                           extra=BACK_OFF, params=f'model_path = "{model}", providers = "cpu", warmup_runs = 5')
