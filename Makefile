@@ -7,18 +7,29 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast clean
+.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm clean
 
-MODEL  := models/generated/fast.onnx
+MODEL     := models/generated/fast.onnx
+TINY_GGUF := models/generated/tiny.gguf
+PAPER_KEY := secrets/paper.json
 
-setup: $(STAMP) $(MODEL)
+setup: $(STAMP) $(MODEL) $(TINY_GGUF) $(PAPER_KEY)
 
 # The fast path's default model, trained from the synthetic venue's flow (a few seconds); made when missing.
 $(MODEL): | $(STAMP)
 	$(PY) -m pipeline.model --out $(MODEL)
 
+# The LLM hub's stand-in: a tiny random-weight GGUF (well under 1 MB), written by the gguf package.
+$(TINY_GGUF): | $(STAMP)
+	$(PY) -m pipeline.llm.tinymodel $(TINY_GGUF)
+
+# A random key for the paper venue (0600); the order sender signs with it, the venue verifies it.
+$(PAPER_KEY): | $(STAMP)
+	$(PY) -m pipeline.bitget.signing $(PAPER_KEY)
+
 model: $(STAMP)
 	$(PY) -m pipeline.model --out $(MODEL)
+	$(PY) -m pipeline.llm.tinymodel $(TINY_GGUF)
 
 # Idempotent: re-runs only when the project's dependency list changes or the venv is missing.
 $(STAMP): pyproject.toml
@@ -39,7 +50,7 @@ down: setup
 status: setup
 	$(PY) -m pipeline --config $(CONFIG) status
 
-bench: bench-ring bench-feed bench-fast
+bench: bench-ring bench-feed bench-fast bench-risk
 
 bench-ring: setup
 	$(PY) -m bench.ring
@@ -49,6 +60,12 @@ bench-feed: setup
 
 bench-fast: setup
 	$(PY) -m bench.fast
+
+bench-risk: setup
+	$(PY) -m bench.risk
+
+bench-llm: setup
+	$(PY) -m bench.llm
 
 clean:
 	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null

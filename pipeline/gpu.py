@@ -5,6 +5,7 @@ Pure ``check_budget`` plus a probe (NVML through nvidia-ml-py when installed, el
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -52,6 +53,31 @@ def probe_gpu(device_id: int) -> tuple[GpuInfo | None, str]:
         return None, f"nvidia-smi found no device {device_id}: {out.stderr.strip() or out.stdout.strip()}"
     name, total, free = [x.strip() for x in out.stdout.strip().splitlines()[0].split(",")]
     return GpuInfo(device_id, name, int(float(total)), int(float(free)), "nvidia-smi"), ""
+
+
+def budget_from_config(cfg) -> GpuConfig:
+    """The GPU budget of a whole ``Config``: ``cfg.gpu`` with what the stages will take filled in where
+    the ``[gpu]`` table leaves it at 0.
+
+    - LLM weights: the size of each ``procs.llm`` stage's ``model_path`` (plus ``lora_path``) when its
+      ``n_gpu_layers`` is above 0 (all layers offloaded is the worst case the budget must cover).
+    - ONNX: each ``procs.fast`` stage's ``gpu_mem_limit_mib`` (default 256) unless ``providers = "cpu"``.
+
+    A model file that does not exist counts 0 here; the stage itself fails its start with the path.
+    """
+    gpu = cfg.gpu
+    llm_mib = onnx_mib = 0
+    for proc in cfg.processes:
+        prm = proc.params
+        if proc.module.startswith("procs.llm:") and int(prm.get("n_gpu_layers", 0)) > 0:
+            for key in ("model_path", "lora_path"):
+                path = prm.get(key)
+                if path and os.path.exists(path):
+                    llm_mib += -(-os.path.getsize(path) // 2**20)
+        elif proc.module.startswith("procs.fast:") and str(prm.get("providers", "auto")) != "cpu":
+            onnx_mib += int(prm.get("gpu_mem_limit_mib", 256))
+    return msgspec.structs.replace(
+        gpu, llm_weights_mib=gpu.llm_weights_mib or llm_mib, onnx_mem_limit_mib=gpu.onnx_mem_limit_mib or onnx_mib)
 
 
 def needed_mib(cfg: GpuConfig) -> int:

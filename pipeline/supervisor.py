@@ -45,7 +45,7 @@ import zmq
 from pipeline import proctable as PT
 from pipeline.config import Config, ProcessConfig
 from pipeline.errors import StartupError
-from pipeline.gpu import check_budget, probe_gpu
+from pipeline.gpu import budget_from_config, check_budget, probe_gpu
 from pipeline.log import EventLog
 from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
 from pipeline.pinning import available_cores, plan_cores
@@ -207,7 +207,7 @@ class Supervisor:
             if pid and pid != os.getpid() and _pid_alive(pid):
                 raise StartupError(f"a supervisor (pid {pid}) is already running for {self.run_dir}; `make down` first")
         info, why = probe_gpu(self.cfg.gpu.device_id)
-        verdict = check_budget(self.cfg.gpu, info, why)
+        verdict = check_budget(budget_from_config(self.cfg), info, why)
         self.log.info("gpu_budget", verdict=verdict)
 
     def clean_stale(self) -> list[str]:

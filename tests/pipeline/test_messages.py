@@ -95,3 +95,84 @@ def test_signal_layout_and_golden_bytes():
     assert raw[:16] == bytes.fromhex("0200" "03" "01" "00000000" "0807060504030201")
     assert struct.unpack_from("<Qdd", raw, 16) == (1_700_000_000_123_000_000, 100.625, 0.25)
     assert struct.unpack_from("<4f", raw, 40) == (0.125, 0.25, 0.5, 0.125)
+
+
+def _offsets(dtype):
+    return {name: dtype.fields[name][1] for name in dtype.names}
+
+
+def test_signal_ctx_is_the_signal_then_its_feature_vector():
+    from pipeline.messages import SIGNAL_CTX_DTYPE, SIGNAL_DTYPE
+
+    assert SIGNAL_CTX_DTYPE.itemsize == 568 <= 576
+    ctx_off = _offsets(SIGNAL_CTX_DTYPE)
+    assert {k: v for k, v in ctx_off.items() if k != "features"} == _offsets(SIGNAL_DTYPE) and ctx_off["features"] == 56
+    rec = np.zeros(1, SIGNAL_CTX_DTYPE)
+    rec["label"], rec["feature_seq"], rec["features"][0, 127] = 1, 9, -2.5
+    raw = rec.tobytes()
+    assert raw[2] == 1 and struct.unpack_from("<Q", raw, 8) == (9,) and struct.unpack_from("<f", raw, 56 + 4 * 127) == (-2.5,)
+
+
+def test_instruction_layout_and_golden_bytes():
+    from pipeline.messages import INSTRUCTION_DTYPE, Action
+
+    assert [(a.name, a.value) for a in Action] == [("HOLD", 0), ("BUY", 1), ("SELL", 2), ("FLATTEN", 3), ("CANCEL", 4)]
+    assert INSTRUCTION_DTYPE.itemsize == 48
+    assert _offsets(INSTRUCTION_DTYPE) == {"instrument_id": 0, "action": 2, "flags": 3, "limit_offset_ticks": 4,
+                                           "target_lots": 8, "signal_seq": 16, "issued_ns": 24, "ttl_ms": 32,
+                                           "confidence": 36, "instruction_id": 40}
+    rec = np.zeros(1, INSTRUCTION_DTYPE)
+    rec["instrument_id"], rec["action"], rec["limit_offset_ticks"], rec["target_lots"] = 1, Action.SELL, 3, -25
+    rec["signal_seq"], rec["issued_ns"], rec["ttl_ms"], rec["confidence"], rec["instruction_id"] = 77, 5, 1500, 0.75, 2
+    raw = rec.tobytes()
+    assert raw[:8] == bytes.fromhex("0100" "02" "00" "03000000")
+    assert struct.unpack_from("<qQQIfQ", raw, 8) == (-25, 77, 5, 1500, 0.75, 2)
+
+
+def test_order_layout_and_golden_bytes():
+    from pipeline.messages import ORDER_DTYPE, OrderCmd, Side, TimeInForce
+
+    assert [(c.name, c.value) for c in OrderCmd] == [("NEW", 1), ("CANCEL", 2), ("CANCEL_ALL", 3), ("SYNC", 4)]
+    assert [(s.name, s.value) for s in Side] == [("BUY", 1), ("SELL", 2)]
+    assert [(t.name, t.value) for t in TimeInForce] == [("GTC", 1), ("POST_ONLY", 2), ("IOC", 3)]
+    assert ORDER_DTYPE.itemsize == 48
+    assert _offsets(ORDER_DTYPE) == {"instrument_id": 0, "cmd": 2, "side": 3, "tif": 4, "_pad": 5, "order_id": 8,
+                                     "price": 16, "size": 24, "origin_seq": 32, "decided_ns": 40}
+    rec = np.zeros(1, ORDER_DTYPE)
+    rec["instrument_id"], rec["cmd"], rec["side"], rec["tif"] = 2, OrderCmd.NEW, Side.SELL, TimeInForce.POST_ONLY
+    rec["order_id"], rec["price"], rec["size"], rec["origin_seq"], rec["decided_ns"] = 0xAB, 2001.5, 0.25, 9, 10
+    raw = rec.tobytes()
+    assert raw[:8] == bytes.fromhex("0200" "01" "02" "02" "000000")
+    assert struct.unpack_from("<QddQQ", raw, 8) == (0xAB, 2001.5, 0.25, 9, 10)
+
+
+def test_exec_report_layout_and_golden_bytes():
+    from pipeline.messages import EXEC_DTYPE, ExecReason, ExecType
+
+    assert [(e.name, e.value) for e in ExecType] == [("ACKED", 1), ("FILLED", 2), ("REJECTED", 3), ("CANCELLED", 4),
+                                                     ("POSITION", 5), ("OPEN_ORDER", 6), ("SYNC_DONE", 7),
+                                                     ("UNKNOWN", 8)]
+    assert ExecReason.NONE == 0 and ExecReason.MALFORMED == 8 and len(ExecReason) == 9
+    assert EXEC_DTYPE.itemsize == 56
+    assert _offsets(EXEC_DTYPE) == {"instrument_id": 0, "exec_type": 2, "side": 3, "reason": 4, "_pad": 6,
+                                    "order_id": 8, "price": 16, "size": 24, "leaves": 32, "venue_ts_ns": 40,
+                                    "fill_id": 48}
+    rec = np.zeros(1, EXEC_DTYPE)
+    rec["instrument_id"], rec["exec_type"], rec["side"], rec["reason"] = 1, ExecType.REJECTED, 1, ExecReason.RATE_LIMITED
+    rec["order_id"], rec["price"], rec["size"], rec["leaves"], rec["venue_ts_ns"], rec["fill_id"] = 5, 1.5, 2.0, 0.5, 6, 7
+    raw = rec.tobytes()
+    assert raw[:8] == bytes.fromhex("0100" "03" "01" "0300" "0000")
+    assert struct.unpack_from("<QdddQQ", raw, 8) == (5, 1.5, 2.0, 0.5, 6, 7)
+
+
+def test_order_ids_are_deterministic_from_the_origin_and_round_trip_through_the_client_oid():
+    from pipeline.messages import client_oid, order_id_for, order_id_from_client_oid
+
+    a = order_id_for(1, 123456, 0)
+    assert a == order_id_for(1, 123456, 0) == 7527908177910173304  # golden: blake2b-64 of the packed origin
+    assert client_oid(order_id_for(1, 5, 0)) == "tp3b512fa1abf6e19b"
+    ids = {order_id_for(i, s, leg) for i in (1, 2) for s in range(200) for leg in range(3)}
+    assert len(ids) == 1200 and all(0 < x < 2**63 for x in ids)
+    oid = client_oid(a)
+    assert len(oid) == 18 and oid.startswith("tp") and order_id_from_client_oid(oid) == a
+    assert order_id_from_client_oid("121211212122") is None and order_id_from_client_oid("tpzzzzzzzzzzzzzzzz") is None

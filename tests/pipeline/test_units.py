@@ -89,6 +89,27 @@ def test_budget_exactly_equal_to_free_fits():
     check_budget(GpuConfig(llm_weights_mib=1024, reserve_mib=1024), info)
 
 
+def test_the_budget_counts_what_the_llm_and_fast_stages_will_put_on_the_gpu(tmp_path):
+    from pipeline.config import parse_config
+    from pipeline.gpu import budget_from_config
+
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(b"\0" * (3 * 2**20 + 1))  # 3 MiB and a byte: 4 MiB counted
+    body = ('[[processes]]\nname = "llm"\nmodule = "procs.llm:LlmAgent"\n'
+            f'params = {{ model_path = "{weights}", n_gpu_layers = 99 }}\n'
+            '[[processes]]\nname = "fast"\nmodule = "procs.fast:FastAgent"\n'
+            'params = { providers = "auto", gpu_mem_limit_mib = 300 }\n')
+    got = budget_from_config(parse_config(body))
+    assert (got.llm_weights_mib, got.onnx_mem_limit_mib) == (4, 300)
+    info = GpuInfo(device_id=0, name="Fake", total_mib=2048, free_mib=1024 + 300 + 3, source="nvml")
+    with pytest.raises(StartupError, match="llm weights 4 \\+ kv cache 0 \\+ onnx 300"):
+        check_budget(got, info)
+    on_cpu = parse_config(body.replace("n_gpu_layers = 99", "n_gpu_layers = 0").replace('"auto"', '"cpu"'))
+    assert (budget_from_config(on_cpu).llm_weights_mib, budget_from_config(on_cpu).onnx_mem_limit_mib) == (0, 0)
+    explicit = parse_config(body + "[gpu]\nllm_weights_mib = 5000\n")
+    assert budget_from_config(explicit).llm_weights_mib == 5000, "an explicit [gpu] figure wins"
+
+
 # ------------------------------------------------------------------------------------- golden layouts
 def test_proctable_layout_constants():
     assert (PT.HEADER_BYTES, PT.RECORD_BYTES, PT.ERROR_BYTES, PT.STATS_BYTES) == (64, 1024, 160, 760)
