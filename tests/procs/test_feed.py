@@ -323,7 +323,7 @@ def test_stale_feed_times_out_and_reconnects(start_feed):
 def test_inbox_overflow_counts_drops_and_resets_books_until_a_fresh_snapshot(start_feed):
     ref = RefBook()
     with WsTestServer(on_subscribe=lambda c, a: [ref.snapshot(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5))]) as srv:
-        agent = start_feed({"url": srv.url, "channels": ["books"], "queue_frames": 10})
+        agent = start_feed({"url": srv.url, "channels": ["books"], "queue_frames": 10, "decode_in": "agent"})
         pump(agent, lambda: _stats(agent, "books_emitted") == 1)
         base = agent.net.counters.frames_in
         srv.send([ref.update(bids=[[f"{99.0 - i / 10:.1f}", "1"]]) for i in range(30)])  # nobody drains meanwhile
@@ -517,7 +517,7 @@ def test_idle_feed_parks_until_a_frame_arrives(start_feed):
     """With nothing in the inbox, wait_for_work sleeps for its timeout; a frame from the venue wakes
     it well before that (the network thread sets the event after each append)."""
     with WsTestServer() as srv:
-        agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT"]})
+        agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT"], "decode_in": "agent"})
         srv.wait_for(lambda: srv.subscribed(0), what="subscribe")
         pump(agent, lambda: _stats(agent, "frames") >= 2, what="the subscribe acks")
         settle(agent, 0.05)
@@ -529,3 +529,21 @@ def test_idle_feed_parks_until_a_frame_arrives(start_feed):
         assert agent.wait_for_work(5_000_000_000) is True
         assert time.monotonic() - t0 < 2.0, "woken by the frame, not by the 5 s timeout"
         assert agent.do_work() >= 1
+
+
+def test_by_default_the_network_thread_decodes_and_writes_without_the_agent_thread(start_feed):
+    """decode_in = "network": BOOKs reach the ring while nobody calls do_work (no inbox, no hand-over);
+    do_work only mirrors the network counters and never finds work."""
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT"]})
+        srv.wait_for(lambda: srv.subscribed(0), what="subscribe")
+        srv.send([depth(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5), seq=s) for s in (1, 2, 3)])
+        srv.wait_for(lambda: _stats(agent, "books_emitted") == 3, what="3 BOOKs written by the network thread")
+        assert not agent.inbox and agent.do_work() == 0
+        assert _stats(agent, "frames") >= 3 and agent.ctx.msgs_in >= 3
+        assert agent.ctx.log.named("feed_starting")[0]["decode_in"] == "network"
+
+
+def test_decode_in_must_name_a_thread(start_feed):
+    with pytest.raises(ConfigError, match="decode_in"):
+        start_feed({"url": "ws://127.0.0.1:9/x", "decode_in": "gpu"})
