@@ -19,6 +19,7 @@ counters, SIGTERM and the error handler.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -28,6 +29,46 @@ from pipeline.config import Config, ProcessConfig
 from pipeline.log import EventLog
 
 LATENCY_WINDOW = 4096  # most recent output latencies kept for the status percentiles
+
+#: environment variable naming a folder: when set (by the bench harness), every runner records each
+#: output's latency since origin, and each ``mark``, in a ``LatencyTap`` dumped there on close
+LATENCY_DIR_ENV = "SHMPIPE_LATENCY_DIR"
+
+# Tap codes: a message kind (``pipeline.messages.Kind``, 1..99) for ``emit``; marks from 100 up.
+MARK_ORDER_SENT = 101  # the sender wrote an order request to the venue's socket
+MARK_VENUE_ACK = 102  # the sender read the venue's answer to an order request
+MARK_CANCEL_SENT = 103  # the sender wrote a cancel / cancel-all request
+MARK_NAMES = {MARK_ORDER_SENT: "order_sent", MARK_VENUE_ACK: "venue_ack", MARK_CANCEL_SENT: "cancel_sent"}
+
+
+class LatencyTap:
+    """Every (code, latency_ns, at_ns) of one process, for the bench: a preallocated numpy record
+    array (no allocation per record; records past ``capacity`` are counted in ``overflow``), written
+    with ``dump`` as ``<folder>/<process>.lat.npy`` (fields ``code`` u2, ``lat_ns`` i8, ``at_ns`` i8)."""
+
+    DTYPE = np.dtype([("code", "<u2"), ("lat_ns", "<i8"), ("at_ns", "<i8")])
+
+    def __init__(self, path: str, capacity: int = 1 << 21):
+        self.path = path
+        self.rec = np.zeros(capacity, self.DTYPE)
+        self._code, self._lat, self._at = self.rec["code"], self.rec["lat_ns"], self.rec["at_ns"]
+        self.n = 0
+        self.overflow = 0
+
+    def record(self, code: int, lat_ns: int, at_ns: int) -> None:
+        i = self.n
+        if i < len(self.rec):
+            self._code[i] = code
+            self._lat[i] = lat_ns
+            self._at[i] = at_ns
+            self.n = i + 1
+        else:
+            self.overflow += 1
+
+    def dump(self) -> None:
+        tmp = self.path + ".tmp.npy"
+        np.save(tmp, self.rec[: self.n])
+        os.replace(tmp, self.path)
 
 
 class Agent:
@@ -73,6 +114,8 @@ class AgentContext:
         self.stats: dict[str, int] = {}
         self._lat = np.zeros(LATENCY_WINDOW, dtype=np.int64)
         self._lat_n = 0
+        #: the bench's full record of latencies (None unless ``LATENCY_DIR_ENV`` is set for the runner)
+        self.tap: LatencyTap | None = None
 
     def emit(self, port, kind: int, payload, ts_origin_ns: int) -> bool:
         """Write one message to an output port (full policy applied) and account for it.
@@ -82,9 +125,19 @@ class AgentContext:
         ok = port.write(kind, payload, ts_origin_ns)
         if ok:
             self.msgs_out += 1
-            self._lat[self._lat_n & (LATENCY_WINDOW - 1)] = self.clock() - ts_origin_ns
+            now = self.clock()
+            self._lat[self._lat_n & (LATENCY_WINDOW - 1)] = now - ts_origin_ns
             self._lat_n += 1
+            if self.tap is not None:
+                self.tap.record(kind, now - ts_origin_ns, now)
         return ok
+
+    def mark(self, code: int, ts_origin_ns: int) -> None:
+        """Record a point of the stage's own work (``MARK_*``) for the bench: its latency since origin.
+        Free when no tap is set."""
+        if self.tap is not None:
+            now = self.clock()
+            self.tap.record(code, now - ts_origin_ns, now)
 
     def received(self, n: int = 1) -> None:
         """Count ``n`` messages taken from inputs."""

@@ -29,7 +29,7 @@ import time
 import traceback
 
 from pipeline import proctable as PT
-from pipeline.agent import Agent, AgentContext
+from pipeline.agent import LATENCY_DIR_ENV, Agent, AgentContext, LatencyTap
 from pipeline.config import Config, load_config
 from pipeline.errors import StartupError
 from pipeline.log import EventLog, open_event_log
@@ -135,6 +135,9 @@ class Runner:
         self.ports = open_ports(self.cfg, self.proc, writer_idle=_StallIdle(self), queues=self.queues)
         self.ctx = AgentContext(config=self.cfg, process=self.proc, inputs=self.ports.inputs,
                                 outputs=self.ports.outputs, log=self.log, clock=self.clock)
+        tap_dir = os.environ.get(LATENCY_DIR_ENV)
+        if tap_dir:
+            self.ctx.tap = LatencyTap(os.path.join(tap_dir, f"{self.proc.name}.lat.npy"))
         self.agent = load_agent_class(self.proc.module)()
         self.agent.on_start(self.ctx)
         rec.set(PT.OFF_READY_NS, self.clock())
@@ -218,6 +221,11 @@ class Runner:
                 self._error(exc)
         if self.ctx is not None and self.rec is not None:
             self.beat(self.clock())
+        if self.ctx is not None and self.ctx.tap is not None:
+            try:
+                self.ctx.tap.dump()
+            except OSError as exc:
+                self.log.warning("latency_tap_dump_failed", error=f"{type(exc).__name__}: {exc}")
         if self.ports is not None:
             try:
                 self.ports.close()  # mp-queue: lets the feeder thread flush (bounded)
