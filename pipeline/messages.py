@@ -83,7 +83,8 @@ ORDER payload (48 bytes; numpy ``ORDER_DTYPE``), risk -> sender; commands are im
       2      1    cmd             u8    OrderCmd
       3      1    side            u8    Side (0 for cancels)
       4      1    tif             u8    TimeInForce (0 for cancels)
-      5      3    (zero)
+      5      1    origin          u8    OrderOrigin: which path decided it
+      6      2    (zero)
       8      8    order_id        u64   NEW: the new order's id (``order_id_for``); CANCEL: the order to cancel
      16      8    price           f64   NEW only
      24      8    size            f64   NEW only, base units
@@ -272,8 +273,17 @@ class TimeInForce(enum.IntEnum):
     IOC = 3
 
 
+class OrderOrigin(enum.IntEnum):
+    """Which path an ORDER came from (for the audit log and the bench's per-path latencies)."""
+
+    UNSPECIFIED = 0
+    FAST = 1  # a fast-path SIGNAL (EMERGENCY cancel-all, a lean order)
+    LLM = 2  # an INSTRUCTION of the LLM hub
+    RISK = 3  # the gateway's own management: reprice / cancel on a price move, limits, CONTROL
+
+
 ORDER_DTYPE = np.dtype([
-    ("instrument_id", "<u2"), ("cmd", "u1"), ("side", "u1"), ("tif", "u1"), ("_pad", "V3"),
+    ("instrument_id", "<u2"), ("cmd", "u1"), ("side", "u1"), ("tif", "u1"), ("origin", "u1"), ("_pad", "V2"),
     ("order_id", "<u8"), ("price", "<f8"), ("size", "<f8"), ("origin_seq", "<u8"), ("decided_ns", "<u8"),
 ])
 assert ORDER_DTYPE.itemsize == 48

@@ -130,19 +130,21 @@ def test_instruction_layout_and_golden_bytes():
 
 
 def test_order_layout_and_golden_bytes():
-    from pipeline.messages import ORDER_DTYPE, OrderCmd, Side, TimeInForce
+    from pipeline.messages import ORDER_DTYPE, OrderCmd, OrderOrigin, Side, TimeInForce
 
     assert [(c.name, c.value) for c in OrderCmd] == [("NEW", 1), ("CANCEL", 2), ("CANCEL_ALL", 3), ("SYNC", 4)]
     assert [(s.name, s.value) for s in Side] == [("BUY", 1), ("SELL", 2)]
     assert [(t.name, t.value) for t in TimeInForce] == [("GTC", 1), ("POST_ONLY", 2), ("IOC", 3)]
     assert ORDER_DTYPE.itemsize == 48
-    assert _offsets(ORDER_DTYPE) == {"instrument_id": 0, "cmd": 2, "side": 3, "tif": 4, "_pad": 5, "order_id": 8,
+    assert _offsets(ORDER_DTYPE) == {"instrument_id": 0, "cmd": 2, "side": 3, "tif": 4, "origin": 5, "_pad": 6, "order_id": 8,
                                      "price": 16, "size": 24, "origin_seq": 32, "decided_ns": 40}
     rec = np.zeros(1, ORDER_DTYPE)
     rec["instrument_id"], rec["cmd"], rec["side"], rec["tif"] = 2, OrderCmd.NEW, Side.SELL, TimeInForce.POST_ONLY
+    rec["origin"] = OrderOrigin.LLM
     rec["order_id"], rec["price"], rec["size"], rec["origin_seq"], rec["decided_ns"] = 0xAB, 2001.5, 0.25, 9, 10
     raw = rec.tobytes()
-    assert raw[:8] == bytes.fromhex("0200" "01" "02" "02" "000000")
+    assert [(o.name, o.value) for o in OrderOrigin] == [("UNSPECIFIED", 0), ("FAST", 1), ("LLM", 2), ("RISK", 3)]
+    assert raw[:8] == bytes.fromhex("0200" "01" "02" "02" "02" "0000")
     assert struct.unpack_from("<QddQQ", raw, 8) == (0xAB, 2001.5, 0.25, 9, 10)
 
 
