@@ -34,11 +34,17 @@ LATENCY_WINDOW = 4096  # most recent output latencies kept for the status percen
 #: output's latency since origin, and each ``mark``, in a ``LatencyTap`` dumped there on close
 LATENCY_DIR_ENV = "SHMPIPE_LATENCY_DIR"
 
-# Tap codes: a message kind (``pipeline.messages.Kind``, 1..99) for ``emit``; marks from 100 up.
-MARK_ORDER_SENT = 101  # the sender wrote an order request to the venue's socket
-MARK_VENUE_ACK = 102  # the sender read the venue's answer to an order request
-MARK_CANCEL_SENT = 103  # the sender wrote a cancel / cancel-all request
+# Tap codes: a message kind (``pipeline.messages.Kind``, 1..99) for ``emit``; a mark is
+# ``mark_code(event, origin)`` = 100 + 10 x origin (``OrderOrigin``) + event.
+MARK_ORDER_SENT = 1  # the sender wrote an order request to the venue's socket
+MARK_VENUE_ACK = 2  # the sender read the venue's answer to an order request
+MARK_CANCEL_SENT = 3  # the sender wrote a cancel / cancel-all request
 MARK_NAMES = {MARK_ORDER_SENT: "order_sent", MARK_VENUE_ACK: "venue_ack", MARK_CANCEL_SENT: "cancel_sent"}
+
+
+def mark_code(event: int, origin: int = 0) -> int:
+    """The tap code of ``event`` (``MARK_*``) for an order of ``origin`` (``OrderOrigin`` value)."""
+    return 100 + 10 * origin + event
 
 
 class LatencyTap:

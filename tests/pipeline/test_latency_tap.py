@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.agent import MARK_ORDER_SENT, AgentContext, LatencyTap
+from pipeline.agent import MARK_ORDER_SENT, AgentContext, LatencyTap, mark_code
 from pipeline.config import parse_config
-from pipeline.messages import Kind
+from pipeline.messages import Kind, OrderOrigin
 
 
 class _Port:
@@ -29,13 +29,13 @@ def test_emits_and_marks_are_recorded_with_their_latency_since_origin(tmp_path):
     ctx.tap = LatencyTap(str(tmp_path / "p.lat.npy"), capacity=4)
     assert ctx.emit(_Port(), Kind.BOOK, b"x", 400)
     now[0] = 2_500
-    ctx.mark(MARK_ORDER_SENT, 2_000)
+    ctx.mark(mark_code(MARK_ORDER_SENT, OrderOrigin.LLM), 2_000)
     assert not ctx.emit(_Port(accept=False), Kind.SIGNAL, b"x", 100), "a dropped write is not a latency"
     ctx.tap.dump()
     rec = np.load(tmp_path / "p.lat.npy")
     assert rec.dtype == LatencyTap.DTYPE
     assert [(int(r["code"]), int(r["lat_ns"]), int(r["at_ns"])) for r in rec] == [(Kind.BOOK, 600, 1_000),
-                                                                                 (MARK_ORDER_SENT, 500, 2_500)]
+                                                                                 (121, 500, 2_500)]
 
 
 def test_a_full_tap_counts_its_overflow_instead_of_growing(tmp_path):
@@ -50,5 +50,5 @@ def test_a_full_tap_counts_its_overflow_instead_of_growing(tmp_path):
 def test_without_a_tap_marks_cost_nothing_and_record_nothing():
     now = [10]
     ctx = _ctx(now)
-    ctx.mark(MARK_ORDER_SENT, 5)
+    ctx.mark(mark_code(MARK_ORDER_SENT), 5)
     assert ctx.emit(_Port(), Kind.BOOK, b"x", 5) and ctx.tap is None and ctx.latency_percentiles_ns() == (5, 5)
