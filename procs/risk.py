@@ -1,0 +1,217 @@
+"""The risk gateway stage: the only way to the order sender. ``module = "procs.risk:RiskAgent"``.
+
+The decisions are ``pipeline.risk.RiskGateway``'s (see there); this stage moves bytes:
+
+- inputs (ring names from params, each optional: an input absent from the config is not read), read in
+  priority order each ``do_work``, each drained up to ``ctx.batch`` messages: ``control`` (CONTROL),
+  ``exec`` (EXEC_REPORT), ``sig_risk`` (SIGNAL), ``instr`` (INSTRUCTION);
+- output ``orders`` (ORDER, a ``backpressure`` ring: ``ctx.emit`` waits for room). The ORDER's
+  ``ts_origin_ns`` is that of the message the decision came from (``clock()`` for the start-up SYNC);
+  an ORDER the port refuses anyway (a ``drop`` ring) is counted (``order_drops``), logged, and no
+  longer counted as open;
+- ``on_start`` writes one ORDER SYNC; new orders are NOT_SYNCED until EXEC_REPORT SYNC_DONE;
+- every decision event goes to the audit log: one JSON object a line (``msgspec`` encoding of the event,
+  ``ev`` = its type), appended (O_APPEND, created 0600) to ``audit_path``, one ``write`` per
+  ``do_work``; no fsync (the sender's journal is the durable record of what was sent).
+
+Params: ``limits`` (table, ``pipeline.risk.RiskLimits``; ConfigError naming the bad field),
+``audit_path`` ("<supervisor.log_dir>/risk_audit.jsonl"), ``control_input`` ("control"), ``exec_input``
+("exec"), ``signal_input`` ("sig_risk"), ``instruction_input`` ("instr"), ``output`` ("orders").
+
+Counters (``ctx.stats``, short keys: the status record holds 760 bytes of JSON): state (ACTIVE /
+REDUCING / HALTED), synced (0/1), open (open orders), approved, denied, expired, cancels, cancel_all,
+emerg, fills, rejected (malformed input), order_drops, errors, pos_lots_<id> (position in lots), and
+deny_<reason lower> per denial reason seen (``deny_max_position``...).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from pipeline.agent import Agent
+from pipeline.errors import ConfigError, StartupError
+from pipeline.messages import Kind
+from pipeline.risk import (CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied, InstructionExpired,
+                           MessageRejected, OrderApproved, OrderDenied, RiskGateway, StateChanged, Synced,
+                           SyncStarted, decode_limits, encode_order)
+
+_DENY_KEYS = {r: "deny_" + r.name.lower() for r in DenyReason}
+
+
+class RiskAgent(Agent):
+    """CONTROL / EXEC_REPORT / SIGNAL / INSTRUCTION in, ORDER out (see the module docstring)."""
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        prm = ctx.params
+        known = {"limits", "audit_path", "control_input", "exec_input", "signal_input", "instruction_input", "output"}
+        unknown = sorted(set(prm) - known)
+        if unknown:
+            raise ConfigError(f"risk: unknown params {unknown} (known: {sorted(known)})")
+        limits = decode_limits(prm.get("limits"))
+        self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock)
+        out_name = prm.get("output", "orders")
+        self.out = ctx.outputs.get(out_name)
+        if self.out is None:
+            raise ConfigError(f"risk: output ring {out_name!r} is not among {sorted(ctx.outputs)}")
+        self.inputs = []  # (port, handler) in priority order
+        for key, default, handler in (("control_input", "control", self._on_control),
+                                      ("exec_input", "exec", self._on_exec),
+                                      ("signal_input", "sig_risk", self._on_signal),
+                                      ("instruction_input", "instr", self._on_instruction)):
+            port = ctx.inputs.get(prm.get(key, default))
+            if port is not None:
+                self.inputs.append((port, handler))
+        if not self.inputs:
+            raise ConfigError(f"risk: none of its inputs among {sorted(ctx.inputs)}")
+        path = Path(prm.get("audit_path") or Path(ctx.config.supervisor.log_dir) / "risk_audit.jsonl")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.audit_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StartupError(f"risk: cannot open the audit log {str(path)!r}: {exc.strerror}") from None
+        self.audit_path = str(path)
+        self.enc = msgspec.json.Encoder()
+        self.buf = bytearray()
+        self.stats = ctx.stats
+        self.stats.update(state=self.gw.state.name, synced=0, open=0, approved=0, denied=0, expired=0, cancels=0,
+                          cancel_all=0, emerg=0, fills=0, rejected=0)
+        for iid in self.gw.books:
+            self.stats[f"pos_lots_{iid}"] = 0
+        self._ts = ctx.clock()
+        self._handle(self.gw.start())
+        self._flush()
+        ctx.log.info("risk_ready", audit_path=self.audit_path, inputs=[p for p in ctx.inputs],
+                     instruments=sorted(self.gw.books), tif=limits.tif)
+
+    # ---------------------------------------------------------------------------------------- input
+    def _on_control(self, seq, ts, kind, payload):
+        self._decide(ts, kind, Kind.CONTROL, "control", self.gw.on_control, payload)
+
+    def _on_exec(self, seq, ts, kind, payload):
+        self._decide(ts, kind, Kind.EXEC_REPORT, "exec", self.gw.on_exec, payload)
+
+    def _on_signal(self, seq, ts, kind, payload):
+        self._ts = ts
+        if kind != Kind.SIGNAL:
+            self._handle(self._bad_kind("sig_risk", kind))
+            return
+        try:
+            events = self.gw.on_signal(payload, ts)
+        except Exception as exc:  # a bug in the core: nothing is sent for this message
+            self._internal_error("sig_risk", exc)
+            return
+        self._handle(events)
+
+    def _on_instruction(self, seq, ts, kind, payload):
+        self._decide(ts, kind, Kind.INSTRUCTION, "instr", self.gw.on_instruction, payload)
+
+    def _decide(self, ts, kind, want, ring, fn, payload) -> None:
+        self._ts = ts
+        if kind != want:
+            self._handle(self._bad_kind(ring, kind))
+            return
+        try:
+            events = fn(payload)
+        except Exception as exc:  # a bug in the core: fail closed, nothing is sent for this message
+            self._internal_error(ring, exc)
+            return
+        self._handle(events)
+
+    def _internal_error(self, ring: str, exc: Exception) -> None:
+        self.stats["errors"] = self.stats.get("errors", 0) + 1
+        self.buf += self.enc.encode({"ev": "InternalError", "ts_ns": self.ctx.clock(), "ring": ring,
+                                     "error": f"{type(exc).__name__}: {exc}"[:300]}) + b"\n"
+        self.ctx.log.error("risk_internal_error", ring=ring, error=f"{type(exc).__name__}: {exc}"[:300])
+
+    def _bad_kind(self, ring: str, kind: int) -> list:
+        return [MessageRejected(ts_ns=self.ctx.clock(), kind=f"kind {kind} on {ring}", why="unexpected kind")]
+
+    def do_work(self) -> int:
+        total = 0
+        batch = self.ctx.batch
+        try:
+            for port, handler in self.inputs:
+                n = port.poll(handler, batch)
+                total += n
+        finally:
+            if total:
+                self.ctx.received(total)
+            self._flush()
+        return total
+
+    # ---------------------------------------------------------------------------------------- output
+    def _handle(self, events) -> None:
+        st, gw, ctx = self.stats, self.gw, self.ctx
+        for ev in events:
+            try:
+                line = self.enc.encode(ev)
+            except Exception as exc:  # never lose the decision itself: write what can be written
+                line = self.enc.encode({"ev": type(ev).__name__, "encode_error": repr(exc)})
+                st["errors"] = st.get("errors", 0) + 1
+            self.buf += line
+            self.buf += b"\n"
+            if ev.cmd:
+                self._flush()  # the decision is on record before the order leaves
+                if not ctx.emit(self.out, Kind.ORDER, encode_order(ev), self._ts):
+                    st["order_drops"] = st.get("order_drops", 0) + 1
+                    ctx.log.error("risk_order_dropped", ev=type(ev).__name__, instrument_id=getattr(ev, "instrument_id", 0),
+                                  order_id=getattr(ev, "order_id", 0))
+                    if isinstance(ev, OrderApproved):
+                        gw.forget_order(ev.instrument_id, ev.order_id)
+                    continue
+            if isinstance(ev, OrderApproved):
+                st["approved"] += 1
+            elif isinstance(ev, OrderDenied):
+                st["denied"] += 1
+                k = _DENY_KEYS[ev.reason]
+                st[k] = st.get(k, 0) + 1
+            elif isinstance(ev, CancelSent):
+                st["cancels"] += 1
+            elif isinstance(ev, CancelAllSent):
+                st["cancel_all"] += 1
+            elif isinstance(ev, InstructionExpired):
+                st["expired"] += 1
+            elif isinstance(ev, FillApplied):
+                st["fills"] += 1
+                bk = gw.books[ev.instrument_id]
+                st[f"pos_lots_{ev.instrument_id}"] = round(bk.position / bk.spec.lot, 3)
+            elif isinstance(ev, EmergencyReceived):
+                st["emerg"] += 1
+            elif isinstance(ev, MessageRejected):
+                st["rejected"] += 1
+                if st["rejected"] <= 10 or st["rejected"] % 1000 == 0:
+                    ctx.log.warning("risk_input_rejected", kind=ev.kind, why=ev.why, count=st["rejected"])
+            elif isinstance(ev, StateChanged):
+                st["state"] = ev.new
+                log = ctx.log.warning if ev.new != "ACTIVE" else ctx.log.info
+                log("risk_state", old=ev.old, new=ev.new, cause=ev.cause, latched=ev.latched)
+            elif isinstance(ev, Synced):
+                st["synced"] = 1
+                for iid, bk in gw.books.items():
+                    st[f"pos_lots_{iid}"] = round(bk.position / bk.spec.lot, 3)
+                ctx.log.info("risk_synced", positions={str(k): v for k, v in ev.positions.items()},
+                             open_orders=ev.open_orders, solicited=ev.solicited)
+            elif isinstance(ev, SyncStarted):
+                st["synced"] = 0
+                ctx.log.warning("risk_sync_started", solicited=ev.solicited)
+        st["open"] = gw.open_count
+
+    def _flush(self) -> None:
+        if self.buf:
+            data, self.buf = bytes(self.buf), bytearray()
+            try:
+                os.write(self.audit_fd, data)
+            except OSError as exc:
+                self.stats["audit_errors"] = self.stats.get("audit_errors", 0) + 1
+                self.ctx.log.error("risk_audit_write_failed", error=exc.strerror, bytes=len(data))
+
+    def on_close(self) -> None:
+        fd = getattr(self, "audit_fd", None)
+        if fd is not None:
+            self._flush()
+            os.close(fd)
+            self.audit_fd = None

@@ -1,0 +1,299 @@
+"""The risk stage (procs/risk.py): bytes in, ORDER bytes and audit lines out, with test doubles; and end to
+end under the supervisor: a kill switch on the control ring gives CANCEL_ALL and no new order after it."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import orjson
+import pytest
+
+from pipeline.agent import Agent, AgentContext
+from pipeline.config import ProcessConfig, parse_config
+from pipeline.errors import ConfigError
+from pipeline.messages import (EXEC_DTYPE, INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd,
+                               ControlReason, ExecType, Kind, Label, OrderCmd, Side, order_id_for, pack_control)
+from procs.risk import RiskAgent
+from tests.pipeline._support import BACK_OFF, process, read_log, ring, wait_until
+from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
+from tests.procs.test_features_agent import ListInput
+
+MID = 50_000.0  # BTCUSDT of INSTRUMENTS: tick 0.1, lot 0.0001 -> one lot is 5 of notional
+
+
+class Clock:
+    def __init__(self, t=10**12):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def sig(seq=1, *, iid=1, mid=MID, label=Label.HOLD) -> bytes:
+    r = np.zeros(1, SIGNAL_DTYPE)
+    r["instrument_id"], r["label"], r["feature_seq"], r["ref_mid"], r["ref_spread"] = iid, label, seq, mid, 1.0
+    return r.tobytes()
+
+
+def instr(issued_ns, *, seq=1, target=4, action=Action.BUY, iid=1, ttl_ms=5_000) -> bytes:
+    r = np.zeros(1, INSTRUCTION_DTYPE)
+    r["instrument_id"], r["action"], r["target_lots"], r["signal_seq"] = iid, action, target, seq
+    r["issued_ns"], r["ttl_ms"], r["instruction_id"] = issued_ns, ttl_ms, seq
+    return r.tobytes()
+
+
+def ex(et, *, oid=0, side=0, price=0.0, size=0.0, leaves=0.0, iid=1) -> bytes:
+    r = np.zeros(1, EXEC_DTYPE)
+    r["instrument_id"], r["exec_type"], r["side"], r["order_id"] = iid, et, side, oid
+    r["price"], r["size"], r["leaves"] = price, size, leaves
+    return r.tobytes()
+
+
+def ctl(cmd) -> bytes:
+    return pack_control(cmd, ControlReason.OPERATOR, 1)
+
+
+def orders(port) -> list[np.void]:
+    return [np.frombuffer(p, ORDER_DTYPE, 1)[0] for k, p, _, _ in port.msgs if k == Kind.ORDER]
+
+
+def make(tmp_path, *, control=(), exec_=(), signals=(), instrs=(), params=None, inputs=("control", "exec", "sig_risk",
+                                                                                         "instr"), clock=None):
+    feeds = {"control": control, "exec": exec_, "sig_risk": signals, "instr": instrs}
+    cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\n\n' + ring("sig_risk") + ring("instr", payload=128)
+                       + ring("exec", payload=128) + ring("control", payload=16) + ring("orders", payload=128)
+                       + INSTRUMENTS)
+    proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=list(inputs), outputs=["orders"], batch=64,
+                         params=params or {})
+    ctx = AgentContext(config=cfg, process=proc, inputs={n: ListInput(feeds[n]) for n in inputs},
+                       outputs={"orders": RecordingPort()}, log=ListLog(), clock=clock or Clock())
+    agent = RiskAgent()
+    agent.on_start(ctx)
+    return agent, ctx
+
+
+def drain(agent):
+    while agent.do_work():
+        pass
+
+
+def audit(tmp_path, name="risk_audit.jsonl") -> list[dict]:
+    return [orjson.loads(line) for line in (tmp_path / "logs" / name).read_bytes().splitlines()]
+
+
+def test_sync_then_an_instruction_becomes_new_orders_and_every_decision_is_audited(tmp_path):
+    clock = Clock()
+    t = clock()
+    agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
+                      signals=[(Kind.SIGNAL, sig(1), t - 5_000_000)],
+                      instrs=[(Kind.INSTRUCTION, instr(t, seq=11, target=12, ttl_ms=1000), t - 3_000_000),
+                              (Kind.INSTRUCTION, instr(t - 2_000_000_000, seq=12, ttl_ms=1000), t - 2_000_000)],
+                      params={"limits": {"max_child_lots": 5, "min_notional": 0.0}}, clock=clock)
+    port = ctx.outputs["orders"]
+    assert [int(o["cmd"]) for o in orders(port)] == [OrderCmd.SYNC]  # written by on_start
+    drain(agent)
+    got = orders(port)
+    assert [int(o["cmd"]) for o in got] == [OrderCmd.SYNC, OrderCmd.NEW, OrderCmd.NEW, OrderCmd.NEW]
+    new = got[1:]
+    assert [round(float(o["size"]), 8) for o in new] == [0.0005, 0.0005, 0.0002]
+    assert {float(o["price"]) for o in new} == {49_999.5} and {int(o["side"]) for o in new} == {Side.BUY}
+    assert [int(o["order_id"]) for o in new] == [order_id_for(1, 11, leg) for leg in range(3)]
+    assert {int(o["origin_seq"]) for o in new} == {11} and {int(o["decided_ns"]) for o in new} == {t}
+    assert [ts for k, _, ts, _ in port.msgs][1:] == [t - 3_000_000] * 3  # the instruction's origin stamp
+    st = ctx.stats
+    assert (st["approved"], st["expired"], st["open"], st["synced"], st["state"]) == (3, 1, 3, 1, "ACTIVE")
+    lines = audit(tmp_path)
+    assert [d["ev"] for d in lines] == ["SyncRequested", "Synced", "InstructionPlanned", "OrderApproved",
+                                        "OrderApproved", "OrderApproved", "InstructionExpired"]
+    assert lines[3]["order_id"] == order_id_for(1, 11, 0) and lines[6]["signal_seq"] == 12
+    assert stat.S_IMODE(os.stat(tmp_path / "logs" / "risk_audit.jsonl").st_mode) == 0o600
+    agent.on_close()
+
+
+def test_control_is_read_before_instructions_and_a_kill_switch_cancels_everything(tmp_path):
+    clock = Clock()
+    t = clock()
+    agent, ctx = make(tmp_path, control=[(Kind.CONTROL, ctl(ControlCmd.KILL_SWITCH), t)],
+                      exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
+                      signals=[(Kind.SIGNAL, sig(1), t)], instrs=[(Kind.INSTRUCTION, instr(t), t)], clock=clock)
+    drain(agent)
+    got = orders(ctx.outputs["orders"])
+    assert [(int(o["cmd"]), int(o["instrument_id"])) for o in got] == [
+        (OrderCmd.SYNC, 0), (OrderCmd.CANCEL_ALL, 1), (OrderCmd.CANCEL_ALL, 2)]
+    st = ctx.stats
+    assert st["state"] == "HALTED" and st["deny_halted"] == 1 and st["approved"] == 0 and st["cancel_all"] == 2
+    denied = [d for d in audit(tmp_path) if d["ev"] == "OrderDenied"]
+    assert denied[0]["code"] == "HALTED" and denied[0]["reason"] == 1
+    state = ctx.log.named("risk_state")
+    assert state and state[0]["new"] == "HALTED" and state[0]["cause"] == "kill_switch" and state[0]["latched"]
+
+
+def test_emergency_signal_cancels_all_at_once_and_counts(tmp_path):
+    clock = Clock()
+    t = clock()
+    agent, ctx = make(tmp_path, signals=[(Kind.SIGNAL, sig(5, label=Label.EMERGENCY), t)], inputs=("sig_risk",),
+                      clock=clock)
+    drain(agent)
+    got = orders(ctx.outputs["orders"])
+    assert [(int(o["cmd"]), int(o["instrument_id"]), int(o["origin_seq"])) for o in got][1:] == [
+        (OrderCmd.CANCEL_ALL, 1, 5)]
+    assert ctx.stats["emerg"] == 1 and ctx.stats["cancel_all"] == 1
+
+
+def test_exec_reports_move_position_and_open_order_counters(tmp_path):
+    clock = Clock()
+    t = clock()
+    rep = [(Kind.EXEC_REPORT, ex(ExecType.POSITION, price=49_000.0, size=0.0003), t),
+           (Kind.EXEC_REPORT, ex(ExecType.OPEN_ORDER, oid=9, side=Side.SELL, price=50_100.0, size=0.0002,
+                                 leaves=0.0002), t),
+           (Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t),
+           (Kind.EXEC_REPORT, ex(ExecType.FILLED, oid=9, side=Side.SELL, price=50_100.0, size=0.0002), t)]
+    agent, ctx = make(tmp_path, exec_=rep, inputs=("exec",), clock=clock)
+    drain(agent)
+    st = ctx.stats
+    assert st["pos_lots_1"] == 1.0 and st["pos_lots_2"] == 0 and st["open"] == 0 and st["fills"] == 1
+    synced = ctx.log.named("risk_synced")[0]
+    assert synced["positions"]["1"] == pytest.approx(0.0003) and synced["open_orders"] == 1
+
+
+def test_malformed_input_and_wrong_kinds_are_counted_not_raised(tmp_path):
+    t = Clock()()
+    agent, ctx = make(tmp_path, signals=[(Kind.SIGNAL, b"\0" * 12, t), (Kind.BOOK, sig(1), t)],
+                      control=[(Kind.CONTROL, b"\xff" * 16, t)], inputs=("control", "sig_risk"))
+    drain(agent)
+    assert ctx.stats["rejected"] == 3 and ctx.log.named("risk_input_rejected")
+    assert [d["ev"] for d in audit(tmp_path)].count("MessageRejected") == 3
+
+
+def test_an_order_the_port_refuses_is_counted_and_no_longer_open(tmp_path):
+    clock = Clock()
+    t = clock()
+    agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
+                      signals=[(Kind.SIGNAL, sig(1), t)], instrs=[(Kind.INSTRUCTION, instr(t, target=2), t)],
+                      clock=clock)
+    ctx.outputs["orders"].accept = False
+    drain(agent)
+    assert ctx.stats["order_drops"] == 1 and ctx.stats["open"] == 0 and ctx.log.named("risk_order_dropped")
+
+
+def test_bad_limits_fail_the_start_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="max_open_ordrs"):
+        make(tmp_path, params={"limits": {"max_open_ordrs": 3}})
+    with pytest.raises(ConfigError, match="unknown params"):
+        make(tmp_path, params={"limit": {}})
+
+
+def test_audit_path_param(tmp_path):
+    path = tmp_path / "logs" / "elsewhere.jsonl"
+    agent, _ = make(tmp_path, params={"audit_path": str(path)}, inputs=("instr",))
+    agent.on_close()
+    assert [d["ev"] for d in audit(tmp_path, "elsewhere.jsonl")] == ["SyncRequested"]
+
+
+# ------------------------------------------------------------------------------------- end to end
+class RiskFeeder(Agent):
+    """Feeds the risk stage through real rings: SYNC_DONE on ``exec``, then SIGNALs (instrument 1, mid
+    50 000) every ``signal_ms``, an INSTRUCTION (alternating BUY 4 / SELL -4 lots) every ``instr_ms``,
+    and CONTROL KILL_SWITCH on ``control`` after ``kill_after_ms`` (noted in ``params.out``); it goes on
+    sending instructions after the kill."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.sig, self.ins = ctx.outputs["sig_risk"], ctx.outputs["instr"]
+        self.ctl, self.exec = ctx.outputs["control"], ctx.outputs["exec"]
+        p = ctx.params
+        self.signal_ns, self.instr_ns = int(p["signal_ms"]) * 1_000_000, int(p["instr_ms"]) * 1_000_000
+        self.kill_ns = int(p["kill_after_ms"]) * 1_000_000
+        self.out = p["out"]
+        self.t0 = ctx.clock()
+        self.next_sig = self.next_ins = self.t0
+        self.seq = 0
+        self.n_ins = 0
+        self.killed = False
+        now = ctx.clock()
+        ctx.emit(self.exec, Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), now)
+
+    def do_work(self) -> int:
+        now = self.ctx.clock()
+        n = 0
+        if now >= self.next_sig:
+            self.seq += 1
+            self.ctx.emit(self.sig, Kind.SIGNAL, sig(self.seq), now)
+            self.next_sig = now + self.signal_ns
+            n += 1
+        if now >= self.next_ins and self.seq:
+            self.n_ins += 1
+            buy = self.n_ins % 2 == 1
+            self.ctx.emit(self.ins, Kind.INSTRUCTION, instr(now, seq=self.seq, target=4 if buy else -4,
+                                                           action=Action.BUY if buy else Action.SELL), now)
+            self.next_ins = now + self.instr_ns
+            n += 1
+            if self.killed:
+                with open(self.out, "a") as f:
+                    f.write("instr_after_kill\n")
+        if not self.killed and now - self.t0 >= self.kill_ns:
+            self.ctx.emit(self.ctl, Kind.CONTROL, ctl(ControlCmd.KILL_SWITCH), now)
+            self.killed = True
+            with open(self.out, "a") as f:
+                f.write("kill\n")
+            n += 1
+        return n
+
+
+class OrderSink(Agent):
+    """Appends ``CMD instrument_id order_id`` per ORDER of its one input to ``params.out``."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.inp = next(iter(ctx.inputs.values()))
+        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _on(self, seq, ts, kind, payload):
+        o = np.frombuffer(payload, ORDER_DTYPE, 1)[0]
+        os.write(self.fd, f"{OrderCmd(int(o['cmd'])).name} {o['instrument_id']} {o['order_id']}\n".encode())
+
+    def do_work(self) -> int:
+        n = self.inp.poll(self._on, self.ctx.batch)
+        self.ctx.received(n)
+        return n
+
+    def on_close(self):
+        os.close(self.fd)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pipe):
+    me = "tests.procs.test_risk_agent"
+    orders_out, feeder_out = pipe.tmp / "orders.txt", pipe.tmp / "feeder.txt"
+    body = (ring("sig_risk", payload=64, capacity=1024, policy="drop") + ring("instr", payload=128, capacity=256)
+            + ring("exec", payload=128, capacity=256) + ring("control", payload=16, capacity=64)
+            + ring("orders", payload=128, capacity=1024)
+            + process("src", f"{me}:RiskFeeder", outputs=["sig_risk", "instr", "exec", "control"], extra=BACK_OFF,
+                      params=f'signal_ms = 20, instr_ms = 100, kill_after_ms = 1500, out = "{feeder_out}"')
+            + process("risk", "procs.risk:RiskAgent", inputs=["control", "exec", "sig_risk", "instr"],
+                      outputs=["orders"], extra=BACK_OFF, params="limits = { min_notional = 0.0 }")
+            + process("sink", f"{me}:OrderSink", inputs=["orders"], extra='wait = "blocking"\n',
+                      params=f'out = "{orders_out}"')
+            + INSTRUMENTS)
+    pipe.write_config(body)
+    pipe.up()
+
+    def lines(path):
+        return path.read_text().splitlines() if path.exists() else []
+
+    wait_until(lambda: lines(feeder_out).count("instr_after_kill") >= 5, 20, 0.05, "5 instructions after the kill")
+    wait_until(lambda: sum(1 for ln in lines(orders_out) if ln.startswith("CANCEL_ALL")) >= 2, 10, 0.05, "CANCEL_ALL")
+    got = [ln.split()[0] for ln in lines(orders_out)]
+    assert got[0] == "SYNC"
+    first_kill = got.index("CANCEL_ALL")
+    assert "NEW" in got[:first_kill]  # it was trading before the kill
+    assert got[first_kill:first_kill + 2] == ["CANCEL_ALL", "CANCEL_ALL"]  # both instruments
+    assert "NEW" not in got[first_kill:]  # and nothing new after it
+    st = pipe.procs()["risk"]["stage"]
+    assert st["state"] == "HALTED" and st.get("deny_halted", 0) >= 1
+    events = read_log(pipe.log_dir / "risk_audit.jsonl")
+    assert any(e["ev"] == "StateChanged" and e["cause"] == "kill_switch" for e in events)
+    assert pipe.down() == 0
