@@ -1,9 +1,16 @@
 """The paper venue as a supervised stage: ``procs.venue:VenueAgent``.
 
-It serves Bitget v2 public WebSocket market data on 127.0.0.1 (``pipeline.venue.server``) from a
-background thread with its own asyncio loop; the runner's loop only idles (``do_work`` returns 0),
-beats, publishes the counters and handles SIGTERM. No rings: the venue talks to the feed over the
-socket, like the real exchange.
+It serves Bitget v2 public WebSocket market data (``pipeline.venue.server``) and the Bitget v2 spot
+trade REST API (``pipeline.venue.rest``: place / cancel / cancel-all / orderInfo / unfilled-orders /
+fills, every request signed and verified) on 127.0.0.1, both from one background thread with its
+own asyncio loop; the runner's loop only idles (``do_work`` returns 0), beats, publishes the
+counters and handles SIGTERM. No rings: the venue talks to the feed and the order sender over
+sockets, like the real exchange.
+
+Orders (``pipeline.venue.orders.OrderEngine``) are matched against the venue's own live public book
+and trades, which the engine sees through the market server's listener hook on the same loop; the
+public market is never changed by our orders. State is in memory: a restart of the venue forgets
+every order (ids still never repeat: they start from the wall clock).
 
 Config (one process entry; every param optional, unknown params fail the start)::
 
@@ -27,35 +34,90 @@ Config (one process entry; every param optional, unknown params fail the start):
     itch_events = 100000         # order-flow messages of the session (pipeline.itch.synth)
     itch_rate = 10000.0          # messages a second (0 = as fast as possible)
     itch_drop_prob = 0.0         # fault: data packets dropped at random
+    rest_port = 0                # order REST API port; 0: a free port, written to the REST port file
+    rest_port_file = ""          # default <supervisor.run_dir>/<process name>.rest.port, e.g. run/venue.rest.port
+    key_file = "secrets/paper.json"  # the one API key accepted (0600 JSON; a relative path is taken from
+                                 # the repo root; created with a random paper key when missing);
+                                 # "" = from SHMPIPE_API_KEY / SHMPIPE_API_SECRET / SHMPIPE_API_PASSPHRASE
+    rate_limit_per_s = 10.0      # place / cancel requests a second per key (token bucket; over it: 429)
+    max_notional = 0.0           # > 0: an order with price * size above it is refused (43012); 0: no limit
+    recv_window_ms = 30000       # ACCESS-TIMESTAMP further than this from the venue's clock: 40008
+    latency_ms = 0.0             # artificial latency before each place / cancel is processed
 
 Instruments: the synthetic source makes a market in every ``[[instruments]]`` entry with
 ``venue = "paper"`` (symbol, tick_size, lot_size); a replay serves the instruments of its capture.
 
-Finding the port: the venue writes the bound port (decimal + newline, atomically) to the port file
-once it listens, and removes it on a clean stop. A client reads it with
-``pipeline.venue.server.read_port_file`` and connects to ``ws://127.0.0.1:<port>/v2/ws/public``.
+Order sanity uses the config instruments' ``tick_size`` / ``lot_size`` (any venue) of each served
+symbol; a replayed symbol without a config entry is checked for positive finite numbers only.
+
+Finding the ports: the venue writes the bound ports (decimal + newline, atomically) to the port
+file and the REST port file once it listens, and removes both on a clean stop. A client reads them
+with ``pipeline.venue.server.read_port_file`` and connects to ``ws://127.0.0.1:<port>/v2/ws/public``
+and ``http://127.0.0.1:<rest port>``.
+
+Secrets: the key file's content is never logged, published or put in an exception; the start log
+line names the key by its fingerprint only.
 
 Counters (``ctx.stats``, shown by ``status``): connections, subscriptions, frames_sent,
-frames_dropped, faults_injected, slow_disconnects, book_events, trade_events, and itch_msgs (messages
-sent over MoldUDP64) when ITCH is on.
+frames_dropped, faults_injected, slow_disconnects, book_events, trade_events; of the order side
+orders_placed, orders_rejected, fills, cancels, bad_signatures (bad or missing key, passphrase or
+signature), stale_timestamps, rate_limited; and itch_msgs (messages sent over MoldUDP64) when ITCH
+is on.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from contextlib import suppress
 from pathlib import Path
 
 from pipeline.agent import Agent, AgentContext
+from pipeline.bitget.signing import Credentials, generate_paper_credentials, load_credentials
+from pipeline.errors import ConfigError
 from pipeline.venue.errors import VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
+from pipeline.venue.orders import OrderEngine, rules_from_config
+from pipeline.venue.rest import RestApi, RestServer
 from pipeline.venue.server import VenueServer, VenueThread, instrument_specs, make_source, write_port_file
 
 PARAMS = frozenset({"port", "port_file", "source", "capture", "speed", "seed", "step_ms", "loop", "delay_ms",
-                    "drop_prob", "itch_port", "itch_events", "itch_rate", "itch_drop_prob"})
-PUBLISHED_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
-                   "slow_disconnects", "book_events", "trade_events")
+                    "drop_prob", "itch_port", "itch_events", "itch_rate", "itch_drop_prob", "rest_port",
+                    "rest_port_file", "key_file", "rate_limit_per_s", "max_notional", "recv_window_ms",
+                    "latency_ms"})
+MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
+                "slow_disconnects", "book_events", "trade_events", "listener_errors")
+ORDER_STATS = ("orders_placed", "orders_rejected", "fills", "cancels", "bad_signatures", "stale_timestamps",
+               "rate_limited")
+PUBLISHED_STATS = MARKET_STATS + ORDER_STATS
 STATS_INTERVAL_NS = 100_000_000
+DEFAULT_KEY_FILE = "secrets/paper.json"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def paper_credentials(key_file: str) -> Credentials:
+    """The venue's key: from ``key_file`` (relative to the repo root; a random paper key is created
+    there, 0600, when it is missing), or from the environment when ``key_file`` is "".
+
+    Raises:
+        ConfigError: the file is unreadable, too open, malformed; or an environment variable is
+            missing (the message names the file or variable, never a value).
+    """
+    if not key_file:
+        return load_credentials(None)
+    path = Path(key_file)
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    with suppress(FileExistsError):  # another process (the order sender) created it meanwhile
+        generate_paper_credentials(path)
+    for attempt in range(20):  # a file created by another process this instant may not be complete yet
+        try:
+            return load_credentials(path)
+        except ConfigError:
+            if attempt == 19:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
 
 
 class VenueAgent(Agent):
@@ -64,7 +126,8 @@ class VenueAgent(Agent):
     def on_start(self, ctx: AgentContext) -> None:
         """Raises:
         VenueError: an unknown param, a bad value, no paper instrument, an unreadable capture, or the
-            server thread not starting. OSError: the port cannot be bound.
+            server thread not starting. ConfigError: the key file or environment key cannot be loaded
+            (the message names the file or variable only). OSError: a port cannot be bound.
         """
         self.ctx = ctx
         p = dict(ctx.params)
@@ -88,21 +151,43 @@ class VenueAgent(Agent):
             stream = MoldStream.synthetic(seed, int(p.get("itch_events", 100_000)))
             self.itch = ItchUdpPublisher(stream, itch_port, rate_msgs_per_s=float(p.get("itch_rate", 10_000.0)),
                                          drop_prob=float(p.get("itch_drop_prob", 0.0)), fault_seed=seed)
-        self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[self.itch] if self.itch else [])
+        creds = paper_credentials(str(p.get("key_file", DEFAULT_KEY_FILE)))
+        max_notional = float(p.get("max_notional", 0.0))
+        if max_notional < 0:
+            raise VenueError(f"max_notional must be >= 0 (0: no limit), got {max_notional}")
+        self.engine = OrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
+                                  self.server.market.levels, lambda: time.time_ns() // 1_000_000,
+                                  max_notional=max_notional if max_notional > 0 else None)
+        self.server.add_market_listener(self.engine)
+        api = RestApi(self.engine, creds, recv_window_ms=int(p.get("recv_window_ms", 30_000)),
+                      rate_limit_per_s=float(p.get("rate_limit_per_s", 10.0)), log=ctx.log)
+        self.rest = RestServer(api, port=int(p.get("rest_port", 0)), latency_ms=float(p.get("latency_ms", 0.0)),
+                               log=ctx.log)
+        extra = [self.itch] if self.itch else []
+        self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[*extra, self.rest])
         port = self.thread.start()
-        self.port_file = Path(p.get("port_file") or Path(ctx.config.supervisor.run_dir) / f"{ctx.name}.port")
+        run_dir = Path(ctx.config.supervisor.run_dir)
+        self.port_file = Path(p.get("port_file") or run_dir / f"{ctx.name}.port")
+        self.rest_port_file = Path(p.get("rest_port_file") or run_dir / f"{ctx.name}.rest.port")
         write_port_file(self.port_file, port)
+        write_port_file(self.rest_port_file, self.rest.port)
         self._next_stats_ns = 0
         self._dead = False
         self._publish_stats()
-        ctx.log.info("venue_listening", url=self.server.url, source=kind, instruments=self.server.inst_ids,
-                     port_file=str(self.port_file))
+        ctx.log.info("venue_listening", url=self.server.url, rest_url=self.rest.url, source=kind,
+                     instruments=self.server.inst_ids, port_file=str(self.port_file),
+                     rest_port_file=str(self.rest_port_file), key=f"#{creds.fingerprint}")
 
     def _publish_stats(self) -> None:
         s = self.server.stats()
-        self.ctx.stats.update({k: s[k] for k in PUBLISHED_STATS})
+        self.ctx.stats.update({k: s[k] for k in MARKET_STATS})
+        r = self.rest.stats()
+        self.ctx.stats.update({k: r[k] for k in ORDER_STATS})
         if self.itch is not None:
             self.ctx.stats["itch_msgs"] = self.itch.stats["messages_sent"]
+        failures = self.server.listener_failures
+        while failures:
+            self.ctx.log.error("order_engine_hook_failed", error=failures.pop(0)[:300])
 
     def do_work(self) -> int:
         """Publish the counters now and then; raise if the server thread died. Never any work."""
@@ -123,6 +208,8 @@ class VenueAgent(Agent):
             return
         thread.stop()
         self._publish_stats()
-        with suppress(OSError):
-            os.unlink(self.port_file)
-        self.ctx.log.info("venue_stopped", **self.server.stats())
+        for f in (self.port_file, self.rest_port_file):
+            with suppress(OSError):
+                os.unlink(f)
+        self.ctx.log.info("venue_stopped", **self.server.stats(), **{k: v for k, v in self.rest.stats().items()
+                                                                     if k in ORDER_STATS})

@@ -42,6 +42,12 @@ Fault switches (construction arguments and thread-safe methods; each counts in `
 - ``stall(seconds)``: no push for ``seconds`` (the market clock stops too, so the feed resumes
   consistently); pings and subscriptions are still answered.
 
+Order side: ``add_market_listener(listener)`` lets an object (the order engine,
+``pipeline.venue.orders.OrderEngine``) see every published book change and trade of the market on
+the server's loop: ``listener.book_changed(inst_id)`` after the change is applied (the new book is
+``market.levels(inst_id)``), ``listener.traded(inst_id, trades)`` with the event's v2 trade objects.
+A listener that raises is counted (``listener_errors``) and logged once; the market goes on.
+
 Control methods may be called from any thread: off the server's loop they run on it and wait.
 Called before ``start`` they take effect from the start (a ``stall`` counts from ``start``).
 
@@ -106,6 +112,7 @@ STAT_NAMES = (
     "units",  # source units published (synthetic steps or capture frames)
     "replay_done",  # 1 once a replay reached its end (without loop)
     "replay_loops",
+    "listener_errors",  # exceptions of market listeners (the order side), counted and skipped
 )
 
 
@@ -166,6 +173,22 @@ class VenueServer:
         self._pump_task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._market_ms = 0.0
+        self._listeners: list = []
+        #: the first few listener exceptions (text), for the stage to log
+        self.listener_failures: list[str] = []
+
+    def _notify(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # the order side must never stop the market data
+            self._stats["listener_errors"] += 1
+            if self._stats["listener_errors"] <= 10:
+                self.listener_failures.append(f"{type(exc).__name__}: {exc}")
+
+    def add_market_listener(self, listener) -> None:
+        """Call ``listener.book_changed(inst_id)`` / ``listener.traded(inst_id, trades)`` for every
+        book change / trade event published from now on (on the server's loop)."""
+        self._listeners.append(listener)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -498,6 +521,8 @@ class VenueServer:
                     continue
                 st["book_events"] += 1
                 inst_id = ch.inst_id
+                for listener in self._listeners:
+                    self._notify(listener.book_changed, inst_id)
                 subs = all_subs.get((CHANNEL_BOOKS, inst_id))
                 if subs:
                     frame = None
@@ -519,6 +544,8 @@ class VenueServer:
                 if tr is None:
                     continue
                 st["trade_events"] += 1
+                for listener in self._listeners:
+                    self._notify(listener.traded, tr.inst_id, tr.trades)
                 subs = all_subs.get((CHANNEL_TRADE, tr.inst_id))
                 if subs:
                     frame = market.trades_frame(tr)
