@@ -1,0 +1,195 @@
+"""The slow path: SIGNAL_CTX from ``sig_llm`` in, validated INSTRUCTIONs to ``instr`` out (an LLM).
+
+``LlmAgent`` (``module = "procs.llm:LlmAgent"``) loads one ``llama_cpp.Llama`` in ``on_start``
+(``pipeline.llm.hub.LlmHub``; params in ``pipeline.llm.hub.LlmParams``) and runs each decision in a
+``GenerationWorker`` thread, so ``do_work`` never waits for the model:
+
+- every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a SIGNAL_CTX that is malformed (wrong
+  kind or size) or names an unconfigured instrument is counted (``rejected`` / ``unknown_kind`` /
+  ``unknown_instrument``) and dropped;
+- at most one generation is in flight; the newest waiting signal replaces an older one (``conflated``);
+- when the worker is free and the circuit breaker (``pipeline.llm.breaker``) allows, the waiting signal
+  is submitted with a deadline ``deadline_ms`` from now and the instrument's position read from the risk
+  stage's ``pos_lots_<id>`` counter in the process table (``unknown`` when there is none); while the
+  breaker is OPEN waiting signals are dropped (``breaker_drops``): the system runs fast-path only;
+- a finished generation that validated becomes one INSTRUCTION (``INSTRUCTION_DTYPE``: the signal's
+  instrument, the answer's action / lots / offset / confidence / ttl, ``signal_seq`` = the signal's
+  ``feature_seq``, ``issued_ns`` = the clock at emission, ``instruction_id`` = 1, 2, ...) written with
+  the signal's ts_origin_ns; the output is never waited on (full: ``instr_drops``). Anything else is
+  counted as ``rej_<reason>`` (``pipeline.llm.schema.REASONS``) and nothing is written.
+- breaker state changes are log events (``llm_breaker``: warning when it opens, info otherwise).
+
+Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
+score, signals, conflated, breaker_drops, generations, instructions, instr_drops, rej_<reason>,
+prompt_tok / prompt_eval (prompt tokens in total / actually evaluated, summed), gen_tok, gen_ms_last,
+gpu_mib (the weights' size when offloaded).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.agent import Agent
+from pipeline.errors import ConfigError
+from pipeline.llm.breaker import BreakerState, CircuitBreaker
+from pipeline.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, parse_params
+from pipeline.llm.schema import instruction_bytes
+from pipeline.messages import SIGNAL_CTX_DTYPE, Kind
+
+_CTX_BYTES = SIGNAL_CTX_DTYPE.itemsize
+
+
+class _NoWait:
+    """An output port adapter whose ``write`` never blocks (``try_write``), for ``ctx.emit``."""
+
+    __slots__ = ("port",)
+
+    def __init__(self, port):
+        self.port = port
+
+    def write(self, kind, payload, ts_origin_ns, timeout_ns=None) -> bool:
+        return self.port.try_write(kind, payload, ts_origin_ns)
+
+
+class LlmAgent(Agent):
+    """SIGNAL_CTX in, INSTRUCTION out (see the module docstring)."""
+
+    #: test hook: a callable returning a ready ``LlmHub`` instead of loading one from params
+    hub_factory = None
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        self.p = p = parse_params(ctx.params)
+        name = p.input
+        if name is None:
+            if len(ctx.inputs) != 1:
+                raise ConfigError(f"llm: name the input ring (params.input); it has {sorted(ctx.inputs)}")
+            name = next(iter(ctx.inputs))
+        if name not in ctx.inputs:
+            raise ConfigError(f"llm: input ring {name!r} is not among {sorted(ctx.inputs)}")
+        if p.output not in ctx.outputs:
+            raise ConfigError(f"llm: output ring {p.output!r} is not among {sorted(ctx.outputs)}")
+        self.inp = ctx.inputs[name]
+        self.out = _NoWait(ctx.outputs[p.output])
+        self.instruments = {i.id: i for i in ctx.config.instruments}
+        factory = type(self).hub_factory
+        self.hub = factory(p, self.instruments, ctx.clock) if factory else LlmHub(p, self.instruments, clock=ctx.clock)
+        self.worker = GenerationWorker(self.hub)
+        self.breaker = CircuitBreaker(p.breaker, ctx.clock)
+        self.deadline_ns = p.deadline_ms * 1_000_000
+        self.pending: tuple[np.void, int] | None = None
+        self.next_id = 1
+        self._table, self._risk_rec = self._attach_risk_record(p.risk_process)
+        self.stats = ctx.stats
+        self.stats.update(model=self.hub.model_name, breaker=self.breaker.state.value, score=1.0, signals=0,
+                          conflated=0, breaker_drops=0, generations=0, instructions=0, instr_drops=0,
+                          prompt_tok=0, prompt_eval=0, gen_tok=0, gen_ms_last=0, gpu_mib=self.hub.gpu_mib)
+        ctx.log.info("llm_ready", model=p.model_path, stand_in=self.hub.stand_in, n_ctx=p.n_ctx,
+                     n_gpu_layers=p.n_gpu_layers, grammar=p.grammar, system_tokens=len(self.hub.sys_tokens),
+                     position_source=p.risk_process if self._risk_rec is not None else "none")
+
+    # -------------------------------------------------------------------------------- position
+    def _attach_risk_record(self, risk_name: str):
+        names = [q.name for q in self.ctx.config.processes]
+        if risk_name not in names:
+            return None, None
+        try:
+            from pipeline.proctable import ProcTable
+
+            table = ProcTable.attach(self.ctx.config.supervisor.shm_prefix)
+            return table, table.record(names.index(risk_name))
+        except Exception:  # no supervisor (in-process use): the position is unknown
+            return None, None
+
+    def position_lots(self, instrument_id: int) -> int | None:
+        """The risk stage's published position of the instrument in lots; None when unknown."""
+        if self._risk_rec is None:
+            return None
+        v = self._risk_rec.stage_stats().get(f"pos_lots_{instrument_id}")
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    # -------------------------------------------------------------------------------- work
+    def _bump(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    def _on(self, seq, ts_origin_ns, kind, payload) -> None:
+        if kind != Kind.SIGNAL:
+            self._bump("unknown_kind")
+            return
+        if len(payload) != _CTX_BYTES:
+            self._bump("rejected")
+            return
+        sig = np.frombuffer(bytes(payload), SIGNAL_CTX_DTYPE, 1)[0]
+        if int(sig["instrument_id"]) not in self.instruments:
+            self._bump("unknown_instrument")
+            return
+        self.stats["signals"] += 1
+        if self.pending is not None:
+            self.stats["conflated"] += 1
+        self.pending = (sig, ts_origin_ns)
+
+    def do_work(self) -> int:
+        got = self.inp.poll(self._on, self.ctx.batch)
+        if got:
+            self.ctx.received(got)
+        work = got
+        res = self.worker.take()
+        if res is not None:
+            self._finish(*res)
+            work += 1
+        self._note(self.breaker.poll())
+        if self.pending is not None and not self.worker.busy:
+            sig, ts = self.pending
+            self.pending = None
+            if self.breaker.allow():
+                now = self.ctx.clock()
+                job = Job(sig=sig, ts_origin_ns=ts, position_lots=self.position_lots(int(sig["instrument_id"])),
+                          deadline_ns=now + self.deadline_ns, submitted_ns=now)
+                self.worker.submit(job)
+                self.stats["generations"] += 1
+            else:
+                self.stats["breaker_drops"] += 1
+            work += 1
+        return work
+
+    def _finish(self, job: Job, out) -> None:
+        st = self.stats
+        st["prompt_tok"] += out.prompt_tokens
+        st["prompt_eval"] += out.prompt_evaluated
+        st["gen_tok"] += out.gen_tokens
+        st["gen_ms_last"] = round(out.gen_ns / 1e6, 3)
+        ok = False
+        if out.ok:
+            payload = instruction_bytes(out.decision, signal_seq=int(job.sig["feature_seq"]),
+                                        issued_ns=self.ctx.clock(), instruction_id=self.next_id)
+            if self.ctx.emit(self.out, Kind.INSTRUCTION, payload, job.ts_origin_ns):
+                self.next_id += 1
+                st["instructions"] += 1
+                ok = True
+            else:
+                st["instr_drops"] += 1
+        else:
+            self._bump("rej_" + out.reason)
+        self._note(self.breaker.record(success=ok, on_time=out.on_time, anomaly=out.reason in CONTENT_REASONS))
+
+    def _note(self, t) -> None:
+        self.stats["score"] = round(self.breaker.score(), 3)
+        if t is None:
+            return
+        self.stats["breaker"] = t.new.value
+        log = self.ctx.log.warning if t.new is BreakerState.OPEN else self.ctx.log.info
+        log("llm_breaker", old=t.old.value, new=t.new.value, score=t.score, why=t.why)
+
+    def on_close(self) -> None:
+        worker = getattr(self, "worker", None)
+        ended = worker.close() if worker is not None else True
+        hub = getattr(self, "hub", None)
+        if hub is not None and ended:
+            hub.close()
+        if getattr(self, "_table", None) is not None:
+            self._risk_rec = None
+            try:
+                self._table.close()
+            except Exception:
+                pass
+            self._table = None

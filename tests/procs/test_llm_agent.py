@@ -1,0 +1,264 @@
+"""The LLM hub stage (procs/llm.py) on the real llama-cpp-python and the generated tiny model: in-process
+with a fake context (200 generations through the gate, conflation, the breaker), and end to end under
+the supervisor (SIGNAL_CTX -> llm -> INSTRUCTION)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from pipeline.agent import Agent, AgentContext
+from pipeline.config import ProcessConfig, parse_config
+from pipeline.llm.prompt import example_signal
+from pipeline.messages import INSTRUCTION_DTYPE, SIGNAL_CTX_DTYPE, Action, Kind
+from procs.llm import LlmAgent
+from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from tests.pipeline.llm.support import tiny_model
+from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
+
+LIMITS = dict(max_position_lots=10, max_offset_ticks=20, min_ttl_ms=100, max_ttl_ms=10_000)
+
+
+class QueueInput:
+    """An input port over a list the test appends (kind, payload, ts_origin_ns) to."""
+
+    def __init__(self):
+        self.msgs: list = []
+        self.pos = 0
+
+    def poll(self, handler, limit):
+        n = 0
+        while self.pos < len(self.msgs) and n < limit:
+            kind, payload, ts = self.msgs[self.pos]
+            handler(self.pos, ts, kind, memoryview(payload))
+            self.pos += 1
+            n += 1
+        return n
+
+
+class Clock:
+    def __init__(self):
+        self.t = 10**12
+
+    def __call__(self):
+        return self.t
+
+
+def start(params, *, clock=None):
+    cfg = parse_config(ring("sig_llm", payload=576) + ring("instr", payload=128) + INSTRUMENTS)
+    proc = ProcessConfig(name="llm", module="procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"],
+                         params={"model_path": tiny_model(), "n_ctx": 2048, **params})
+    kw = {"clock": clock} if clock else {}
+    ctx = AgentContext(config=cfg, process=proc, inputs={"sig_llm": QueueInput()},
+                       outputs={"instr": RecordingPort()}, log=ListLog(), **kw)
+    agent = LlmAgent()
+    agent.on_start(ctx)
+    return agent, ctx
+
+
+def sig_bytes(seed, *, iid=1, seq=None):
+    return example_signal(seed, instrument_id=iid, feature_seq=seed if seq is None else seq).tobytes()
+
+
+def settle(agent):
+    """Work until nothing waits and nothing is in flight."""
+    for _ in range(100_000):
+        agent.do_work()
+        if agent.pending is None and not agent.worker.busy:
+            return
+        agent.worker.wait(5.0)
+    raise AssertionError(f"hub did not settle: {agent.ctx.stats}")
+
+
+def instructions(port):
+    return [(np.frombuffer(p, INSTRUCTION_DTYPE, 1)[0], ts) for k, p, ts, _ in port.msgs]
+
+
+def check_instruction(r, sent: dict) -> None:
+    """Independent re-validation of one INSTRUCTION against the limits and the signal it answers."""
+    seq = int(r["signal_seq"])
+    assert seq in sent, seq
+    assert int(r["instrument_id"]) == sent[seq]
+    assert int(r["action"]) in {a.value for a in Action} and int(r["flags"]) == 0
+    assert -LIMITS["max_position_lots"] <= int(r["target_lots"]) <= LIMITS["max_position_lots"]
+    assert 0 <= int(r["limit_offset_ticks"]) <= LIMITS["max_offset_ticks"]
+    assert LIMITS["min_ttl_ms"] <= int(r["ttl_ms"]) <= LIMITS["max_ttl_ms"]
+    c = float(r["confidence"])
+    assert 0.0 <= c <= 1.0 and abs(c * 100 - round(c * 100)) < 1e-3
+    if int(r["action"]) == Action.FLATTEN:
+        assert int(r["target_lots"]) == 0
+
+
+def test_200_generations_only_validated_instructions_leave_and_every_rejection_is_counted():
+    """120 answers under a deliberately loose grammar (the random model writes out-of-range numbers,
+    bad actions, leading zeros and runs out of tokens), 80 under the production grammar."""
+    emitted, reasons, total = [], Counter(), 0
+    for grammar, n, max_tokens in (("loose", 120, 64), ("tight", 80, 96)):
+        agent, ctx = start({"grammar": grammar, "temperature": 1.0, "max_tokens": max_tokens, **LIMITS})
+        sent = {}
+        for i in range(n):
+            iid = 1 + i % 2
+            seq = total + i + 1
+            sent[seq] = iid
+            ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(seq, iid=iid), 1_000 + seq))
+            settle(agent)
+        st = ctx.stats
+        rej = {k[4:]: v for k, v in st.items() if k.startswith("rej_")}
+        assert st["generations"] == n and st["instructions"] + sum(rej.values()) == n, st
+        got = instructions(ctx.outputs["instr"])
+        assert len(got) == st["instructions"]
+        for r, ts in got:
+            check_instruction(r, sent)
+            assert ts == 1_000 + int(r["signal_seq"])
+        emitted += [r for r, _ in got]
+        reasons.update(rej)
+        total += n
+        agent.on_close()
+    assert total == 200
+    assert {"truncated", "out_of_bounds"} <= set(reasons) and len(reasons) >= 3, reasons
+    assert len(emitted) >= 40
+    ids = [int(r["instruction_id"]) for r in emitted]  # each agent numbers its own from 1
+    assert all(b == a + 1 for a, b in zip(ids, ids[1:]) if b != 1) and ids.count(1) <= 2
+
+
+def test_newer_signals_replace_older_ones_while_waiting_the_newest_wins():
+    agent, ctx = start(LIMITS)
+    q = ctx.inputs["sig_llm"].msgs
+    q += [(Kind.SIGNAL, sig_bytes(s), s) for s in range(1, 11)]
+    agent.do_work()  # drains all ten, starts one generation for the newest
+    assert ctx.stats["conflated"] == 9 and ctx.stats["generations"] == 1
+    q += [(Kind.SIGNAL, sig_bytes(s), s) for s in range(11, 16)]  # arrive while it runs (or just after)
+    settle(agent)
+    seqs = [int(r["signal_seq"]) for r, _ in instructions(ctx.outputs["instr"])]
+    assert seqs[0] == 10 and seqs[-1] == 15 and set(seqs) <= {10, 11, 12, 13, 14, 15}
+    assert ctx.stats["conflated"] + ctx.stats["generations"] == 15 == ctx.stats["signals"]
+    agent.on_close()
+
+
+def test_bad_input_is_counted_and_never_reaches_the_model():
+    agent, ctx = start(LIMITS)
+    ctx.inputs["sig_llm"].msgs += [(Kind.SIGNAL, b"\0" * 56, 1), (Kind.FEATURES, sig_bytes(1), 2),
+                                   (Kind.SIGNAL, sig_bytes(3, iid=99), 3)]
+    settle(agent)
+    st = ctx.stats
+    assert (st["rejected"], st["unknown_kind"], st["unknown_instrument"], st["generations"]) == (1, 1, 1, 0)
+    agent.on_close()
+
+
+def test_an_open_breaker_drops_signals_runs_nothing_and_says_so():
+    clk = Clock()
+    agent, ctx = start({"max_tokens": 8, "breaker": {"min_samples": 2, "cooldown_s": 5, "close_after_probes": 1},
+                        **LIMITS}, clock=clk)
+    q = ctx.inputs["sig_llm"].msgs
+    for s in (1, 2):  # max_tokens 8: every answer is truncated
+        q.append((Kind.SIGNAL, sig_bytes(s), s))
+        settle(agent)
+    assert ctx.stats["rej_truncated"] == 2 and ctx.stats["breaker"] == "closed"
+    clk.t += 3 * 10**9
+    agent.do_work()
+    assert ctx.stats["breaker"] == "open"
+    opened = ctx.log.named("llm_breaker")
+    assert opened[-1]["new"] == "open" and any(e[0] == "warning" and e[1] == "llm_breaker" for e in ctx.log.events)
+    q.append((Kind.SIGNAL, sig_bytes(3), 3))
+    settle(agent)
+    assert ctx.stats["breaker_drops"] == 1 and ctx.stats["generations"] == 2 and not ctx.outputs["instr"].msgs
+    clk.t += 5 * 10**9
+    agent.do_work()
+    assert ctx.stats["breaker"] == "half_open"
+    agent.on_close()
+
+
+def test_status_names_the_model_as_a_stand_in_and_counts_prompt_tokens():
+    agent, ctx = start(LIMITS)
+    for s in (1, 2, 3):
+        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(s), s))
+        settle(agent)
+    st = ctx.stats
+    assert st["model"] == "tiny.gguf (stand-in)" and st["breaker"] == "closed"
+    assert st["instructions"] == 3 and 0 < st["prompt_eval"] < st["prompt_tok"] and st["gen_tok"] > 0
+    assert ctx.log.named("llm_ready")[0]["stand_in"] is True
+    agent.on_close()
+
+
+# ------------------------------------------------------------------------------------- end to end
+class SignalCtxSource(Agent):
+    """Writes ``params.count`` SIGNAL_CTX (instrument 1 and 2 alternately, feature_seq 1..) at ``rate_per_s``."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.out = next(iter(ctx.outputs.values()))
+        self.rate = float(ctx.params.get("rate_per_s", 20))
+        self.count = int(ctx.params.get("count", 30))
+        self.t0 = ctx.clock()
+        self.sent = 0
+
+    def do_work(self) -> int:
+        due = min(self.count, int((self.ctx.clock() - self.t0) * self.rate / 1e9) + 1)
+        if self.sent >= due:
+            return 0
+        seq = self.sent + 1
+        if self.ctx.emit(self.out, Kind.SIGNAL, sig_bytes(seq, iid=1 + seq % 2), self.ctx.clock()):
+            self.sent += 1
+        return 1
+
+
+class InstructionSink(Agent):
+    """Appends the hex of every INSTRUCTION payload of its one input to ``params.out``."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.inp = next(iter(ctx.inputs.values()))
+        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _on(self, seq, ts, kind, payload):
+        os.write(self.fd, f"{int(kind)} {bytes(payload).hex()}\n".encode())
+
+    def do_work(self) -> int:
+        n = self.inp.poll(self._on, self.ctx.batch)
+        self.ctx.received(n)
+        return n
+
+    def on_close(self):
+        os.close(self.fd)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
+    out = pipe.tmp / "instr.txt"
+    me = "tests.procs.test_llm_agent"
+    body = (ring("sig_llm", payload=576, capacity=1024, policy="drop")
+            + ring("instr", payload=128, capacity=1024, policy="backpressure")
+            + process("src", f"{me}:SignalCtxSource", outputs=["sig_llm"], extra=BACK_OFF,
+                      params="rate_per_s = 20, count = 30")
+            + process("llm", "procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"], extra=BACK_OFF,
+                      params=f'model_path = "{tiny_model()}", n_ctx = 2048, max_position_lots = 10, '
+                             f'max_offset_ticks = 20, min_ttl_ms = 100, max_ttl_ms = 10000')
+            + process("risk", f"{me}:InstructionSink", inputs=["instr"], extra='wait = "blocking"\n',
+                      params=f'out = "{out}"')
+            + INSTRUMENTS)
+    pipe.write_config(body)
+    pipe.up()
+
+    def lines():
+        return out.read_text().splitlines() if out.exists() else []
+
+    wait_until(lambda: len(lines()) >= 5, 40, 0.05, "5 INSTRUCTIONs")
+    sent = {seq: 1 + seq % 2 for seq in range(1, 31)}
+    recs = []
+    for ln in lines():
+        kind, hexed = ln.split()
+        assert int(kind) == Kind.INSTRUCTION
+        r = np.frombuffer(bytes.fromhex(hexed), INSTRUCTION_DTYPE, 1)[0]
+        check_instruction(r, sent)
+        recs.append(r)
+    ids = [int(r["instruction_id"]) for r in recs]
+    assert ids == list(range(1, len(ids) + 1))
+    seqs = [int(r["signal_seq"]) for r in recs]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    st = wait_until(lambda: (x := pipe.procs()["llm"]["stage"]).get("instructions", 0) >= 5 and x, 10, 0.05, "status")
+    assert st["model"] == "tiny.gguf (stand-in)" and st["breaker"] == "closed" and st["instructions"] >= 5
+    assert pipe.down() == 0
