@@ -39,7 +39,9 @@ LATENCY_DIR_ENV = "SHMPIPE_LATENCY_DIR"
 MARK_ORDER_SENT = 1  # the sender wrote an order request to the venue's socket
 MARK_VENUE_ACK = 2  # the sender read the venue's answer to an order request
 MARK_CANCEL_SENT = 3  # the sender wrote a cancel / cancel-all request
-MARK_NAMES = {MARK_ORDER_SENT: "order_sent", MARK_VENUE_ACK: "venue_ack", MARK_CANCEL_SENT: "cancel_sent"}
+MARK_DECIDED = 4  # the risk gateway wrote an ORDER (new or cancel) of this origin
+MARK_NAMES = {MARK_ORDER_SENT: "order_sent", MARK_VENUE_ACK: "venue_ack", MARK_CANCEL_SENT: "cancel_sent",
+              MARK_DECIDED: "decided"}
 
 
 def mark_code(event: int, origin: int = 0) -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import msgspec
 
-from pipeline.agent import Agent
+from pipeline.agent import MARK_DECIDED, Agent, mark_code
 from pipeline.errors import ConfigError, StartupError
 from pipeline.messages import Kind
 from pipeline.risk import (CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied, InstructionExpired,
@@ -156,7 +156,9 @@ class RiskAgent(Agent):
             self.buf += b"\n"
             if ev.cmd:
                 self._flush()  # the decision is on record before the order leaves
-                if not ctx.emit(self.out, Kind.ORDER, encode_order(ev), self._ts):
+                if ctx.emit(self.out, Kind.ORDER, encode_order(ev), self._ts):
+                    ctx.mark(mark_code(MARK_DECIDED, getattr(ev, "origin", 0)), self._ts)
+                else:
                     st["order_drops"] = st.get("order_drops", 0) + 1
                     ctx.log.error("risk_order_dropped", ev=type(ev).__name__, instrument_id=getattr(ev, "instrument_id", 0),
                                   order_id=getattr(ev, "order_id", 0))

@@ -1,0 +1,267 @@
+"""The order sender's journal: an append-only file of order events, fsync'd, replayed after a restart.
+
+Line format (declared once, here)::
+
+    CCCCCCCC {json object}\\n
+
+``CCCCCCCC`` is the CRC-32 (zlib) of the JSON bytes in 8 lowercase hex digits; the JSON is an
+orjson object whose ``"t"`` names the record type. A line that lacks its newline, whose CRC does not
+match, or whose JSON does not parse is torn (a crash mid-write): replay ignores and counts it, and
+``Journal.open`` truncates a torn tail so the next record starts on a clean line.
+
+Records (``oid`` = our order id, u64; amounts are floats; ``ts_ms`` wall clock ms)::
+
+    intent     oid coid iid sym side tif px sz oseq ts_ms    written + fsync'd BEFORE the send
+    ack        oid vid                                      the venue accepted it (vid: its orderId)
+    reject     oid code                                     the venue refused it; terminal
+    unknown    oid                                          the send's outcome is not known
+    fill       oid tid px sz side iid ts_ms                 one venue fill (tid: the venue trade id)
+    cancel     oid                                          cancelled at the venue; terminal
+    never_sent oid                                          the venue never saw it (43001 on reconcile)
+    state      oid status vid                               reconciled from orderInfo (live /
+                                                            partially_filled / filled / cancelled)
+
+Replaying rebuilds every order's last known state (``OrderEntry``), the per-instrument positions
+(``Position``: signed base units and average entry price, from the fills) and the last trade id.
+The replay (``replay`` / ``JournalState.apply``) is pure; ``Journal`` does the file I/O. No record
+ever holds a header or a key.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+#: order statuses; the last four are terminal
+PENDING = "pending"  # intent journaled, no answer yet
+UNKNOWN = "unknown"  # sent, outcome not known
+LIVE = "live"
+PARTIAL = "partially_filled"
+FILLED = "filled"
+CANCELLED = "cancelled"
+REJECTED = "rejected"
+NEVER_SENT = "never_sent"
+TERMINAL = frozenset((FILLED, CANCELLED, REJECTED, NEVER_SENT))
+WORKING = frozenset((LIVE, PARTIAL))
+
+RECORD_TYPES = frozenset(("intent", "ack", "reject", "unknown", "fill", "cancel", "never_sent", "state"))
+
+
+def encode_record(rec: dict) -> bytes:
+    """One journal line for ``rec`` (must carry ``"t"``). Raises TypeError: not JSON-serialisable."""
+    body = orjson.dumps(rec)
+    return b"%08x " % zlib.crc32(body) + body + b"\n"
+
+
+def decode_line(line: bytes) -> dict | None:
+    """The record of one complete line (without its newline); None when it is torn or corrupt."""
+    if len(line) < 10 or line[8:9] != b" ":
+        return None
+    body = line[9:]
+    try:
+        if int(line[:8], 16) != zlib.crc32(body):
+            return None
+        rec = orjson.loads(body)
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("t") in RECORD_TYPES else None
+
+
+@dataclass
+class OrderEntry:
+    """An order's last known state."""
+
+    oid: int
+    coid: str
+    iid: int
+    sym: str
+    side: int
+    tif: int
+    px: float
+    sz: float
+    oseq: int
+    ts_ms: int
+    status: str = PENDING
+    vid: str = ""
+    filled: float = 0.0
+    code: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def leaves(self) -> float:
+        return 0.0 if self.terminal else max(0.0, self.sz - self.filled)
+
+
+@dataclass
+class Position:
+    """Signed position in base units and its average entry price (0 when flat)."""
+
+    qty: float = 0.0
+    avg_px: float = 0.0
+
+    def apply_fill(self, signed_sz: float, px: float, eps: float = 1e-12) -> None:
+        q = self.qty
+        new = q + signed_sz
+        if abs(q) <= eps or (q > 0) == (signed_sz > 0):  # opening or adding
+            self.avg_px = (abs(q) * self.avg_px + abs(signed_sz) * px) / abs(new) if abs(new) > eps else 0.0
+        elif abs(new) <= eps:  # closed out
+            self.avg_px = 0.0
+        elif (new > 0) != (q > 0):  # crossed through zero: the remainder opened at px
+            self.avg_px = px
+        self.qty = 0.0 if abs(new) <= eps else new
+
+
+@dataclass
+class JournalState:
+    """What a replay rebuilds."""
+
+    orders: dict[int, OrderEntry] = field(default_factory=dict)
+    positions: dict[int, Position] = field(default_factory=dict)
+    trade_ids: set[int] = field(default_factory=set)
+    last_trade_id: int = 0
+    records: int = 0
+    torn: int = 0  # torn / corrupt lines ignored
+    orphans: int = 0  # records about an order with no intent
+
+    def apply(self, rec: dict) -> None:
+        """Apply one record (pure state change; an inconsistent record is counted in ``orphans``)."""
+        self.records += 1
+        t = rec["t"]
+        oid = int(rec.get("oid", 0))
+        if t == "intent":
+            if oid not in self.orders:
+                self.orders[oid] = OrderEntry(oid, rec["coid"], int(rec["iid"]), rec["sym"], int(rec["side"]),
+                                              int(rec["tif"]), float(rec["px"]), float(rec["sz"]),
+                                              int(rec["oseq"]), int(rec.get("ts_ms", 0)))
+            return
+        o = self.orders.get(oid)
+        if o is None:
+            self.orphans += 1
+            return
+        if t == "fill":
+            tid = int(rec["tid"])
+            if tid in self.trade_ids:
+                return
+            self.trade_ids.add(tid)
+            self.last_trade_id = max(self.last_trade_id, tid)
+            sz = float(rec["sz"])
+            o.filled += sz
+            pos = self.positions.setdefault(o.iid, Position())
+            pos.apply_fill(sz if o.side == 1 else -sz, float(rec["px"]))
+            if not o.terminal:
+                o.status = FILLED if o.filled >= o.sz - 1e-9 * max(1.0, o.sz) else PARTIAL
+        elif t == "ack":
+            o.vid = str(rec.get("vid", "")) or o.vid
+            if o.status in (PENDING, UNKNOWN):
+                o.status = LIVE
+        elif t == "reject":
+            o.status, o.code = REJECTED, str(rec.get("code", ""))
+        elif t == "unknown":
+            if o.status == PENDING:
+                o.status = UNKNOWN
+        elif t == "cancel":
+            if o.status != FILLED:
+                o.status = CANCELLED
+        elif t == "never_sent":
+            o.status = NEVER_SENT
+        elif t == "state":
+            o.vid = str(rec.get("vid", "")) or o.vid
+            st = rec.get("status")
+            if st in (LIVE, PARTIAL, FILLED, CANCELLED) and not (o.terminal and st in WORKING):
+                o.status = st
+
+    def position(self, iid: int) -> Position:
+        return self.positions.get(iid, Position())
+
+
+def replay(data: bytes, state: JournalState | None = None) -> tuple[JournalState, int]:
+    """Replay journal bytes; returns (state, length of the clean prefix: every complete line).
+
+    Torn or corrupt lines are counted in ``state.torn`` and skipped.
+    """
+    st = state or JournalState()
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].split(b"\n")[:-1]:
+        rec = decode_line(line)
+        if rec is None:
+            st.torn += 1
+            continue
+        try:
+            st.apply(rec)
+        except (KeyError, TypeError, ValueError):
+            st.torn += 1
+    if end < len(data):
+        st.torn += 1
+    return st, end
+
+
+class Journal:
+    """The journal file: ``open`` replays it, ``append`` writes one record and fsyncs it.
+
+    ``write`` and ``fsync`` default to ``os.write`` / ``os.fsync``; tests inject recorders.
+    The file is created with mode 0600 and written through an O_APPEND descriptor.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, write: Callable[[int, bytes], int] = os.write,
+                 fsync: Callable[[int], None] = os.fsync):
+        self.path = Path(path)
+        self._write = write
+        self._fsync = fsync
+        self.fd = -1
+        self.bytes = 0
+        self.state = JournalState()
+
+    def open(self) -> JournalState:
+        """Replay the file (creating it), truncate a torn tail, open it for appending.
+
+        Raises:
+            OSError: the file cannot be created, read or truncated.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            chunks = []
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+            data = b"".join(chunks)
+            self.state, end = replay(data)
+            if end < len(data):
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.bytes = end
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        return self.state
+
+    def append(self, rec: dict, *, sync: bool = True) -> int:
+        """Apply ``rec`` to the state, write its line, fsync (unless ``sync`` is False); bytes written.
+
+        Raises:
+            OSError: the write or fsync failed (the caller must not send).
+        """
+        line = encode_record(rec)
+        n = self._write(self.fd, line)
+        while n < len(line):  # a short write to a regular file: finish it
+            n += self._write(self.fd, line[n:])
+        if sync:
+            self._fsync(self.fd)
+        self.bytes += len(line)
+        self.state.apply(rec)
+        return len(line)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,744 @@
+"""The order sender: ORDERs from the risk gateway in, signed Bitget v2 REST requests out, EXEC_REPORTs back.
+
+``SenderAgent`` (``module = "procs.sender:SenderAgent"``) is the only process that holds the API key.
+
+Input ring ``orders`` (ORDER, ``pipeline.messages.ORDER_DTYPE``); output ring ``exec`` (EXEC_REPORT,
+``EXEC_DTYPE``). The ``ts_origin_ns`` of a report is the ORDER's for a direct answer, the clock's for
+what the sender learns by itself (polled fills, reconciliation).
+
+Order of work, per order (``clientOid = client_oid(order_id)``):
+
+1. NEW: an ``order_id`` already in the journal is NOT sent again: the answer is the order's current
+   state with reason DUPLICATE (ACKED with leaves while it works, FILLED / CANCELLED / REJECTED when
+   terminal, UNKNOWN while the outcome is being queried). Otherwise an ``intent`` record is written to
+   the journal and fsync'd, and only then is place-order sent.
+2. The answer is classified (``pipeline.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
+   ``reject`` journaled, REJECTED (BAD_SIGNATURE for 40009, else VENUE_REJECTED; 43118, a clientOid
+   the venue already has, is queried instead); RETRYABLE -> retried after ``retry_backoff_ms * 2**n``
+   up to ``max_retries`` times, then REJECTED RATE_LIMITED (429), HALTED (venue unreachable: never
+   sent) or, for a 5xx, UNKNOWN; UNKNOWN -> ``unknown`` journaled, UNKNOWN (TIMEOUT), then orderInfo
+   is queried every ``poll_interval_ms`` until the venue knows it (or, after ``reconcile_grace_ms``
+   from the intent, answers 43001: ``never_sent``, REJECTED NOT_FOUND). Never resent under a new id.
+3. CANCEL by clientOid: OK -> fills are polled first (fills before the cancel are reported before it),
+   then ``cancel`` journaled, CANCELLED (leaves 0). 43001: the order is queried and reported as the
+   venue has it. A CANCEL of an order not journaled or already terminal answers REJECTED NOT_FOUND; a
+   refused or failed cancel answers REJECTED with the order's leaves (> 0: it still works).
+   CANCEL_ALL (instrument 0: every instrument) -> cancel-symbol-order, each of ours it names CANCELLED;
+   a refused one answers REJECTED with order_id 0.
+4. While an order works, every ``poll_interval_ms``: unfilled-orders, then fills with
+   ``idGreaterThan`` the last trade id; each new fill of ours is journaled, then FILLED (price, size,
+   leaves, venue_ts_ns, fill_id = trade id); a working order missing from unfilled-orders is queried
+   (cancelled at the venue -> CANCELLED).
+5. SYNC: a state report: one POSITION per configured instrument (size = signed position, base units;
+   price = average entry), one OPEN_ORDER per working order (price, size, leaves), then SYNC_DONE.
+
+After a (re)start, before reading any ORDER: every non-terminal journaled order is queried (orderInfo
+by clientOid); an order with an intent and no ack that the venue does not know (43001, past the grace)
+becomes ``never_sent`` and is reported REJECTED NOT_FOUND; fills after the last journaled trade id are
+fetched and journaled; then the state report above goes out unsolicited. A venue that cannot be reached
+keeps the sender reconciling (retried every ``retry_backoff_ms * 2**n`` up to 1 s).
+
+Place and cancel requests pass a client-side token bucket (``rate_limit_per_s``, burst of the same
+size); an ORDER that finds no token waits in a FIFO outbox (ORDERs behind it wait too; the ring is read
+only while the outbox is shorter than ``ctx.batch``).
+
+Params: ``input`` ("orders"), ``output`` ("exec"), ``journal_path`` ("<run_dir>/<name>.journal"),
+``venue_port_file`` ("<run_dir>/venue.rest.port") or ``base_url`` ("http://127.0.0.1:PORT"),
+``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
+(50), ``rate_limit_per_s`` (10), ``max_retries`` (3), ``retry_backoff_ms`` (20),
+``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
+only, effective only when the environment has ``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at that
+point of a place; the marker file "<journal>.crashed" makes it once).
+
+Counters (``ctx.stats``): sent, acked, rejected, fills, cancels, unknown, retries, dups, rl (rate
+limited after retries), rl_wait (waits for a token), jbytes, rec_ms, rec_n, torn, polls, http_err,
+malformed, never_sent, out_drops, open (orders not terminal).
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+import numpy as np
+
+from pipeline.agent import MARK_CANCEL_SENT, MARK_ORDER_SENT, MARK_VENUE_ACK, Agent, mark_code
+from pipeline.bitget import rest
+from pipeline.bitget.rest import Outcome, Result
+from pipeline.bitget.signing import load_credentials
+from pipeline.errors import ConfigError
+from pipeline.journal import (CANCELLED, FILLED, LIVE, NEVER_SENT, PARTIAL, PENDING, REJECTED, UNKNOWN, WORKING,
+                              Journal, OrderEntry)
+from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, client_oid,
+                               order_id_from_client_oid)
+from pipeline.venue.server import read_port_file
+
+CRASH_ENV = "SHMPIPE_TEST_CRASH"
+_ORDER_BYTES = ORDER_DTYPE.itemsize
+_NS_PER_MS = 1_000_000
+FILL_PAGE = 100  # a fills answer this long may have more after it
+
+
+class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The stage's params (see the module docstring)."""
+
+    input: str = "orders"
+    output: str = "exec"
+    journal_path: str = ""
+    venue_port_file: str = ""
+    base_url: str = ""
+    key_file: str = "secrets/paper.json"
+    timeout_ms: int = msgspec.field(default=2000)
+    poll_interval_ms: int = 50
+    rate_limit_per_s: float = 10.0
+    max_retries: int = 3
+    retry_backoff_ms: int = 20
+    reconcile_grace_ms: int = 0
+    crash_after: Literal["", "journal", "send", "ack"] = ""
+
+
+class TokenBucket:
+    """``rate_per_s`` tokens a second, at most ``burst`` banked. Pure (times in ns given by the caller)."""
+
+    def __init__(self, rate_per_s: float, burst: float, now_ns: int):
+        if rate_per_s <= 0 or burst < 1:
+            raise ConfigError(f"sender: rate_limit_per_s must be > 0 (got {rate_per_s})")
+        self.rate = float(rate_per_s)
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.t = now_ns
+
+    def _refill(self, now_ns: int) -> None:
+        if now_ns > self.t:
+            self.tokens = min(self.burst, self.tokens + (now_ns - self.t) * self.rate / 1e9)
+            self.t = now_ns
+
+    def take(self, now_ns: int) -> bool:
+        """Spend one token if there is one."""
+        self._refill(now_ns)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def ready_at(self, now_ns: int) -> int:
+        """When the next token will be there."""
+        self._refill(now_ns)
+        return now_ns if self.tokens >= 1.0 else now_ns + int((1.0 - self.tokens) / self.rate * 1e9) + 1
+
+
+class NotSent(Exception):
+    """The request did not leave (no port, connection refused)."""
+
+
+class Lost(Exception):
+    """The request may have reached the venue; no usable answer (timeout, connection lost)."""
+
+
+class HttpTransport:
+    """One keep-alive ``http.client.HTTPConnection`` to 127.0.0.1, reopened when it drops.
+
+    ``address()`` gives (host, port) at every (re)connection (the port file may appear late).
+    """
+
+    def __init__(self, address, timeout_s: float):
+        self.address = address
+        self.timeout_s = timeout_s
+        self.conn: http.client.HTTPConnection | None = None
+        self.reused = False
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def send(self, req: rest.Request) -> None:
+        """Send ``req``. Raises NotSent (nothing left) or Lost (it may have left)."""
+        if self.conn is None:
+            try:
+                host, port = self.address()
+                conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
+                conn.connect()
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except (OSError, ValueError) as exc:
+                raise NotSent(type(exc).__name__) from None
+            self.conn, self.reused = conn, False
+        else:
+            self.reused = True
+        try:
+            self.conn.request(req.method, req.target, body=req.body.encode() if req.body else None,
+                              headers=req.headers)
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise Lost(type(exc).__name__) from None
+
+    def receive(self) -> tuple[int, bytes]:
+        """The answer to the last ``send``. Raises Lost."""
+        try:
+            resp = self.conn.getresponse()
+            body = resp.read()
+            if resp.will_close:
+                self.close()
+            return resp.status, body
+        except (OSError, http.client.HTTPException) as exc:
+            stale = self.reused and isinstance(exc, http.client.RemoteDisconnected)
+            self.close()
+            raise Lost("stale" if stale else type(exc).__name__) from None
+
+
+class SenderAgent(Agent):
+    """ORDER in, REST out, EXEC_REPORT back (see the module docstring)."""
+
+    # ------------------------------------------------------------------------------------ start / stop
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        try:
+            p = msgspec.convert(dict(ctx.params), SenderParams)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"sender: bad params: {exc}") from None
+        self.p = p
+        if p.input not in ctx.inputs:
+            raise ConfigError(f"sender: input ring {p.input!r} is not among {sorted(ctx.inputs)}")
+        if p.output not in ctx.outputs:
+            raise ConfigError(f"sender: output ring {p.output!r} is not among {sorted(ctx.outputs)}")
+        self.inp, self.out = ctx.inputs[p.input], ctx.outputs[p.output]
+        self.instruments = {i.id: i for i in ctx.config.instruments}
+        if not self.instruments:
+            raise ConfigError("sender: no instruments configured")
+        run_dir = Path(ctx.config.supervisor.run_dir)
+        self.creds = load_credentials(p.key_file or None)  # ConfigError names the file, never a value
+        if p.base_url:
+            host, _, port = p.base_url.removeprefix("http://").rstrip("/").rpartition(":")
+            if host not in ("127.0.0.1", "localhost") or not port.isdigit():
+                raise ConfigError(f"sender: base_url must be http://127.0.0.1:PORT, not {p.base_url!r}")
+            address = lambda: ("127.0.0.1", int(port))  # noqa: E731
+        else:
+            port_file = p.venue_port_file or str(run_dir / "venue.rest.port")
+            address = lambda: ("127.0.0.1", read_port_file(port_file))  # noqa: E731
+        self.http = HttpTransport(address, p.timeout_ms / 1000.0)
+        self.journal = Journal(p.journal_path or run_dir / f"{ctx.name}.journal")
+        self.state = self.journal.open()
+        self.orders = self.state.orders
+        self.poll_ns = max(1, p.poll_interval_ms) * _NS_PER_MS
+        self.grace_ms = p.reconcile_grace_ms or 2 * p.timeout_ms
+        now = ctx.clock()
+        self.bucket = TokenBucket(p.rate_limit_per_s, max(1.0, p.rate_limit_per_s), now)
+        self.wall_ms = lambda: time.time_ns() // _NS_PER_MS
+        self.outbox: collections.deque = collections.deque()  # [cmd, ORDER record, ts, attempts, due_ns, done]
+        self.check: dict[int, int] = {}  # order id -> when to query it next
+        self.origin_ts: dict[int, int] = {}  # order id -> the NEW's ts_origin_ns (this process's orders)
+        self.last_tid = self.state.last_trade_id
+        self.open = {oid for oid, o in self.orders.items() if not o.terminal}  # non-terminal order ids
+        self.next_poll = now
+        self.reconciling = True
+        self.rec_due = now
+        self.rec_attempt = 0
+        self.rec_t0 = now
+        self.rep = np.zeros(1, EXEC_DTYPE)
+        self.rep_bytes = memoryview(self.rep).cast("B")
+        self.ord = np.zeros(1, ORDER_DTYPE)
+        self.crash_marker = Path(str(self.journal.path) + ".crashed")
+        self.crash_armed = bool(p.crash_after) and os.environ.get(CRASH_ENV) == "1"
+        self.stats = ctx.stats
+        self.stats.update(sent=0, acked=0, rejected=0, fills=0, cancels=0, unknown=0, retries=0, dups=0, rl=0,
+                          rl_wait=0, jbytes=self.journal.bytes, rec_ms=0, rec_n=0, torn=self.state.torn, polls=0,
+                          http_err=0, malformed=0, never_sent=0, out_drops=0, open=len(self.open))
+        if p.crash_after and not self.crash_armed:
+            ctx.log.warning("sender_crash_param_ignored", crash_after=p.crash_after, env=CRASH_ENV)
+        ctx.log.info("sender_ready", journal=str(self.journal.path), records=self.state.records,
+                     torn=self.state.torn, orders=len(self.orders), key_fp=self.creds.fingerprint,
+                     last_trade_id=self.last_tid)
+
+    def on_close(self) -> None:
+        self.http.close()
+        self.journal.close()
+
+    # ------------------------------------------------------------------------------------ duty cycle
+    def do_work(self) -> int:
+        now = self.ctx.clock()
+        if self.reconciling:
+            if now < self.rec_due:
+                return 0
+            return 1 if self._reconcile(now) else 0
+        work = self._run_outbox(now)
+        room = self.ctx.batch - len(self.outbox)
+        if room > 0:
+            n = self.inp.poll(self._on_order, room)
+            if n:
+                self.ctx.received(n)
+                work += n
+        work += self._resolve(now)
+        self.stats["open"] = len(self.open)
+        if now >= self.next_poll:
+            self.next_poll = now + self.poll_ns
+            if self._working():
+                self._poll(self.ctx.clock())
+                work += 1
+        return work
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _wall(self) -> int:
+        return self.wall_ms()
+
+    def _jot(self, rec: dict) -> None:
+        self.stats["jbytes"] += self.journal.append(rec)
+        o = self.orders.get(rec["oid"])
+        if o is not None and not o.terminal:
+            self.open.add(o.oid)
+        else:
+            self.open.discard(rec["oid"])
+            self.origin_ts.pop(rec["oid"], None)
+
+    def _crash(self, point: str) -> None:
+        if self.crash_armed and self.p.crash_after == point and not self.crash_marker.exists():
+            self.crash_marker.write_text(point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _call(self, req: rest.Request, crash_point: str = "", *, sent_mark: int = 0, ack_mark: int = 0,
+              ts: int = 0) -> Result:
+        """One request and its answer. ``sent_mark`` / ``ack_mark``: latency-tap codes stamped (for the
+        bench) when the request is written and when the answer is read, against ``ts`` (the ORDER's origin)."""
+        try:
+            self.http.send(req)
+            if sent_mark:
+                self.ctx.mark(sent_mark, ts)
+            if crash_point:
+                self._crash(crash_point)
+            status, body = self.http.receive()
+            if ack_mark:
+                self.ctx.mark(ack_mark, ts)
+        except NotSent as exc:
+            self.stats["http_err"] += 1
+            return rest.classify_transport_error(False, str(exc))
+        except Lost as exc:
+            self.stats["http_err"] += 1
+            if str(exc) == "stale" and req.method == "GET":  # a keep-alive the venue had closed: once more
+                return self._call(req)
+            return rest.classify_transport_error(True, str(exc))
+        return rest.classify_response(status, body)
+
+    def _report(self, ts: int, etype: ExecType, o: OrderEntry | None, *, reason: ExecReason = ExecReason.NONE,
+                price: float | None = None, size: float | None = None, leaves: float | None = None,
+                venue_ts_ns: int = 0, fill_id: int = 0, iid: int = 0, side: int = 0, order_id: int = 0) -> None:
+        r = self.rep[0]
+        r["instrument_id"] = o.iid if o is not None else iid
+        r["exec_type"] = etype
+        r["side"] = o.side if o is not None else side
+        r["reason"] = reason
+        r["order_id"] = o.oid if o is not None else order_id
+        r["price"] = price if price is not None else (o.px if o is not None else 0.0)
+        r["size"] = size if size is not None else (o.sz if o is not None else 0.0)
+        r["leaves"] = leaves if leaves is not None else (o.leaves if o is not None else 0.0)
+        r["venue_ts_ns"] = venue_ts_ns
+        r["fill_id"] = fill_id
+        if not self.ctx.emit(self.out, Kind.EXEC_REPORT, self.rep_bytes, ts):
+            self.stats["out_drops"] += 1
+
+    def _ts(self, oid: int) -> int:
+        return self.origin_ts.get(oid) or self.ctx.clock()
+
+    def _backoff_ns(self, attempt: int) -> int:
+        return min(self.p.retry_backoff_ms * (2 ** min(attempt, 20)), 1000) * _NS_PER_MS
+
+    # ------------------------------------------------------------------------------------ input
+    def _on_order(self, seq, ts, kind, payload) -> None:
+        if kind != Kind.ORDER or len(payload) != _ORDER_BYTES:
+            self.stats["malformed"] += 1
+            self.ctx.log.warning("sender_bad_message", kind=int(kind), size=len(payload))
+            return
+        o = np.frombuffer(payload, ORDER_DTYPE, 1)[0].copy()
+        try:
+            cmd = OrderCmd(int(o["cmd"]))
+        except ValueError:
+            cmd = None
+        iid, oid = int(o["instrument_id"]), int(o["order_id"])
+        if cmd is None or (cmd in (OrderCmd.NEW, OrderCmd.CANCEL) and oid == 0) or (
+                cmd is not OrderCmd.SYNC and iid not in self.instruments and not (cmd is OrderCmd.CANCEL_ALL
+                                                                                  and iid == 0)):
+            self.stats["malformed"] += 1
+            self._report(ts, ExecType.REJECTED, None, reason=ExecReason.MALFORMED, iid=iid, order_id=oid,
+                         side=int(o["side"]))
+            return
+        if cmd is OrderCmd.NEW and not self._admit_new(o, ts):
+            return
+        item = [cmd, o, ts, 0, 0, []]  # command, ORDER record, ts_origin_ns, attempts, due_ns, done
+        if self.outbox or not self._execute(item, self.ctx.clock()):
+            self.outbox.append(item)
+
+    def _admit_new(self, o, ts: int) -> bool:
+        """Duplicate check, validation and the fsync'd intent; False when answered here."""
+        oid, iid = int(o["order_id"]), int(o["instrument_id"])
+        prev = self.orders.get(oid)
+        if prev is not None:
+            self.stats["dups"] += 1
+            self._report_state(ts, prev, ExecReason.DUPLICATE)
+            if prev.status in (PENDING, UNKNOWN) and not any(it[0] is OrderCmd.NEW and int(it[1]["order_id"]) == oid
+                                                             for it in self.outbox):
+                self.check.setdefault(oid, self.ctx.clock())
+            return False
+        inst = self.instruments[iid]
+        coid = client_oid(oid)
+        try:
+            rest.place_body(inst.symbol, int(o["side"]), int(o["tif"]), float(o["price"]), float(o["size"]), coid,
+                            inst.tick_size, inst.lot_size)
+        except ValueError as exc:
+            self.stats["malformed"] += 1
+            self.ctx.log.warning("sender_bad_order", order_id=oid, error=str(exc))
+            self._report(ts, ExecType.REJECTED, None, reason=ExecReason.MALFORMED, iid=iid, order_id=oid,
+                         side=int(o["side"]), price=float(o["price"]), size=float(o["size"]))
+            return False
+        self._jot({"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": int(o["side"]),
+                   "tif": int(o["tif"]), "px": float(o["price"]), "sz": float(o["size"]),
+                   "oseq": int(o["origin_seq"]), "ts_ms": self._wall()})
+        self.origin_ts[oid] = ts
+        return True
+
+    def _report_state(self, ts: int, o: OrderEntry, reason: ExecReason) -> None:
+        st = o.status
+        if st in WORKING:
+            self._report(ts, ExecType.ACKED, o, reason=reason)
+        elif st == FILLED:
+            self._report(ts, ExecType.FILLED, o, reason=reason, size=o.filled, leaves=0.0)
+        elif st == CANCELLED:
+            self._report(ts, ExecType.CANCELLED, o, reason=reason, leaves=0.0)
+        elif st in (REJECTED, NEVER_SENT):
+            self._report(ts, ExecType.REJECTED, o, reason=reason, leaves=0.0)
+        else:
+            self._report(ts, ExecType.UNKNOWN, o, reason=reason)
+
+    # ------------------------------------------------------------------------------------ outbox
+    def _run_outbox(self, now: int) -> int:
+        n = 0
+        while self.outbox and n < self.ctx.batch:
+            item = self.outbox[0]
+            if item[4] > now or not self._execute(item, now):
+                break
+            self.outbox.popleft()
+            n += 1
+        return n
+
+    def _execute(self, item, now: int) -> bool:
+        """Try one queued command; True when done (answered), False to wait (``item[4]`` = due)."""
+        cmd, o, ts = item[0], item[1], item[2]
+        if cmd is OrderCmd.SYNC:
+            self._state_report(ts)
+            return True
+        if cmd is OrderCmd.CANCEL:
+            entry = self.orders.get(int(o["order_id"]))
+            if entry is None or entry.terminal:
+                self._report(ts, ExecType.REJECTED, entry, reason=ExecReason.NOT_FOUND, leaves=0.0,
+                             iid=int(o["instrument_id"]), order_id=int(o["order_id"]))
+                return True
+        if not self.bucket.take(now):
+            item[4] = self.bucket.ready_at(now)
+            self.stats["rl_wait"] += 1
+            return False
+        origin = int(o["origin"])
+        if cmd is OrderCmd.NEW:
+            res = self._place(self.orders[int(o["order_id"])], origin, ts)
+            return self._after(item, res, now, self._place_done)
+        cancel_mark = mark_code(MARK_CANCEL_SENT, origin)
+        if cmd is OrderCmd.CANCEL:
+            inst = self.instruments[entry.iid]
+            res = self._call(rest.build_cancel(self.creds, self._wall(), inst.symbol, client_oid=entry.coid),
+                             sent_mark=cancel_mark, ts=ts)
+            return self._after(item, res, now, lambda it, r: self._cancel_done(it, r, entry))
+        # CANCEL_ALL: one instrument, or every one (instrument 0); one token per request
+        iids = [int(o["instrument_id"])] if int(o["instrument_id"]) else sorted(self.instruments)
+        done_iids = item[5]
+        for k, iid in enumerate(i for i in iids if i not in done_iids):
+            if k and not self.bucket.take(now):
+                item[4] = self.bucket.ready_at(now)
+                return False
+            res = self._call(rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[iid].symbol),
+                             sent_mark=cancel_mark, ts=ts)
+            if res.outcome is Outcome.RETRYABLE and item[3] < self.p.max_retries:
+                item[3] += 1
+                self.stats["retries"] += 1
+                item[4] = now + self._backoff_ns(item[3])
+                return False
+            self._cancel_all_done(ts, iid, res)
+            done_iids.append(iid)
+        return True
+
+    def _after(self, item, res: Result, now: int, done) -> bool:
+        if res.outcome is Outcome.RETRYABLE and item[3] < self.p.max_retries:
+            item[3] += 1
+            self.stats["retries"] += 1
+            item[4] = now + self._backoff_ns(item[3])
+            return False
+        done(item, res)
+        return True
+
+    # ------------------------------------------------------------------------------------ place
+    def _place(self, o: OrderEntry, origin: int = 0, ts: int = 0) -> Result:
+        inst = self.instruments[o.iid]
+        req = rest.build_place(self.creds, self._wall(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
+                               inst.tick_size, inst.lot_size)
+        self._crash("journal")
+        self.stats["sent"] += 1
+        res = self._call(req, crash_point="send", sent_mark=mark_code(MARK_ORDER_SENT, origin),
+                         ack_mark=mark_code(MARK_VENUE_ACK, origin), ts=ts)
+        if res.ok:
+            self._crash("ack")
+        return res
+
+    def _place_done(self, item, res: Result) -> None:
+        o = self.orders[int(item[1]["order_id"])]
+        ts = item[2]
+        if res.ok:
+            vid = str(res.data.get("orderId", "")) if isinstance(res.data, dict) else ""
+            self._jot({"t": "ack", "oid": o.oid, "vid": vid})
+            self.stats["acked"] += 1
+            self._report(ts, ExecType.ACKED, o)
+            return
+        if res.outcome is Outcome.REJECTED and res.code == rest.CODE_DUPLICATE_OID:
+            self.check[o.oid] = self.ctx.clock()  # the venue has it: ask what it is
+            return
+        if res.outcome is Outcome.REJECTED or (res.outcome is Outcome.RETRYABLE and res.status < 500):
+            code = res.code or ("unreachable" if res.status == 0 else str(res.status))
+            self._jot({"t": "reject", "oid": o.oid, "code": code})
+            self.stats["rejected"] += 1
+            if code == rest.CODE_RATE_LIMIT:
+                self.stats["rl"] += 1
+                reason = ExecReason.RATE_LIMITED
+            elif code == rest.CODE_BAD_SIGNATURE:
+                reason = ExecReason.BAD_SIGNATURE
+            elif code == "unreachable":
+                reason = ExecReason.HALTED
+            else:
+                reason = ExecReason.VENUE_REJECTED
+            self.ctx.log.warning("sender_rejected", order_id=o.oid, code=code, msg=res.msg)
+            self._report(ts, ExecType.REJECTED, o, reason=reason, leaves=0.0)
+            return
+        # UNKNOWN, or a 5xx after every retry: it may be at the venue
+        self._jot({"t": "unknown", "oid": o.oid})
+        self.stats["unknown"] += 1
+        self.ctx.log.warning("sender_unknown", order_id=o.oid, why=res.msg or str(res.status))
+        self._report(ts, ExecType.UNKNOWN, o, reason=ExecReason.TIMEOUT)
+        self.check[o.oid] = self.ctx.clock() + self.poll_ns
+
+    # ------------------------------------------------------------------------------------ cancel
+    def _cancel_done(self, item, res: Result, o: OrderEntry) -> None:
+        ts = item[2]
+        if res.ok:
+            self._poll_fills(self.ctx.clock())
+            if not o.terminal:
+                self._jot({"t": "cancel", "oid": o.oid})
+                self.stats["cancels"] += 1
+                self._report(ts, ExecType.CANCELLED, o, leaves=0.0)
+            return
+        if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER:
+            self._query(o, ts)
+            if not o.terminal and o.status not in (PENDING, UNKNOWN):
+                self._report(ts, ExecType.REJECTED, o, reason=ExecReason.NOT_FOUND)
+            return
+        if res.outcome is Outcome.UNKNOWN:
+            self.check[o.oid] = self.ctx.clock() + self.poll_ns
+        reason = (ExecReason.RATE_LIMITED if res.code == rest.CODE_RATE_LIMIT else ExecReason.BAD_SIGNATURE
+                  if res.code == rest.CODE_BAD_SIGNATURE else ExecReason.TIMEOUT if res.outcome is Outcome.UNKNOWN
+                  else ExecReason.VENUE_REJECTED)
+        self.ctx.log.warning("sender_cancel_failed", order_id=o.oid, code=res.code, msg=res.msg)
+        self._report(ts, ExecType.REJECTED, o, reason=reason)
+
+    def _cancel_all_done(self, ts: int, iid: int, res: Result) -> None:
+        if not res.ok:
+            self.ctx.log.warning("sender_cancel_all_failed", instrument_id=iid, code=res.code, msg=res.msg)
+            self._report(ts, ExecType.REJECTED, None, reason=ExecReason.VENUE_REJECTED, iid=iid)
+            return
+        try:
+            coids = set(rest.parse_cancelled(res.data))
+        except ValueError:
+            coids = set()
+        self._poll_fills(self.ctx.clock())
+        for o in [self.orders[i] for i in sorted(self.open)]:
+            if o.iid != iid or o.terminal:
+                continue
+            if o.coid in coids:
+                self._jot({"t": "cancel", "oid": o.oid})
+                self.stats["cancels"] += 1
+                self._report(ts, ExecType.CANCELLED, o, leaves=0.0)
+            elif o.status in WORKING:
+                self.check.setdefault(o.oid, self.ctx.clock())
+
+    # ------------------------------------------------------------------------------------ queries
+    def _query(self, o: OrderEntry, ts: int) -> Result:
+        """orderInfo for ``o``; applies and reports what the venue says. Returns the result."""
+        res = self._call(rest.build_order_info(self.creds, self._wall(), client_oid=o.coid))
+        if res.ok:
+            try:
+                found = [v for v in rest.parse_orders(res.data) if v.clientOid == o.coid]
+            except ValueError:
+                found = []
+            if found:
+                self._apply_venue(o, found[0], ts)
+                self.check.pop(o.oid, None)
+            return res
+        if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER and o.status in (PENDING, UNKNOWN):
+            if self._wall() - o.ts_ms >= self.grace_ms:
+                self._jot({"t": "never_sent", "oid": o.oid})
+                self.stats["never_sent"] += 1
+                self.check.pop(o.oid, None)
+                self.ctx.log.info("sender_never_sent", order_id=o.oid)
+                self._report(ts, ExecType.REJECTED, o, reason=ExecReason.NOT_FOUND, leaves=0.0)
+        elif res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER and o.status in WORKING:
+            self.ctx.log.error("sender_order_lost", order_id=o.oid)  # the venue forgot an acked order
+            self._jot({"t": "cancel", "oid": o.oid})
+            self.check.pop(o.oid, None)
+            self.stats["cancels"] += 1
+            self._report(ts, ExecType.CANCELLED, o, reason=ExecReason.NOT_FOUND, leaves=0.0)
+        return res
+
+    def _apply_venue(self, o: OrderEntry, v: rest.VenueOrder, ts: int) -> None:
+        was = o.status
+        if v.status not in (LIVE, PARTIAL, FILLED, CANCELLED):
+            return
+        if was in (PENDING, UNKNOWN) or (v.orderId and not o.vid):
+            self._jot({"t": "state", "oid": o.oid, "status": LIVE if v.status in (FILLED, CANCELLED) else v.status,
+                       "vid": v.orderId})
+            if was in (PENDING, UNKNOWN):
+                self.stats["acked"] += 1
+                self._report(ts, ExecType.ACKED, o)
+        if v.baseVolume > o.filled + 1e-12:
+            self._fetch_fills(o, ts)
+        if v.status == CANCELLED and not o.terminal:
+            self._jot({"t": "cancel", "oid": o.oid})
+            self.stats["cancels"] += 1
+            self._report(ts, ExecType.CANCELLED, o, leaves=0.0)
+        elif v.status == FILLED and not o.terminal and v.baseVolume <= o.filled + 1e-12:
+            self._jot({"t": "state", "oid": o.oid, "status": FILLED, "vid": v.orderId})
+
+    def _fetch_fills(self, o: OrderEntry, ts: int) -> None:
+        after = None
+        while True:
+            res = self._call(rest.build_fills(self.creds, self._wall(), symbol=o.sym, order_id=o.vid or None,
+                                              id_greater_than=after))
+            if not res.ok:
+                return
+            try:
+                fills = rest.parse_fills(res.data)
+            except ValueError:
+                return
+            self._ingest(fills, None)
+            if len(fills) < FILL_PAGE:
+                return
+            after = fills[-1].tradeId
+
+    def _resolve(self, now: int) -> int:
+        """Query the orders whose state is owed (unknown outcomes, surprises); at most ``ctx.batch``."""
+        n = 0
+        for oid, due in list(self.check.items()):
+            if due > now or n >= self.ctx.batch:
+                continue
+            n += 1
+            o = self.orders.get(oid)
+            if o is None or o.terminal:
+                self.check.pop(oid, None)
+                continue
+            self._query(o, self._ts(oid))
+            if oid in self.check:
+                self.check[oid] = now + self.poll_ns
+        return n
+
+    # ------------------------------------------------------------------------------------ polling
+    def _working(self) -> list[OrderEntry]:
+        """The working orders (acked, not terminal)."""
+        return [o for o in map(self.orders.get, sorted(self.open)) if o.status in WORKING]
+
+    def _poll(self, now: int) -> None:
+        self.stats["polls"] += 1
+        res = self._call(rest.build_unfilled(self.creds, self._wall()))
+        if not res.ok:
+            return
+        try:
+            open_coids = {v.clientOid for v in rest.parse_orders(res.data)}
+        except ValueError:
+            return
+        self._poll_fills(now)
+        for o in self._working():
+            if o.coid not in open_coids:
+                self.check.setdefault(o.oid, now)
+
+    def _poll_fills(self, now: int) -> bool:
+        """Fetch every fill after the last trade id; True when the venue answered."""
+        while True:
+            res = self._call(rest.build_fills(self.creds, self._wall(), id_greater_than=self.last_tid or None))
+            if not res.ok:
+                return False
+            try:
+                fills = rest.parse_fills(res.data)
+            except ValueError:
+                self.stats["http_err"] += 1
+                return False
+            before = self.last_tid
+            self._ingest(fills, None)
+            if len(fills) < FILL_PAGE or self.last_tid == before:
+                return True
+
+    def _ingest(self, fills: list[rest.VenueFill], ts: int | None) -> None:
+        for f in fills:
+            if f.tradeId > self.last_tid:
+                self.last_tid = f.tradeId
+            oid = order_id_from_client_oid(f.clientOid)
+            o = self.orders.get(oid) if oid is not None else None
+            if o is None or f.tradeId in self.state.trade_ids:
+                continue
+            if o.status in (PENDING, UNKNOWN):
+                self._jot({"t": "state", "oid": o.oid, "status": LIVE, "vid": f.orderId})
+                self.check.pop(o.oid, None)
+                self.stats["acked"] += 1
+                self._report(self._ts(o.oid), ExecType.ACKED, o)
+            self._jot({"t": "fill", "oid": o.oid, "tid": f.tradeId, "px": f.priceAvg, "sz": f.size,
+                       "side": o.side, "iid": o.iid, "ts_ms": f.cTime})
+            self.stats["fills"] += 1
+            self._report(self.ctx.clock() if ts is None else ts, ExecType.FILLED, o, price=f.priceAvg, size=f.size,
+                         venue_ts_ns=f.cTime * _NS_PER_MS, fill_id=f.tradeId)
+
+    # ------------------------------------------------------------------------------------ reconcile / report
+    def _reconcile(self, now: int) -> bool:
+        """One reconciliation attempt; True when it completed (the state report is out)."""
+        if self.rec_attempt == 0:
+            self.rec_t0 = now
+        ts = now
+        ok = True
+        for o in [self.orders[i] for i in sorted(self.open)]:
+            if o.terminal:
+                continue
+            res = self._query(o, ts)
+            if not (res.ok or o.terminal):
+                ok = False  # unreachable, or 43001 inside the grace: try again later
+                if res.outcome is Outcome.REJECTED and res.code not in (rest.CODE_NO_ORDER,):
+                    self.ctx.log.error("sender_reconcile_refused", order_id=o.oid, code=res.code, msg=res.msg)
+        if ok:
+            ok = self._poll_fills(now)
+        if not ok:
+            if self.rec_attempt == 0:
+                self.ctx.log.warning("sender_reconcile_waiting", open_orders=len(self.open),
+                                     http_errors=self.stats["http_err"])
+            self.rec_attempt += 1
+            self.rec_due = self.ctx.clock() + self._backoff_ns(self.rec_attempt)
+            return False
+        self.reconciling = False
+        self.rec_attempt = 0
+        self.stats["rec_ms"] = (self.ctx.clock() - self.rec_t0) // _NS_PER_MS
+        self.stats["rec_n"] += 1
+        self._state_report(self.ctx.clock())
+        self.ctx.log.info("sender_reconciled", orders=len(self.orders), last_trade_id=self.last_tid,
+                          positions={str(i): self.state.position(i).qty for i in self.instruments},
+                          ms=self.stats["rec_ms"])
+        return True
+
+    def _state_report(self, ts: int) -> None:
+        for iid in sorted(self.instruments):
+            pos = self.state.position(iid)
+            self._report(ts, ExecType.POSITION, None, iid=iid, price=pos.avg_px, size=pos.qty, leaves=0.0)
+        for o in self._working():
+            self._report(ts, ExecType.OPEN_ORDER, o)
+        self._report(ts, ExecType.SYNC_DONE, None)
