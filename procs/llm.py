@@ -7,7 +7,8 @@
 - every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a SIGNAL_CTX that is malformed (wrong
   kind or size) or names an unconfigured instrument is counted (``rejected`` / ``unknown_kind`` /
   ``unknown_instrument``) and dropped;
-- at most one generation is in flight; the newest waiting signal replaces an older one (``conflated``);
+- at most one generation is in flight, and starts are at least ``min_gap_ms`` apart; the newest waiting
+  signal replaces an older one (``conflated``);
 - when the worker is free and the circuit breaker (``pipeline.llm.breaker``) allows, the waiting signal
   is submitted with a deadline ``deadline_ms`` from now and the instrument's position read from the risk
   stage's ``pos_lots_<id>`` counter in the process table (``unknown`` when there is none); while the
@@ -77,6 +78,8 @@ class LlmAgent(Agent):
         self.worker = GenerationWorker(self.hub)
         self.breaker = CircuitBreaker(p.breaker, ctx.clock)
         self.deadline_ns = p.deadline_ms * 1_000_000
+        self.min_gap_ns = p.min_gap_ms * 1_000_000
+        self.next_start_ns = 0
         self.pending: tuple[np.void, int] | None = None
         self.next_id = 1
         self._table, self._risk_rec = self._attach_risk_record(p.risk_process)
@@ -138,11 +141,12 @@ class LlmAgent(Agent):
             self._finish(*res)
             work += 1
         self._note(self.breaker.poll())
-        if self.pending is not None and not self.worker.busy:
+        if self.pending is not None and not self.worker.busy and self.ctx.clock() >= self.next_start_ns:
             sig, ts = self.pending
             self.pending = None
             if self.breaker.allow():
                 now = self.ctx.clock()
+                self.next_start_ns = now + self.min_gap_ns
                 job = Job(sig=sig, ts_origin_ns=ts, position_lots=self.position_lots(int(sig["instrument_id"])),
                           deadline_ns=now + self.deadline_ns, submitted_ns=now)
                 self.worker.submit(job)

@@ -54,6 +54,9 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     lora_path: str | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 96
     deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = 1000
+    # at least this long between the starts of two generations (0: back to back); bounds the hub's CPU
+    # share where the model shares cores with the fast path
+    min_gap_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 0
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=5.0)] = 0.0
     top_k: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 40
     top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.95

@@ -1,7 +1,8 @@
-"""`make up`'s own configuration, run for real (with this test's prefix and directories): the paper
-venue, the feed, the feature engine and the fast path come up, BOOK messages flow into the md ring with
-valid checksums, FEATURES into the feat ring and SIGNALs into sig_risk, nothing is rejected, and `down`
-leaves nothing."""
+"""`make up`'s own configuration, run for real (with this test's prefix and directories): every stage
+comes up (paper venue, feed, features, fast, llm, risk, sender), BOOK messages flow into the md ring
+with valid checksums, FEATURES into feat, SIGNALs into sig_risk and sig_llm, validated INSTRUCTIONs
+into instr, the risk gateway syncs with the sender, nothing is rejected, an operator halt reaches the
+gateway through the control ring, and `down` leaves nothing."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from tests.pipeline._support import REPO_ROOT, shm_entries, wait_until
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
-def test_default_config_runs_venue_feed_and_features_into_the_feat_ring(pipe):
+def test_default_config_runs_every_stage_against_the_paper_venue(pipe):
     text = (REPO_ROOT / "configs" / "default.toml").read_text()
     for old, new in (('shm_prefix = "tp"', f'shm_prefix = "{pipe.prefix}"'),
                      ('run_dir = "run"', f'run_dir = "{pipe.run_dir}"'),
                      ('log_dir = "logs"', f'log_dir = "{pipe.log_dir}"'),
-                     ('port_file = "run/venue.port"', f'port_file = "{pipe.run_dir}/venue.port"')):
+                     ('port_file = "run/venue.port"', f'port_file = "{pipe.run_dir}/venue.port"'),
+                     ('venue_port_file = "run/venue.rest.port"', f'venue_port_file = "{pipe.run_dir}/venue.rest.port"')):
         assert old in text, f"configs/default.toml no longer has {old!r}"
         text = text.replace(old, new)
     path = pipe.tmp / "default.toml"
@@ -27,8 +29,8 @@ def test_default_config_runs_venue_feed_and_features_into_the_feat_ring(pipe):
     pipe.cfg_path, pipe.cfg = path, load_config(path)
 
     status = pipe.up()
-    assert {p["name"]: p["state"] for p in status["processes"]} == {"venue": "RUNNING", "feed": "RUNNING",
-                                                                     "features": "RUNNING", "fast": "RUNNING"}
+    assert {p["name"]: p["state"] for p in status["processes"]} == dict.fromkeys(
+        ("venue", "feed", "features", "fast", "llm", "risk", "sender"), "RUNNING")
 
     def feed_stats():
         return next(p for p in pipe.status()["processes"] if p["name"] == "feed")["stage"]
@@ -58,5 +60,19 @@ def test_default_config_runs_venue_feed_and_features_into_the_feat_ring(pipe):
     assert sig["write_cursor"] >= 50 and sig["crc_errors"] == 0
     assert fa["provider"] in ("CPU", "CUDA") and fa["rejected"] == 0 and fa.get("errors", 0) == 0
     assert fa["hold"] + fa["lean_buy"] + fa["lean_sell"] + fa["emergency"] == fa["features"] >= fa["signals"]
+
+    def stage(name):
+        return next(p for p in pipe.status()["processes"] if p["name"] == name)["stage"]
+
+    llm = wait_until(lambda: (s := stage("llm")).get("instructions", 0) >= 3 and s, 30, 0.1, "3 INSTRUCTIONs")
+    assert llm["model"] == "tiny.gguf (stand-in)" and llm["breaker"] == "closed" and llm["instr_drops"] == 0
+    risk = wait_until(lambda: (s := stage("risk")).get("synced") == 1 and s, 30, 0.1, "the gateway synced")
+    assert risk["state"] == "ACTIVE" and risk.get("errors", 0) == 0 and risk["rejected"] == 0
+    sender = stage("sender")
+    assert sender["malformed"] == 0 and sender["http_err"] == 0 and sender["torn"] == 0
+    venue = stage("venue")
+    assert venue["bad_signatures"] == 0 and venue["stale_timestamps"] == 0
+    assert pipe.request({"cmd": "halt"})["ok"]
+    wait_until(lambda: stage("risk")["state"] == "HALTED", 10, 0.05, "risk HALTED after the operator's halt")
     assert pipe.down() == 0
     assert shm_entries(pipe.prefix) == []

@@ -96,8 +96,10 @@ def test_200_generations_only_validated_instructions_leave_and_every_rejection_i
     """120 answers under a deliberately loose grammar (the random model writes out-of-range numbers,
     bad actions, leading zeros and runs out of tokens), 80 under the production grammar."""
     emitted, reasons, total = [], Counter(), 0
-    for grammar, n, max_tokens in (("loose", 120, 64), ("tight", 80, 96)):
-        agent, ctx = start({"grammar": grammar, "temperature": 1.0, "max_tokens": max_tokens, **LIMITS})
+    frozen = [1_000_000_000]  # a clock that does not move: no deadline can pass, so a loaded machine
+    for grammar, n, max_tokens in (("loose", 120, 64), ("tight", 80, 96)):  # changes nothing here
+        agent, ctx = start({"grammar": grammar, "temperature": 1.0, "max_tokens": max_tokens, **LIMITS},
+                           clock=lambda: frozen[0])
         sent = {}
         for i in range(n):
             iid = 1 + i % 2
@@ -262,3 +264,23 @@ def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
     st = wait_until(lambda: (x := pipe.procs()["llm"]["stage"]).get("instructions", 0) >= 5 and x, 10, 0.05, "status")
     assert st["model"] == "tiny.gguf (stand-in)" and st["breaker"] == "closed" and st["instructions"] >= 5
     assert pipe.down() == 0
+
+
+def test_min_gap_spaces_generation_starts_and_the_waiting_signal_still_conflates():
+    now = [1_000_000_000]
+    agent, ctx = start({**LIMITS, "min_gap_ms": 200}, clock=lambda: now[0])
+    q = ctx.inputs["sig_llm"].msgs
+    q.append((Kind.SIGNAL, sig_bytes(1), 1))
+    agent.do_work()
+    agent.worker.wait(5.0)
+    agent.do_work()  # collects the first answer
+    q += [(Kind.SIGNAL, sig_bytes(s), s) for s in (2, 3)]
+    agent.do_work()
+    assert ctx.stats["generations"] == 1 and agent.pending is not None, "199 ms early: waits"
+    now[0] += 200_000_000
+    agent.do_work()
+    assert ctx.stats["generations"] == 2 and ctx.stats["conflated"] == 1
+    settle(agent)
+    seqs = [int(r["signal_seq"]) for r, _ in instructions(ctx.outputs["instr"])]
+    assert 2 not in seqs and set(seqs) <= {1, 3}, "signal 2 was replaced by 3 while waiting"
+    agent.on_close()
