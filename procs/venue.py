@@ -27,8 +27,26 @@ Config (one process entry; every param optional, unknown params fail the start):
     seed = 1                     # synthetic model seed (and the drop_prob fault's)
     step_ms = 20                 # synthetic step (one book update per instrument per step)
     loop = false                 # replay: start again at the end
-    delay_ms = 0.0               # faults at start (see pipeline.venue.server)
-    drop_prob = 0.0
+    delay_ms = 0.0               # faults at start (see pipeline.venue.server): every frame's extra delay
+                                 # (with delay_jitter_ms > 0: the mean of the jittered delay)
+    drop_prob = 0.0              # each data push to each client dropped with this probability
+    # stress faults (make stress), all off by default; seeded by `seed`, counted in faults_injected and
+    # each in its own counter:
+    delay_jitter_ms = 0.0        # 0..50: each frame's delay drawn from N(delay_ms, delay_jitter_ms),
+                                 # clipped to [0, 50] ms; frames keep their order per connection
+                                 # (jitter_frames counts the jittered frames)
+    jump_prob = 0.0              # synthetic only: chance per step and instrument that the whole book
+                                 # jumps by k ticks, k uniform in 1..jump_ticks, random sign; published
+                                 # as ordinary book updates, so checksums still verify (jumps)
+    jump_ticks = 3               # >= 1
+    disconnect_every_s = 0.0     # cut every WebSocket connection every N s of market time (disconnects)
+    gap_every_s = 0.0            # every N s of market time: the next books update of every instrument
+                                 # jumps its seq by 5 more (gaps)
+    bad_checksum_every_s = 0.0   # every N s of market time: the next books update of every instrument
+                                 # carries a wrong checksum (bad_checksums)
+                                 # (market time: real time x speed while the venue publishes)
+    max_away_ticks = 50          # order validity (orders_valid / orders_invalid): an order arriving
+                                 # further than this from its own side's best price is invalid
     itch_port = 0                # > 0: also send a synthetic ITCH 5.0 session over MoldUDP64 to this
                                  # UDP port on 127.0.0.1 (re-requests: to the packets' source port)
     itch_events = 100000         # order-flow messages of the session (pipeline.itch.synth)
@@ -59,10 +77,14 @@ Secrets: the key file's content is never logged, published or put in an exceptio
 line names the key by its fingerprint only.
 
 Counters (``ctx.stats``, shown by ``status``): connections, subscriptions, frames_sent,
-frames_dropped, faults_injected, slow_disconnects, book_events, trade_events; of the order side
+frames_dropped, faults_injected, slow_disconnects, book_events, trade_events, listener_errors;
+of the stress faults jitter_frames, jumps, disconnects, gaps, bad_checksums; of the order side
 orders_placed, orders_rejected, fills, cancels, bad_signatures (bad or missing key, passphrase or
-signature), stale_timestamps, rate_limited; and itch_msgs (messages sent over MoldUDP64) when ITCH
-is on.
+signature), stale_timestamps, rate_limited, and orders_valid / orders_invalid (each order that
+reaches the book, placed or refused as a crossing post_only: valid when, against the venue's book
+as it arrived, it did not cross the opposite best price (a buy below the best ask, a sell above the
+best bid) and was within max_away_ticks of its own side's best price; see
+``pipeline.venue.orders``); and itch_msgs (messages sent over MoldUDP64) when ITCH is on.
 """
 
 from __future__ import annotations
@@ -84,12 +106,15 @@ from pipeline.venue.server import VenueServer, VenueThread, instrument_specs, ma
 PARAMS = frozenset({"port", "port_file", "source", "capture", "speed", "seed", "step_ms", "loop", "delay_ms",
                     "drop_prob", "itch_port", "itch_events", "itch_rate", "itch_drop_prob", "rest_port",
                     "rest_port_file", "key_file", "rate_limit_per_s", "max_notional", "recv_window_ms",
-                    "latency_ms"})
+                    "latency_ms", "delay_jitter_ms", "jump_prob", "jump_ticks", "disconnect_every_s",
+                    "gap_every_s", "bad_checksum_every_s", "max_away_ticks"})
+FAULT_STATS = ("jitter_frames", "jumps", "disconnects", "gaps", "bad_checksums")
 MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
-                "slow_disconnects", "book_events", "trade_events", "listener_errors")
+                "slow_disconnects", "book_events", "trade_events", "listener_errors") + FAULT_STATS
 ORDER_STATS = ("orders_placed", "orders_rejected", "fills", "cancels", "bad_signatures", "stale_timestamps",
                "rate_limited")
-PUBLISHED_STATS = MARKET_STATS + ORDER_STATS
+VALIDITY_STATS = ("orders_valid", "orders_invalid")
+PUBLISHED_STATS = MARKET_STATS + ORDER_STATS + VALIDITY_STATS
 STATS_INTERVAL_NS = 100_000_000
 DEFAULT_KEY_FILE = "secrets/paper.json"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +145,33 @@ def paper_credentials(key_file: str) -> Credentials:
     raise AssertionError("unreachable")
 
 
+def _number(params: dict, name: str, default: float, lo: float, hi: float = float("inf")) -> float:
+    """``params[name]`` (or ``default``) as a float in [lo, hi].
+
+    Raises:
+        VenueError: not a number (a bool is not one), NaN, or outside [lo, hi].
+    """
+    v = params.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise VenueError(f"{name} must be a number, got {v!r}"[:200])
+    x = float(v)
+    if not lo <= x <= hi:
+        raise VenueError(f"{name} must be in {lo:g}..{hi:g}, got {v!r}")
+    return x
+
+
+def _integer(params: dict, name: str, default: int, lo: int) -> int:
+    """``params[name]`` (or ``default``) as an int >= lo.
+
+    Raises:
+        VenueError: not an integer (a bool is not one), or below ``lo``.
+    """
+    v = params.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise VenueError(f"{name} must be an integer >= {lo}, got {v!r}"[:200])
+    return v
+
+
 class VenueAgent(Agent):
     """Runs a ``VenueServer`` in a thread for the runner (see the module docstring)."""
 
@@ -140,11 +192,19 @@ class VenueAgent(Agent):
         specs = instrument_specs(ctx.config.instruments)
         if kind == "synthetic" and not specs:
             raise VenueError("no [[instruments]] with venue = 'paper' to make a market in")
+        jitter_ms = _number(p, "delay_jitter_ms", 0.0, 0.0, 50.0)
+        jump_prob = _number(p, "jump_prob", 0.0, 0.0, 1.0)
+        jump_ticks = _integer(p, "jump_ticks", 3, 1)
+        every = {name: _number(p, name, 0.0, 0.0, 1e9)
+                 for name in ("disconnect_every_s", "gap_every_s", "bad_checksum_every_s")}
+        max_away_ticks = _integer(p, "max_away_ticks", 50, 0)
         source = make_source(kind, instruments=specs, capture=p.get("capture") or None, seed=seed,
-                             step_ms=int(step_ms) if step_ms is not None else None)
+                             step_ms=int(step_ms) if step_ms is not None else None, jump_prob=jump_prob,
+                             jump_ticks=jump_ticks)
         self.server = VenueServer(source, port=int(p.get("port", 0)), speed=float(p.get("speed", 1.0)),
                                   loop_replay=bool(p.get("loop", False)), delay_ms=float(p.get("delay_ms", 0.0)),
-                                  drop_prob=float(p.get("drop_prob", 0.0)), fault_seed=seed)
+                                  drop_prob=float(p.get("drop_prob", 0.0)), fault_seed=seed,
+                                  delay_jitter_ms=jitter_ms, **every)
         self.itch = None
         itch_port = int(p.get("itch_port", 0))
         if itch_port:
@@ -157,7 +217,8 @@ class VenueAgent(Agent):
             raise VenueError(f"max_notional must be >= 0 (0: no limit), got {max_notional}")
         self.engine = OrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
                                   self.server.market.levels, lambda: time.time_ns() // 1_000_000,
-                                  max_notional=max_notional if max_notional > 0 else None)
+                                  max_notional=max_notional if max_notional > 0 else None,
+                                  max_away_ticks=max_away_ticks)
         self.server.add_market_listener(self.engine)
         api = RestApi(self.engine, creds, recv_window_ms=int(p.get("recv_window_ms", 30_000)),
                       rate_limit_per_s=float(p.get("rate_limit_per_s", 10.0)), log=ctx.log)
@@ -182,7 +243,7 @@ class VenueAgent(Agent):
         s = self.server.stats()
         self.ctx.stats.update({k: s[k] for k in MARKET_STATS})
         r = self.rest.stats()
-        self.ctx.stats.update({k: r[k] for k in ORDER_STATS})
+        self.ctx.stats.update({k: r[k] for k in ORDER_STATS + VALIDITY_STATS})
         if self.itch is not None:
             self.ctx.stats["itch_msgs"] = self.itch.stats["messages_sent"]
         failures = self.server.listener_failures
@@ -212,4 +273,4 @@ class VenueAgent(Agent):
             with suppress(OSError):
                 os.unlink(f)
         self.ctx.log.info("venue_stopped", **self.server.stats(), **{k: v for k, v in self.rest.stats().items()
-                                                                     if k in ORDER_STATS})
+                                                                     if k in ORDER_STATS + VALIDITY_STATS})

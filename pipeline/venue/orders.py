@@ -36,6 +36,15 @@ tick or lot, unknown side / orderType / force, bad clientOid), 40034 unknown sym
 price above ``max_notional``, 43118 duplicate clientOid, 43027 post_only would cross, 43001 unknown /
 no longer cancellable order (cancel, query).
 
+Validity against the book (a stress-test measure, ``book_checks``): every order that passes the
+field checks above (so reaches the book: placed, or refused as a crossing post_only) is counted
+``orders_valid`` when it was valid against the venue's book when it arrived, else
+``orders_invalid``. Valid: it does not cross the opposite best price (a buy priced at or below the
+best ask, a sell at or above the best bid) and it is within ``max_away_ticks`` ticks of its own
+side's best price (|price - best bid| for a buy, |price - best ask| for a sell). An empty side makes
+its check pass; a symbol without a known tick skips the distance check. The risk gateway plans
+passive post-only orders, so a crossing or far-away order means the pipeline acted on a stale book.
+
 Numbers are ``decimal.Decimal`` inside; amounts and prices are decimal strings outside.
 """
 
@@ -66,6 +75,7 @@ STATUS_CANCELLED = "cancelled"
 OPEN_STATUSES = (STATUS_LIVE, STATUS_PARTIAL)
 
 MAX_CLIENT_OID_CHARS = 64
+DEFAULT_MAX_AWAY_TICKS = 50
 _ZERO = Decimal(0)
 _AVG_QUANT = Decimal("1e-12")
 
@@ -204,16 +214,22 @@ class OrderEngine:
     ``instruments``: symbol -> ``InstrumentRules`` (the symbols the venue serves);
     ``book(symbol, n)``: the current public (bids, asks), best first, at most ``n`` a side (all when
     None); ``clock_ms``: wall-clock ms for cTime / uTime (and the id bases); ``max_notional``: the
-    most price * size one order may have (None: no limit).
+    most price * size one order may have (None: no limit); ``max_away_ticks``: how far from its own
+    side's best price an order may be and still count as valid against the book (``book_checks``).
     """
 
     def __init__(self, instruments: Mapping[str, InstrumentRules], book: Callable[[str, int | None], tuple],
-                 clock_ms: Callable[[], int], *, max_notional: Decimal | float | str | None = None) -> None:
+                 clock_ms: Callable[[], int], *, max_notional: Decimal | float | str | None = None,
+                 max_away_ticks: int = DEFAULT_MAX_AWAY_TICKS) -> None:
         """Raises:
-        VenueError: no instrument, or a max_notional that is not a positive number.
+        VenueError: no instrument, a max_notional that is not a positive number, a max_away_ticks
+            that is not an integer >= 0.
         """
         if not instruments:
             raise VenueError("the order engine needs at least one instrument")
+        if isinstance(max_away_ticks, bool) or not isinstance(max_away_ticks, int) or max_away_ticks < 0:
+            raise VenueError(f"max_away_ticks must be an integer >= 0, got {max_away_ticks!r}")
+        self.max_away_ticks = max_away_ticks
         self.rules = dict(instruments)
         self._book = book
         self._clock_ms = clock_ms
@@ -236,6 +252,8 @@ class OrderEngine:
         self.fills: list[Fill] = []
         self._positions: dict[str, Decimal] = dict.fromkeys(self.rules, _ZERO)
         self.counters = {"orders_placed": 0, "orders_rejected": 0, "fills": 0, "cancels": 0}
+        #: validity of arriving orders against the book (see the module docstring)
+        self.book_checks = {"orders_valid": 0, "orders_invalid": 0}
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -287,6 +305,25 @@ class OrderEngine:
                     break
         return out
 
+    def valid_against_book(self, symbol: str, side: str, price: Decimal) -> bool:
+        """Whether a ``side`` order at ``price`` is valid against the current book of ``symbol``
+        (see the module docstring: not crossing the opposite best, within ``max_away_ticks`` of its
+        own side's best). A level that is not a number is skipped (the side's next one is used).
+
+        Raises:
+            KeyError: an unknown symbol.
+        """
+        bids, asks = self._book(symbol, None)
+        best_bid, best_ask = _best(bids), _best(asks)
+        own, opposite = (best_bid, best_ask) if side == "buy" else (best_ask, best_bid)
+        if opposite is not None and (price >= opposite if side == "buy" else price <= opposite):
+            return False
+        tick = self.rules[symbol].tick_size
+        if own is not None and tick is not None and tick > 0:
+            if abs(price - own) > tick * self.max_away_ticks:
+                return False
+        return True
+
     # -- commands -----------------------------------------------------------------------------
 
     def place(self, body: Mapping) -> Order:
@@ -331,6 +368,8 @@ class OrderEngine:
             raise OrderRejected(CODE_BAD_REQUEST, f"clientOid must be 1..{MAX_CLIENT_OID_CHARS} printable ASCII characters")
         elif coid in self._by_client_oid:
             raise OrderRejected(CODE_DUPLICATE, f"duplicate clientOid {coid}")
+        valid = self.valid_against_book(symbol, side, price)
+        self.book_checks["orders_valid" if valid else "orders_invalid"] += 1
         levels = self._opposite_levels(symbol, side)
         crossing = [(p, avail) for p, avail in levels if (p <= price if side == "buy" else p >= price)]
         if force == "post_only" and crossing:
@@ -524,6 +563,18 @@ class OrderEngine:
         if o in orders:
             orders.remove(o)
         self.counters["cancels"] += 1
+
+
+def _best(levels) -> Decimal | None:
+    """The first level's price that is a finite number (the side's best), or None."""
+    for lv in levels:
+        try:
+            p = Decimal(lv[0])
+        except (InvalidOperation, TypeError, IndexError):
+            continue
+        if p.is_finite():
+            return p
+    return None
 
 
 def _int_id(v, name: str) -> int:

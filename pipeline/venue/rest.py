@@ -288,9 +288,11 @@ class RestApi:
         self.stats = dict.fromkeys(STAT_NAMES, 0)
 
     def counters(self) -> dict[str, int]:
-        """The counters, the engine's included (a copy)."""
+        """The counters, the engine's included (a copy; with its ``book_checks``: orders_valid,
+        orders_invalid)."""
         out = dict(self.stats)
         out.update(self.engine.counters)
+        out.update(self.engine.book_checks)
         return out
 
     def _error(self, code: str, msg: str, now: int, req: HttpRequest | None, status: int | None = None):

@@ -42,6 +42,29 @@ Fault switches (construction arguments and thread-safe methods; each counts in `
 - ``stall(seconds)``: no push for ``seconds`` (the market clock stops too, so the feed resumes
   consistently); pings and subscriptions are still answered.
 
+Stress faults (``make stress``; each has its own counter besides ``faults_injected``):
+
+- ``set_delay_jitter_ms(ms)`` / ``delay_jitter_ms=``: with ``ms`` > 0, each outgoing frame's extra
+  delay is drawn from a Gaussian N(``delay_ms``, ``ms``) clipped to [0, 50] ms (``DelayFault``,
+  seeded by ``fault_seed``) instead of the fixed ``delay_ms``. Order is kept per connection: a frame
+  is never due before the frame queued ahead of it (due = max(now + draw, previous due)). Turning
+  it on counts once in ``faults_injected`` (at construction too); each jittered frame counts in
+  ``jitter_frames``.
+- Timed faults, ``disconnect_every_s`` / ``gap_every_s`` / ``bad_checksum_every_s`` (0 = off;
+  ``set_timed_faults`` changes them while running): every that many seconds of MARKET time (the
+  source's clock: the loop clock times ``speed`` while not paused or stalled; ``advance(n)`` moves
+  it by n units, so tests are deterministic) the server cuts every connection (as
+  ``drop_connections()``; ``disconnects``), makes the next books update of every instrument jump
+  its seq by ``GAP_SEQ`` = 5 more (as ``skip_seq(5)``; ``gaps``), or makes the next books update of
+  every instrument carry a wrong checksum (as ``corrupt_checksum()``; ``bad_checksums``). They are
+  checked before each published unit, so the unit due at the fault's time already sees it; when
+  several periods passed at once (a late loop) the fault fires once and the missed periods are
+  skipped. A looping replay's clock keeps counting across the loop. The hand-called switches count
+  in the same counters.
+- Price jumps: a ``SyntheticSource`` made with ``jump_prob`` / ``jump_ticks`` shifts a book now
+  and then (published as ordinary updates); the server counts them in ``jumps`` and
+  ``faults_injected`` as they are published.
+
 Order side: ``add_market_listener(listener)`` lets an object (the order engine,
 ``pipeline.venue.orders.OrderEngine``) see every published book change and trade of the market on
 the server's loop: ``listener.book_changed(inst_id)`` after the change is applied (the new book is
@@ -113,7 +136,93 @@ STAT_NAMES = (
     "replay_done",  # 1 once a replay reached its end (without loop)
     "replay_loops",
     "listener_errors",  # exceptions of market listeners (the order side), counted and skipped
+    "jitter_frames",  # frames given a jittered delay (delay_jitter_ms)
+    "jumps",  # synthetic price jumps published (the source's jump_prob)
+    "disconnects",  # connection cuts: drop_connections, by hand or every disconnect_every_s
+    "gaps",  # seq jumps: skip_seq, by hand or every gap_every_s
+    "bad_checksums",  # corrupted checksums: corrupt_checksum, by hand or every bad_checksum_every_s
 )
+
+#: seq jump of the ``gap_every_s`` fault (a forward jump: legal in v2, seen as a hole by a client)
+GAP_SEQ = 5
+#: the range a jittered delay is clipped to
+MAX_JITTER_DELAY_MS = 50.0
+
+
+class DelayFault:
+    """The per-frame extra delay (sans-I/O): ``delay_ms`` fixed, or with ``jitter_ms`` > 0 a draw
+    from N(``delay_ms``, ``jitter_ms``) clipped to [0, ``MAX_JITTER_DELAY_MS``], from a generator
+    seeded by ``seed`` (the same seed gives the same draws).
+
+    Raises (construction and ``set``):
+        VenueError: ``delay_ms`` outside 0..600000, ``jitter_ms`` outside 0..50 (or not finite).
+    """
+
+    def __init__(self, delay_ms: float = 0.0, jitter_ms: float = 0.0, seed: int = 0) -> None:
+        self.rng = random.Random(f"venue-jitter:{int(seed)}")
+        self.delay_ms = 0.0
+        self.jitter_ms = 0.0
+        self.set(delay_ms, jitter_ms)
+
+    def set(self, delay_ms: float | None = None, jitter_ms: float | None = None) -> None:
+        """Change the mean delay and / or the jitter (None: unchanged)."""
+        if delay_ms is not None:
+            d = float(delay_ms)
+            if not 0.0 <= d <= 600_000.0:
+                raise VenueError(f"delay_ms must be in 0..600000, got {delay_ms}")
+            self.delay_ms = d
+        if jitter_ms is not None:
+            j = float(jitter_ms)
+            if not 0.0 <= j <= MAX_JITTER_DELAY_MS:
+                raise VenueError(f"delay_jitter_ms must be in 0..{MAX_JITTER_DELAY_MS:g}, got {jitter_ms}")
+            self.jitter_ms = j
+
+    @property
+    def active(self) -> bool:
+        return bool(self.delay_ms or self.jitter_ms)
+
+    @property
+    def jittered(self) -> bool:
+        return bool(self.jitter_ms)
+
+    def draw_ms(self) -> float:
+        """The next frame's extra delay in ms (fixed without jitter; one draw with it)."""
+        if not self.jitter_ms:
+            return self.delay_ms
+        return min(max(self.rng.gauss(self.delay_ms, self.jitter_ms), 0.0), MAX_JITTER_DELAY_MS)
+
+    def due_s(self, now_s: float, last_due_s: float) -> float:
+        """When a frame queued at ``now_s`` behind a frame due at ``last_due_s`` is due: never
+        before that one (order kept). 0.0 when no delay is set (send at once, in queue order)."""
+        if not self.active:
+            return 0.0
+        return max(now_s + self.draw_ms() / 1000.0, last_due_s)
+
+
+class FaultTimer:
+    """A fault every ``every_s`` seconds of an elapsed clock (sans-I/O; 0 = off): ``due(elapsed_ms)``
+    is True once when ``elapsed_ms`` reaches the next multiple of the period (then the schedule
+    moves to the first multiple after ``elapsed_ms``: missed periods are skipped, not replayed).
+
+    Raises:
+        VenueError: ``every_s`` negative or not finite.
+    """
+
+    def __init__(self, every_s: float = 0.0, start_ms: float = 0.0, name: str = "every_s") -> None:
+        e = float(every_s)
+        if not (0.0 <= e < float("inf")):
+            raise VenueError(f"{name} must be a finite number >= 0 (0: off), got {every_s}")
+        self.every_ms = e * 1000.0
+        self.start_ms = float(start_ms)
+        self.next_ms = self.start_ms + self.every_ms
+        self.fired = 0
+
+    def due(self, elapsed_ms: float) -> bool:
+        if not self.every_ms or elapsed_ms < self.next_ms:
+            return False
+        self.next_ms = self.start_ms + ((elapsed_ms - self.start_ms) // self.every_ms + 1) * self.every_ms
+        self.fired += 1
+        return True
 
 
 class _Conn:
@@ -134,9 +243,11 @@ class VenueServer:
     def __init__(self, source, *, port: int = 0, speed: float = 1.0, start_paused: bool = False,
                  loop_replay: bool = False, delay_ms: float = 0.0, drop_prob: float = 0.0, fault_seed: int = 0,
                  max_queue: int = 10_000, max_units_per_push: int = 1_000, recent_trades: int = RECENT_TRADES,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, delay_jitter_ms: float = 0.0,
+                 disconnect_every_s: float = 0.0, gap_every_s: float = 0.0,
+                 bad_checksum_every_s: float = 0.0) -> None:
         """``source``: a ``SyntheticSource`` or ``ReplaySource``; ``clock``: monotonic seconds for the
-        market clock (default: the event loop's).
+        market clock (default: the event loop's); the faults: see the module docstring.
 
         Raises:
             VenueError: a port outside 0..65535, a bad fault value, ``max_queue`` < 2.
@@ -160,12 +271,17 @@ class VenueServer:
         self._stalled = False
         self._stall_handle: asyncio.TimerHandle | None = None
         self._stall_s = 0.0
-        self._delay_s = 0.0
         self._drop_prob = 0.0
-        self._set_delay(delay_ms)
+        self._delay = DelayFault(delay_ms, delay_jitter_ms, fault_seed)
         self._set_drop(drop_prob)
         self._rng = random.Random(fault_seed)
         self._stats = dict.fromkeys(STAT_NAMES, 0)
+        if self._delay.jittered:
+            self._stats["faults_injected"] += 1
+        self._fault_prev_ms = 0.0
+        self._fault_elapsed_ms = 0.0
+        self._timers: dict[str, FaultTimer] = {}
+        self._set_timers(disconnect_every_s, gap_every_s, bad_checksum_every_s)
         self._conns: set[_Conn] = set()
         self._subs: dict[tuple[str, str], dict[_Conn, bool]] = {}  # books: value = snapshot sent
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -298,40 +414,95 @@ class VenueServer:
             return n
         return self._control(do)
 
+    def _drop_all(self, graceful: bool = False) -> int:
+        conns = list(self._conns)
+        for c in conns:
+            if graceful:
+                asyncio.ensure_future(c.ws.close(1001, "venue closed the connection"))
+            else:
+                c.dead = True
+                c.ws.transport.abort()
+        self._stats["faults_injected"] += 1
+        self._stats["disconnects"] += 1
+        return len(conns)
+
+    def _skip_seq(self, n: int, inst_id: str | None = None) -> None:
+        self.market.skip_seq(n, inst_id)
+        self._stats["faults_injected"] += 1
+        self._stats["gaps"] += 1
+
+    def _corrupt_checksum(self, inst_id: str | None = None) -> None:
+        self.market.corrupt_next_checksum(inst_id)
+        self._stats["faults_injected"] += 1
+        self._stats["bad_checksums"] += 1
+
     def drop_connections(self, graceful: bool = False) -> int:
         """Fault: cut every open connection (abort), or close each with 1001 when ``graceful``.
         Returns how many."""
-        def do():
-            conns = list(self._conns)
-            for c in conns:
-                if graceful:
-                    asyncio.ensure_future(c.ws.close(1001, "venue closed the connection"))
-                else:
-                    c.dead = True
-                    c.ws.transport.abort()
-            self._stats["faults_injected"] += 1
-            return len(conns)
-        return self._control(do)
+        return self._control(self._drop_all, graceful)
 
     def skip_seq(self, n: int = 1, inst_id: str | None = None) -> None:
-        """Fault: the next books update's seq jumps by ``n`` more (see the module docstring)."""
-        def do():
-            self.market.skip_seq(n, inst_id)
-            self._stats["faults_injected"] += 1
-        self._control(do)
+        """Fault: the next books update's seq jumps by ``n`` more (see the module docstring).
+
+        Raises:
+            VenueError: an unknown ``inst_id``.
+        """
+        self._control(self._skip_seq, n, inst_id)
 
     def corrupt_checksum(self, inst_id: str | None = None) -> None:
-        """Fault: the next books update (of ``inst_id``, or of each instrument) carries a wrong checksum."""
-        def do():
-            self.market.corrupt_next_checksum(inst_id)
-            self._stats["faults_injected"] += 1
-        self._control(do)
+        """Fault: the next books update (of ``inst_id``, or of each instrument) carries a wrong checksum.
 
-    def _set_delay(self, ms: float) -> None:
-        ms = float(ms)
-        if not 0.0 <= ms <= 600_000.0:
-            raise VenueError(f"delay_ms must be in 0..600000, got {ms}")
-        self._delay_s = ms / 1000.0
+        Raises:
+            VenueError: an unknown ``inst_id``.
+        """
+        self._control(self._corrupt_checksum, inst_id)
+
+    def _set_timers(self, disconnect_every_s: float | None, gap_every_s: float | None,
+                    bad_checksum_every_s: float | None) -> None:
+        new = {}
+        for name, every in (("disconnect_every_s", disconnect_every_s), ("gap_every_s", gap_every_s),
+                            ("bad_checksum_every_s", bad_checksum_every_s)):
+            if every is not None:
+                new[name] = FaultTimer(every, self._fault_elapsed_ms, name)
+        for name, timer in new.items():  # all validated first: a bad value changes nothing
+            if timer.every_ms:
+                self._timers[name] = timer
+            else:
+                self._timers.pop(name, None)
+
+    def set_timed_faults(self, *, disconnect_every_s: float | None = None, gap_every_s: float | None = None,
+                         bad_checksum_every_s: float | None = None) -> None:
+        """Fault: (re)start the timed faults (None: unchanged; 0: off), counted from the market
+        time now (see the module docstring).
+
+        Raises:
+            VenueError: a negative or non-finite period.
+        """
+        self._control(self._set_timers, disconnect_every_s, gap_every_s, bad_checksum_every_s)
+
+    @property
+    def timed_faults(self) -> dict[str, float]:
+        """The timed faults on now: name -> period in seconds."""
+        return self._control(lambda: {name: t.every_ms / 1000.0 for name, t in self._timers.items()})
+
+    def _timed_faults(self) -> None:
+        """Fire the timed faults due by the market time of the unit about to be published."""
+        t = float(self.source.market_ms)
+        d = t - self._fault_prev_ms
+        if d < 0:  # a replay started again: its clock went back to 0
+            d = t
+        self._fault_prev_ms = t
+        self._fault_elapsed_ms += d
+        if not self._timers:
+            return
+        el = self._fault_elapsed_ms
+        timers = self._timers
+        if (tm := timers.get("disconnect_every_s")) is not None and tm.due(el):
+            self._drop_all()
+        if (tm := timers.get("gap_every_s")) is not None and tm.due(el):
+            self._skip_seq(GAP_SEQ)
+        if (tm := timers.get("bad_checksum_every_s")) is not None and tm.due(el):
+            self._corrupt_checksum()
 
     def _set_drop(self, p: float) -> None:
         p = float(p)
@@ -340,9 +511,26 @@ class VenueServer:
         self._drop_prob = p
 
     def set_delay_ms(self, ms: float) -> None:
-        """Fault: delay every outgoing frame by ``ms`` (0 turns it off)."""
+        """Fault: delay every outgoing frame by ``ms`` (0 turns it off; with jitter on: the mean).
+
+        Raises:
+            VenueError: ``ms`` outside 0..600000.
+        """
         def do():
-            self._set_delay(ms)
+            self._delay.set(delay_ms=ms)
+            if ms:
+                self._stats["faults_injected"] += 1
+        self._control(do)
+
+    def set_delay_jitter_ms(self, ms: float) -> None:
+        """Fault: jitter each outgoing frame's delay, N(delay_ms, ``ms``) clipped to [0, 50] ms (0
+        turns it off; see the module docstring).
+
+        Raises:
+            VenueError: ``ms`` outside 0..50.
+        """
+        def do():
+            self._delay.set(jitter_ms=ms)
             if ms:
                 self._stats["faults_injected"] += 1
         self._control(do)
@@ -446,9 +634,12 @@ class VenueServer:
             self._stats["slow_disconnects"] += 1
             conn.ws.transport.abort()
             return
-        if self._delay_s:
-            due = max(self._loop.time() + self._delay_s, conn.last_due)
+        delay = self._delay
+        if delay.active:
+            due = delay.due_s(self._loop.time(), conn.last_due)
             conn.last_due = due
+            if delay.jitter_ms:
+                self._stats["jitter_frames"] += 1
         else:
             due = 0.0
         q.put_nowait((due, data))
@@ -514,6 +705,11 @@ class VenueServer:
     def _publish(self, events: Sequence) -> None:
         market, st, all_subs, send = self.market, self._stats, self._subs, self._send
         st["units"] += 1
+        self._timed_faults()
+        jumps = getattr(self.source, "jumps", 0)
+        if jumps != st["jumps"]:
+            st["faults_injected"] += jumps - st["jumps"]
+            st["jumps"] = jumps
         for ev in events:
             if type(ev) is BookEvent:
                 ch = market.apply_book(ev)
@@ -627,20 +823,25 @@ def instrument_specs(instruments, venue: str | None = "paper") -> list[Instrumen
 
 
 def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), capture: str | Path | None = None,
-                seed: int = 1, step_ms: int | None = None, start_ms: int | None = None):
-    """A ``SyntheticSource`` (``kind`` "synthetic"; ``start_ms`` default: now, wall clock) or a
-    ``ReplaySource`` of ``capture`` (``kind`` "replay").
+                seed: int = 1, step_ms: int | None = None, start_ms: int | None = None, jump_prob: float = 0.0,
+                jump_ticks: int = 3):
+    """A ``SyntheticSource`` (``kind`` "synthetic"; ``start_ms`` default: now, wall clock; the
+    price-jump fault ``jump_prob`` / ``jump_ticks``) or a ``ReplaySource`` of ``capture`` (``kind``
+    "replay"; no jumps).
 
     Raises:
         VenueError: an unknown kind, no instruments, no capture for a replay, an unreadable capture
-            (``ReplayError``).
+            (``ReplayError``), a bad jump value, jumps asked of a replay.
     """
     if kind == "synthetic":
         return SyntheticSource(instruments, seed=seed, step_ms=step_ms,
-                               start_ms=int(time.time() * 1000) if start_ms is None else start_ms)
+                               start_ms=int(time.time() * 1000) if start_ms is None else start_ms,
+                               jump_prob=jump_prob, jump_ticks=jump_ticks)
     if kind == "replay":
         if not capture:
             raise VenueError("source 'replay' needs a capture path")
+        if jump_prob:
+            raise VenueError("jump_prob is a fault of the synthetic source only (a replay's book is the capture's)")
         return ReplaySource.from_capture(capture)
     raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay'")
 
@@ -770,6 +971,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop", action="store_true", help="replay: start again at the end")
     ap.add_argument("--delay-ms", type=float, default=0.0)
     ap.add_argument("--drop-prob", type=float, default=0.0)
+    ap.add_argument("--delay-jitter-ms", type=float, default=0.0,
+                    help="Gaussian jitter of the delay (clipped 0..50 ms)")
+    ap.add_argument("--jump-prob", type=float, default=0.0, help="synthetic: chance of a price jump per step")
+    ap.add_argument("--jump-ticks", type=int, default=3, help="synthetic: a jump moves the book 1..N ticks")
+    ap.add_argument("--disconnect-every-s", type=float, default=0.0,
+                    help="cut every connection every N s (market time)")
+    ap.add_argument("--gap-every-s", type=float, default=0.0, help="seq gap (+5) every N s (market time)")
+    ap.add_argument("--bad-checksum-every-s", type=float, default=0.0,
+                    help="a wrong checksum every N s (market time)")
     ap.add_argument("--itch-port", type=int, default=0,
                     help="also send a synthetic ITCH session over MoldUDP64 to this UDP port on 127.0.0.1")
     ap.add_argument("--itch-events", type=int, default=100_000)
@@ -778,9 +988,12 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.config import load_config
 
     specs = instrument_specs(load_config(args.config).instruments) if args.source == "synthetic" else []
-    source = make_source(args.source, instruments=specs, capture=args.capture, seed=args.seed, step_ms=args.step_ms)
+    source = make_source(args.source, instruments=specs, capture=args.capture, seed=args.seed, step_ms=args.step_ms,
+                         jump_prob=args.jump_prob, jump_ticks=args.jump_ticks)
     server = VenueServer(source, port=args.port, speed=args.speed, loop_replay=args.loop, delay_ms=args.delay_ms,
-                         drop_prob=args.drop_prob, fault_seed=args.seed)
+                         drop_prob=args.drop_prob, fault_seed=args.seed, delay_jitter_ms=args.delay_jitter_ms,
+                         disconnect_every_s=args.disconnect_every_s, gap_every_s=args.gap_every_s,
+                         bad_checksum_every_s=args.bad_checksum_every_s)
 
     itch = None
     if args.itch_port:

@@ -19,7 +19,9 @@ Events are ``pipeline.venue.market.BookEvent`` / ``TradeEvent``.
 Synthetic: one ``SyntheticMarket`` per instrument (seeded from the venue seed and the symbol, so
 adding an instrument does not change the others), stepped every ``step_ms`` of market time; a
 step's changed levels become one update (size ``"0"`` deletes), its trades one trade event. Data
-``ts`` is ``start_ms + steps * step_ms``.
+``ts`` is ``start_ms + steps * step_ms``. Stress fault: ``jump_prob`` / ``jump_ticks`` make each
+market's whole book jump by 1..``jump_ticks`` ticks with probability ``jump_prob`` per step (see
+``pipeline.venue.synthetic``), published as ordinary book changes; ``jumps`` counts them.
 
 Replay: the RECV frames of a capture (``pipeline.bitget.capture`` line format) on the ``books``
 and ``trade`` channels, translated to v2 by ``translate_frame``: ``instType`` ``"sp"`` -> ``"SPOT"``,
@@ -30,6 +32,7 @@ candles) and events are skipped. Market time is the capture's receive time minus
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,13 +69,29 @@ class SyntheticSource:
     finite = False
 
     def __init__(self, instruments: Sequence[InstrumentSpec], *, seed: int, step_ms: int | None = None,
-                 start_ms: int = 0, params: SyntheticParams | None = None) -> None:
-        """Raises:
-        VenueError: no instrument, a duplicate symbol, a tick or lot size <= 0, step_ms < 1.
+                 start_ms: int = 0, params: SyntheticParams | None = None, jump_prob: float | None = None,
+                 jump_ticks: int | None = None) -> None:
+        """``jump_prob`` / ``jump_ticks``: the price-jump fault (None: as in ``params``, default off).
+
+        Raises:
+            VenueError: no instrument, a duplicate symbol, a tick or lot size <= 0, step_ms < 1,
+                a jump_prob outside [0, 1] or a jump_ticks < 1.
         """
         if not instruments:
             raise VenueError("the synthetic source needs at least one instrument")
         params = params or SyntheticParams()
+        jumps = {}
+        if jump_prob is not None:
+            jumps["jump_prob"] = float(jump_prob)
+        if jump_ticks is not None:
+            jumps["jump_ticks"] = int(jump_ticks)
+        if jumps:
+            params = dataclasses.replace(params, **jumps)
+        if not 0.0 <= params.jump_prob <= 1.0:
+            raise VenueError(f"jump_prob must be in 0..1, got {params.jump_prob}")
+        if params.jump_ticks < 1:
+            raise VenueError(f"jump_ticks must be >= 1, got {params.jump_ticks}")
+        self.params = params
         self.step_ms = int(step_ms if step_ms is not None else params.step_ms)
         if self.step_ms < 1:
             raise VenueError(f"step_ms must be >= 1, got {step_ms}")
@@ -96,6 +115,11 @@ class SyntheticSource:
     @property
     def inst_ids(self) -> list[str]:
         return list(self.markets)
+
+    @property
+    def jumps(self) -> int:
+        """Price jumps so far, all instruments together (the ``jump_prob`` fault)."""
+        return sum(m.jumps for m in self.markets.values())
 
     @property
     def market_ms(self) -> int:

@@ -13,6 +13,13 @@ Model (one ``step()`` = ``step_ms`` of market time):
   when a level is used up, the best price moves. So the mid follows the imbalance with a lag: the
   planted relation a classifier can learn (imbalance now -> mid move over the next ~lag).
 - Cancels remove a random share of resting size each step, so the book does not grow forever.
+- Price jumps (a stress fault, off by default): with probability ``jump_prob`` per step, at the
+  end of the step, the whole book shifts by ``k`` ticks, ``k`` uniform in 1..``jump_ticks`` with a
+  random sign (every level keeps its size). The step's changed levels then describe the shifted
+  book (old prices deleted, new prices set), so a client applying them as ordinary updates ends
+  with the same book and its checksums verify. The jump draws come from their own generator
+  (seeded from the market's seed), so turning jumps on or off does not change the rest of the
+  model's random stream.
 
 Prices are integers in ticks; sizes are integers in lots. ``levels()`` renders them as the decimal
 strings a venue would send (fixed decimals from tick and lot size), and those exact strings are
@@ -43,6 +50,8 @@ class SyntheticParams:
     lo_per_step: int = 4  # limit orders per step
     lo_lots_mean: float = 20.0
     cancel_frac: float = 0.03  # share of each level's size cancelled per step (on average)
+    jump_prob: float = 0.0  # chance per step of a price jump (stress fault; 0 = never)
+    jump_ticks: int = 3  # a jump shifts the whole book by 1..jump_ticks ticks, up or down
 
 
 @dataclass
@@ -55,19 +64,28 @@ class Trade:
 
 @dataclass
 class StepResult:
-    """What one step changed: the levels whose size changed (0 = removed) and the trades."""
+    """What one step changed: the levels whose size changed (0 = removed), the trades, and the
+    price jump of the step in ticks (0: none)."""
 
     changed_bids: dict[int, int] = field(default_factory=dict)
     changed_asks: dict[int, int] = field(default_factory=dict)
     trades: list[Trade] = field(default_factory=list)
+    jump_ticks: int = 0
 
 
 class SyntheticMarket:
     """The model's state. ``step()`` advances it; ``levels()`` renders the book as strings."""
 
     def __init__(self, seed: int, tick_size: float, lot_size: float, params: SyntheticParams = SyntheticParams()):
+        """Raises:
+        ValueError: a tick or lot size <= 0, a jump_prob outside [0, 1], a jump_ticks < 1.
+        """
         if tick_size <= 0 or lot_size <= 0:
             raise ValueError("tick_size and lot_size must be positive")
+        if not 0.0 <= params.jump_prob <= 1.0:
+            raise ValueError(f"jump_prob must be in 0..1, got {params.jump_prob}")
+        if int(params.jump_ticks) < 1:
+            raise ValueError(f"jump_ticks must be >= 1, got {params.jump_ticks}")
         self.params = params
         self.tick_size = tick_size
         self.lot_size = lot_size
@@ -79,6 +97,8 @@ class SyntheticMarket:
         self.bids: dict[int, int] = {}
         self.asks: dict[int, int] = {}
         self.steps = 0
+        self.jumps = 0  # price jumps so far
+        self._jump_rng = np.random.default_rng([int(seed) & 0xFFFF_FFFF_FFFF_FFFF, 0x4A554D50])
         self._trade_id = 0
         mid = params.mid_ticks
         for i in range(params.depth_levels):
@@ -158,7 +178,29 @@ class SyntheticMarket:
         # keep depth bounded and refill thin sides far from the touch
         self._trim(self.bids, out.changed_bids, reverse=True)
         self._trim(self.asks, out.changed_asks, reverse=False)
+        if p_.jump_prob and self._jump_rng.random() < p_.jump_prob:
+            k = int(self._jump_rng.integers(1, int(p_.jump_ticks) + 1))
+            self.shift(k if self._jump_rng.random() < 0.5 else -k, out)
         self.steps += 1
+        return out
+
+    def shift(self, ticks: int, out: StepResult | None = None) -> StepResult:
+        """Shift the whole book by ``ticks`` (a price jump; every level keeps its size) and record
+        the change in ``out`` (a new ``StepResult`` when None): old prices deleted, new ones set, so
+        the changed levels applied to the old book give the new one. Returns ``out``."""
+        out = out if out is not None else StepResult()
+        ticks = int(ticks)
+        if ticks:
+            for book, changed in ((self.bids, out.changed_bids), (self.asks, out.changed_asks)):
+                old = dict(book)
+                book.clear()
+                for price in old:
+                    changed[price] = 0
+                for price, lots in old.items():
+                    book[price + ticks] = lots
+                    changed[price + ticks] = lots
+            out.jump_ticks += ticks
+            self.jumps += 1
         return out
 
     def _trim(self, book: dict[int, int], changed: dict[int, int], reverse: bool) -> None:
