@@ -21,6 +21,7 @@ Exit codes: 0 clean stop, 1 start failed, 70 too many consecutive errors.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import signal
@@ -34,7 +35,8 @@ from pipeline.config import Config, load_config
 from pipeline.errors import StartupError
 from pipeline.log import EventLog, open_event_log
 from pipeline.transport import open_ports
-from ringbuf import BackOff, BusySpin, IdleStrategy
+from ringbuf import BackOff, BusySpin, IdleStrategy, Reader
+from ringbuf.ring import wait_any
 
 EXIT_OK = 0
 EXIT_START_FAILED = 1
@@ -175,6 +177,12 @@ class Runner:
             idle = None
         elif self.wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
             park = inputs[0].wait
+            idle = None
+        elif self.wait == "blocking" and len(inputs) > 1 and all(isinstance(i, Reader) for i in inputs):
+            # several rings: park on the first one's semaphore, which every writer of them posts
+            # (transport.doorbell_ring); the first input in the config must be the first here too
+            bell_first = [self.ports.inputs[n] for n in self.proc.inputs]
+            park = functools.partial(wait_any, bell_first)
             idle = None
         else:
             park = None

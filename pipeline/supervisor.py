@@ -49,7 +49,8 @@ from pipeline.gpu import budget_from_config, check_budget, probe_gpu
 from pipeline.log import EventLog
 from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
 from pipeline.pinning import available_cores, plan_cores
-from pipeline.transport import bind_private, port_transport
+from pipeline.transport import bind_private, doorbell_ring, port_transport
+from ringbuf.ring import open_doorbell
 from ringbuf import Ring, layout as L
 
 
@@ -228,7 +229,11 @@ class Supervisor:
             self.rings[rc.name] = Ring.create(self.cfg.segment_name(rc.name), slot_size=L.slot_size_for(rc.max_payload_bytes),
                                               capacity=rc.capacity, full_policy=rc.full_policy, replace=True)
         if self.cfg.supervisor.control_ring:  # a shared-memory ring in every transport
-            self.control_writer = self.rings[self.cfg.supervisor.control_ring].writer()
+            ctl_ring = self.cfg.supervisor.control_ring
+            self.control_writer = self.rings[ctl_ring].writer()
+            bell = doorbell_ring(self.cfg, ctl_ring)
+            if bell is not None and bell != ctl_ring:  # its consumer parks on another of its rings
+                self.control_writer.use_doorbell(open_doorbell(self.cfg.segment_name(bell)))
         if self.cfg.supervisor.transport == "mp-queue":
             self.mp_ctx = multiprocessing.get_context("spawn")
             self.mp_queues = {rc.name: self.mp_ctx.Queue(maxsize=rc.capacity) for rc in self.cfg.rings

@@ -40,6 +40,7 @@ import zmq
 from pipeline.config import Config, ProcessConfig
 from pipeline.errors import StartupError
 from ringbuf import BackOff, PayloadTooLargeError, Ring, layout as L
+from ringbuf.ring import open_doorbell
 
 
 class Ports:
@@ -94,6 +95,11 @@ def open_ports(cfg: Config, proc: ProcessConfig, writer_idle=None, queues: dict 
                                    capacity=rc.capacity, full_policy=rc.full_policy)
                 table[rn] = ring.reader() if side == "reader" else ring.writer(writer_idle)
                 closers.append(ring.close)
+                bell = doorbell_ring(cfg, rn) if side == "writer" else None
+                if bell is not None and bell != rn:
+                    sem = open_doorbell(cfg.segment_name(bell))
+                    table[rn].use_doorbell(sem)
+                    closers.append(sem.close)
                 continue
             if how == "zmq":
                 ctx = zmq.Context.instance()
@@ -113,6 +119,18 @@ def open_ports(cfg: Config, proc: ProcessConfig, writer_idle=None, queues: dict 
             table[rn] = port
             closers.append(port.close)
     return Ports(inputs, outputs, closers)
+
+
+def doorbell_ring(cfg: Config, ring: str) -> str | None:
+    """The ring whose semaphore the writer of ``ring`` must post: the first input of ``ring``'s
+    consumer when that consumer reads several shared-memory rings (it parks on that one semaphore
+    for all of them, ``ringbuf.ring.wait_any``); None when the ring has no consumer or its consumer
+    reads only it (then the ring's own semaphore is the one)."""
+    for p in cfg.processes:
+        if ring in p.inputs:
+            rings = [r for r in p.inputs if port_transport(cfg, r) == "ring"]
+            return rings[0] if len(rings) > 1 and ring in rings else None
+    return None
 
 
 def zmq_endpoint(cfg: Config, ring: str) -> str:

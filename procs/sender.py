@@ -233,6 +233,7 @@ class SenderAgent(Agent):
         self.wall_ms = lambda: time.time_ns() // _NS_PER_MS
         self.outbox: collections.deque = collections.deque()  # [cmd, ORDER record, ts, attempts, due_ns, done]
         self.check: dict[int, int] = {}  # order id -> when to query it next
+        self._batch: list = []  # ORDER messages of one poll, executed NEW first
         self.origin_ts: dict[int, int] = {}  # order id -> the NEW's ts_origin_ns (this process's orders)
         self.last_tid = self.state.last_trade_id
         self.open = {oid for oid, o in self.orders.items() if not o.terminal}  # non-terminal order ids
@@ -270,10 +271,30 @@ class SenderAgent(Agent):
         work = self._run_outbox(now)
         room = self.ctx.batch - len(self.outbox)
         if room > 0:
-            n = self.inp.poll(self._on_order, room)
+            batch = self._batch
+            read_batch = getattr(self.inp, "try_read_batch", None)
+            if read_batch is not None:  # a ring: views, committed only once all are handled
+                batch.extend((m.seq, m.ts_origin_ns, m.kind, m.payload) for m in read_batch(room))
+                n = len(batch)
+            else:  # other transports hand messages over once; copies
+                n = self.inp.poll(self._collect, room)
             if n:
                 self.ctx.received(n)
                 work += n
+                # NEW orders first: a cancel's round trip must not delay an order decided on the same
+                # tick. Safe: the gateway counts an order being cancelled as still working, so a new
+                # order never crosses it (self-trade) nor breaks a limit because it went first.
+                if n > 1:
+                    batch.sort(key=self._new_first)
+                for seq, ts, kind, payload in batch:
+                    try:
+                        self._on_order(seq, ts, kind, payload)
+                    except Exception as exc:  # a bug on one order must not lose the others: counted, logged
+                        self.stats["errors"] = self.stats.get("errors", 0) + 1
+                        self.ctx.log.error("sender_order_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                batch.clear()
+                if read_batch is not None:
+                    self.inp.commit()  # a crash before this line sees the whole batch again
         work += self._resolve(now)
         self.stats["open"] = len(self.open)
         if now >= self.next_poll:
@@ -282,6 +303,29 @@ class SenderAgent(Agent):
                 self._poll(self.ctx.clock())
                 work += 1
         return work
+
+    def wait_for_work(self, timeout_ns: int) -> bool:
+        """The runner's park when idle: on the ``orders`` ring (its blocking wait, where the transport
+        has one), but never past the sender's own next timed work: a retry or rate-limit token due, a
+        reconciliation attempt, the next fill poll while orders work, an unknown outcome to query."""
+        now = self.ctx.clock()
+        due = now + timeout_ns
+        if self.reconciling:
+            due = min(due, self.rec_due)
+        if self.outbox:
+            due = min(due, max(min(item[4] for item in self.outbox), now + 200_000))
+        if self.check:
+            due = min(due, min(self.check.values()))
+        if self.open:
+            due = min(due, self.next_poll)
+        left = due - now
+        if left <= 0:
+            return True
+        wait = getattr(self.inp, "wait", None)
+        if wait is not None:
+            return wait(left)
+        time.sleep(min(left, 1_000_000) / 1e9)  # a transport without a blocking wait: short naps
+        return False
 
     # ------------------------------------------------------------------------------------ helpers
     def _wall(self) -> int:
@@ -348,6 +392,14 @@ class SenderAgent(Agent):
         return min(self.p.retry_backoff_ms * (2 ** min(attempt, 20)), 1000) * _NS_PER_MS
 
     # ------------------------------------------------------------------------------------ input
+    def _collect(self, seq, ts, kind, payload) -> None:
+        self._batch.append((seq, ts, kind, bytes(payload)))
+
+    @staticmethod
+    def _new_first(item) -> int:
+        payload = item[3]
+        return 0 if item[2] == Kind.ORDER and len(payload) == ORDER_DTYPE.itemsize and payload[2] == OrderCmd.NEW else 1
+
     def _on_order(self, seq, ts, kind, payload) -> None:
         if kind != Kind.ORDER or len(payload) != _ORDER_BYTES:
             self.stats["malformed"] += 1

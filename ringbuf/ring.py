@@ -105,6 +105,61 @@ def _sem_name(name: str) -> str:
     return shm_name(name) + ".wake"
 
 
+def wake_semaphore_name(name: str) -> str:
+    """The POSIX name of the wake-up semaphore of ring ``name`` (created and unlinked with the ring)."""
+    return _sem_name(shm_name(name))
+
+
+def open_doorbell(ring_name: str) -> posix_ipc.Semaphore:
+    """Open the wake-up semaphore of ring ``ring_name`` to use as another ring's doorbell
+    (``Writer.use_doorbell``): a consumer of several rings parks on the semaphore of its first input
+    (``wait_any``), so the writers of its other inputs must post that one.
+
+    Raises:
+        RingNotFoundError: no such semaphore.
+    """
+    try:
+        return posix_ipc.Semaphore(wake_semaphore_name(ring_name))
+    except posix_ipc.ExistentialError as exc:
+        raise RingNotFoundError(f"no wake-up semaphore {wake_semaphore_name(ring_name)} for a doorbell") from exc
+
+
+def wait_any(readers: "list[Reader]", timeout_ns: int, spins: int = 100, park_ns: int = 5_000_000) -> bool:
+    """Blocking wait on several rings of one consumer: spin ``spins`` rounds over all of them, then
+    raise every ring's parked flag and park on the first reader's semaphore (the doorbell every writer
+    of these rings posts: ``Writer.use_doorbell``), for at most ``timeout_ns`` in all. True when one of
+    them has a message. Same lost-wake-up bound as ``Reader.wait`` (parks of at most ``park_ns``).
+    """
+    if len(readers) == 1:
+        return readers[0].wait(timeout_ns, spins, park_ns)
+    ctls = [(r._ctl, r) for r in readers]
+    for _ in range(spins):
+        for ctl, r in ctls:
+            if ctl[_WC] > r._pos:
+                return True
+    deadline = time.monotonic_ns() + timeout_ns
+    bell_ctl, sem = readers[0]._ctl, readers[0]._sem
+    while True:
+        for ctl, _ in ctls:
+            ctl[_PARKED] = 1
+        ready = any(ctl[_WC] > r._pos for ctl, r in ctls)
+        left = deadline - time.monotonic_ns()
+        if ready or left <= 0:
+            for ctl, _ in ctls:
+                ctl[_PARKED] = 0
+            return ready
+        try:
+            sem.acquire(min(left, park_ns) / 1e9)
+            woke = True
+        except (posix_ipc.BusyError, posix_ipc.SignalError):
+            woke = False
+        for ctl, _ in ctls:
+            ctl[_PARKED] = 0
+        if any(ctl[_WC] > r._pos for ctl, r in ctls):
+            bell_ctl[L.W_WAKEUPS if woke else L.W_MISSED_WAKEUPS] += 1
+            return True
+
+
 def _validate_geometry(slot_size: int, capacity: int, full_policy: str) -> int:
     if slot_size < L.HEADER_BYTES + 1 or slot_size % L.SLOT_ALIGN_BYTES or slot_size > L.HEADER_BYTES + L.MAX_PAYLOAD_BYTES + L.SLOT_ALIGN_BYTES:
         raise ValueError(f"slot_size must be a multiple of {L.SLOT_ALIGN_BYTES} in 64..65600, got {slot_size}")
@@ -334,6 +389,7 @@ class Writer:
         self._mm = ring._mm
         self._ctl = ring._ctl
         self._sem = ring._sem
+        self._doorbell: posix_ipc.Semaphore | None = None
         self._mask = ring.capacity - 1
         self._cap = ring.capacity
         self._slot = ring.slot_size
@@ -399,6 +455,12 @@ class Writer:
             ctl[_PARKED] = 0
             self._sem.release()
         return True
+
+    def use_doorbell(self, sem: posix_ipc.Semaphore) -> None:
+        """Post ``sem`` instead of this ring's own semaphore when the reader is parked (its consumer
+        parks on another ring's semaphore: ``wait_any``). The caller keeps ``sem`` open while the
+        writer is in use and closes it after."""
+        self._sem = self._doorbell = sem
 
     def write(self, kind: int, payload, ts_origin_ns: int, timeout_ns: int | None = None) -> bool:
         """Write one message, applying the ring's full policy.

@@ -190,3 +190,18 @@ def test_mp_queue_sigkilled_relay_is_restarted_and_down_leaves_nothing(pipe):
     assert not (pipe.run_dir / "control.sock").exists()
     assert "stop_grace_expired" not in {e["event"] for e in pipe.log("supervisor")}
     # (the fixture then checks that no /dev/shm entry of the prefix is left)
+
+
+def test_doorbell_ring_is_the_first_shared_memory_input_of_a_multi_input_consumer():
+    from pipeline.config import parse_config
+    from pipeline.transport import doorbell_ring
+
+    body = "".join(f'[[rings]]\nname = "{r}"\nmax_payload_bytes = 64\ncapacity = 64\nfull_policy = "drop"\n'
+                   for r in ("a", "b", "c", "d"))
+    body += ('[[processes]]\nname = "multi"\nmodule = "x:Y"\ninputs = ["b", "a", "c"]\n'
+             '[[processes]]\nname = "single"\nmodule = "x:Y"\ninputs = ["d"]\n')
+    cfg = parse_config(body)
+    assert [doorbell_ring(cfg, r) for r in ("a", "b", "c", "d")] == ["b", "b", "b", None]
+    assert doorbell_ring(cfg, "nobody-reads-it") is None
+    zmq_cfg = parse_config(body + '[supervisor]\ntransport = "zmq"\n')
+    assert doorbell_ring(zmq_cfg, "a") is None, "sockets wake their readers themselves"

@@ -1,0 +1,552 @@
+"""The pipeline bench: the real processes under the supervisor, against the paper venue, measured end to end.
+
+``python -m bench.pipeline`` (``make bench-pipeline``; ``--stress`` is ``make stress``) runs, for each
+scenario, the whole graph of ``configs/default.toml`` (venue, feed, features, fast, llm, risk, sender)
+as real OS processes with their configured wait strategies and core plan, in a private shm prefix and
+run folder, with ``SHMPIPE_LATENCY_DIR`` set so every runner records each output's latency since
+``ts_origin_ns`` (the feed's receive stamp of the venue frame) and the stages' marks
+(``pipeline.agent.LatencyTap``). A scenario:
+
+1. writes the config (offered rate -> the venue's synthetic ``step_ms`` / ``speed``; instruments; the
+   transport: ring, pyzmq or multiprocessing.Queue), starts ``python -m pipeline up``;
+2. waits until every process is RUNNING, lets it warm up, then measures for ``seconds``: status (ring
+   drops, stage counters) and each process's CPU time (``/proc/<pid>/stat``) at both ends;
+3. stops the pipeline and reads the taps: only records stamped inside the window count.
+
+Per stage (HdrHistogram p50 / p99 / p99.9 / max, count), all from the frame's receive time:
+BOOK written (feed), FEATURES written (features), SIGNAL written (fast), order decision (risk wrote an
+ORDER; fast-path origin), order request sent / venue ack (sender; fast-path origin), and the slow path:
+INSTRUCTION written (llm) and order request sent for LLM-origin orders. Results go to
+``bench/results/<UTC>-pipeline/`` (or ``--out``): ``results.json``, ``report.md`` and PNG plots.
+
+Orders on the fast path: the default config's gateway only cancels on the fast path (``lean_lots = 0``).
+The bench turns fast-path quoting on (``lean_lots = 1``) with immediate-or-cancel passive orders, so each
+LEAN signal can send an order as soon as the previous one is answered (an IOC order priced a few ticks
+away from the touch, ``risk_aversion = 50``, is cancelled by the venue at once, so the position stays at
+zero and the lean target is never reached), throttled by the gateway to
+``max_orders_per_s = 100``: a steady stream of orders whose tick-to-request latency is measured. A live
+LLM plan takes precedence over lean quoting, so the bench bounds the hub's ttl to 100-250 ms, and the
+classifier's lean thresholds are 0.3 instead of 0.4 (more LEAN signals, so more orders to measure).
+"Fast path" orders are those the gateway decided on a SIGNAL: lean orders and EMERGENCY cancels (origin
+FAST) and reprices of working orders after a price move (origin RISK). The
+sender's journal fsync before each send is part of that latency, as in production.
+
+Stress (``--stress``): the same pipeline with faults injected at the venue (frame delay, frame drops,
+price jumps, disconnects, sequence gaps, bad checksums); per scenario throughput, p99, resyncs, signals,
+orders sent, orders denied by reason, and the share of orders that were valid against the venue's book
+when they arrived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench import report
+from pipeline.agent import (LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, MARK_ORDER_SENT, MARK_VENUE_ACK,
+                            LatencyTap, mark_code)
+from pipeline.config import load_config
+from pipeline.control import request
+from pipeline.errors import ControlError
+from pipeline.messages import Kind, OrderOrigin
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "models" / "generated" / "fast.onnx"
+TINY = REPO / "models" / "generated" / "tiny.gguf"
+KEY = REPO / "secrets" / "paper.json"
+
+def _fast(event: int) -> tuple[int, int]:
+    """Tap codes of a mark for orders decided on a SIGNAL: origin FAST (lean, EMERGENCY) and RISK (reprice)."""
+    return mark_code(event, OrderOrigin.FAST), mark_code(event, OrderOrigin.RISK)
+
+
+#: (key, label, process, tap code(s))
+STAGES = [
+    ("book", "frame received -> BOOK written (feed)", "feed", Kind.BOOK),
+    ("features", "-> FEATURES written (features)", "features", Kind.FEATURES),
+    ("signal", "-> SIGNAL written (fast)", "fast", Kind.SIGNAL),
+    ("decision", "-> order decision, fast path (risk wrote the ORDER)", "risk", _fast(MARK_DECIDED)),
+    ("order_sent", "-> order request sent, fast path (sender)", "sender", _fast(MARK_ORDER_SENT)),
+    ("cancel_sent", "-> cancel request sent, fast path (EMERGENCY, reprice)", "sender", _fast(MARK_CANCEL_SENT)),
+    ("venue_ack", "-> venue ack read, fast path (sender)", "sender", _fast(MARK_VENUE_ACK)),
+    ("instruction", "-> INSTRUCTION written (llm; slow path)", "llm", Kind.INSTRUCTION),
+    ("llm_order_sent", "-> order request sent, LLM path (sender)", "sender", mark_code(MARK_ORDER_SENT, OrderOrigin.LLM)),
+]
+
+# Targets of the issue, at 1,000 updates/s on this machine (tick to order request sent, fast path)
+TARGET_P50_US = 100.0
+TARGET_P99_US = 400.0
+TARGET_PEER_RATIO = 3.0
+
+
+@dataclass
+class Scenario:
+    name: str
+    rate: int = 1_000  # book updates per second offered by the venue (all instruments together)
+    instruments: int = 1
+    transport: str = "ring"
+    seconds: float = 5.0
+    llm: bool = True
+    faults: dict = field(default_factory=dict)  # venue params (stress)
+
+
+# ------------------------------------------------------------------------------------- config
+def _instruments(n: int) -> str:
+    out = []
+    for i in range(n):
+        sym = ["BTCUSDT", "ETHUSDT"][i] if i < 2 else f"SYN{i:02d}USDT"
+        tick, lot = ((0.1, 0.0001), (0.01, 0.001))[i] if i < 2 else (0.01, 0.01)
+        out.append(f'[[instruments]]\nid = {i + 1}\nsymbol = "{sym}"\nvenue = "paper"\ntick_size = {tick}\n'
+                   f'lot_size = {lot}\n')
+    return "\n".join(out)
+
+
+def venue_pacing(rate: int, instruments: int) -> tuple[int, float]:
+    """(step_ms, speed) of the synthetic venue for ``rate`` book updates a second over ``instruments``:
+    one update per instrument per step; steps under 1 ms run the market clock faster instead."""
+    step_ms = max(1, round(1000 * instruments / rate))
+    speed = rate * step_ms / (1000 * instruments)
+    return step_ms, speed
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)
+
+
+def config_text(sc: Scenario, tmp: Path, prefix: str) -> str:
+    run, logs = tmp / "run", tmp / "logs"
+    step_ms, speed = venue_pacing(sc.rate, sc.instruments)
+    venue = {"port": 0, "seed": 1, "step_ms": step_ms, "speed": speed, "port_file": str(run / "venue.port"),
+             "rest_port_file": str(run / "venue.rest.port"), "key_file": str(KEY), "rate_limit_per_s": 10_000.0,
+             **sc.faults}
+    venue_params = ", ".join(f"{k} = {_toml_value(v)}" for k, v in venue.items())
+    md_cap = 16384
+    text = f"""
+[supervisor]
+shm_prefix = "{prefix}"
+run_dir = "{run}"
+log_dir = "{logs}"
+control_ring = "control"
+poll_interval_ms = 10
+heartbeat_interval_ms = 100
+stop_grace_ms = 3000
+transport = "{sc.transport}"
+
+[[rings]]
+name = "md"
+max_payload_bytes = 512
+capacity = {md_cap}
+full_policy = "drop"
+
+[[rings]]
+name = "feat"
+max_payload_bytes = 560
+capacity = 8192
+full_policy = "drop"
+
+[[rings]]
+name = "sig_risk"
+max_payload_bytes = 64
+capacity = 8192
+full_policy = "drop"
+
+[[rings]]
+name = "sig_llm"
+max_payload_bytes = 576
+capacity = 1024
+full_policy = "drop"
+
+[[rings]]
+name = "instr"
+max_payload_bytes = 128
+capacity = 1024
+full_policy = "backpressure"
+
+[[rings]]
+name = "orders"
+max_payload_bytes = 128
+capacity = 4096
+full_policy = "backpressure"
+
+[[rings]]
+name = "exec"
+max_payload_bytes = 128
+capacity = 4096
+full_policy = "backpressure"
+
+[[rings]]
+name = "control"
+max_payload_bytes = 16
+capacity = 64
+full_policy = "backpressure"
+
+[[processes]]
+name = "venue"
+module = "procs.venue:VenueAgent"
+wait = "back-off"
+params = {{ {venue_params} }}
+
+[[processes]]
+name = "feed"
+module = "procs.feed:BitgetFeedAgent"
+outputs = ["md"]
+wait = "back-off"
+params = {{ port_file = "{run / 'venue.port'}", channels = ["books15", "trade"] }}
+
+[[processes]]
+name = "features"
+module = "procs.features:FeatureAgent"
+inputs = ["md"]
+outputs = ["feat"]
+
+[[processes]]
+name = "fast"
+module = "procs.fast:FastAgent"
+inputs = ["feat"]
+outputs = ["sig_risk", "sig_llm"]
+params = {{ model_path = "{MODEL}", providers = "cpu", thresholds = {{ buy = 0.3, sell = 0.3, emergency = 0.5 }} }}
+
+[[processes]]
+name = "risk"
+module = "procs.risk:RiskAgent"
+inputs = ["control", "exec", "sig_risk", "instr"]
+outputs = ["orders"]
+params = {{ audit_path = "{logs / 'risk_audit.jsonl'}", limits = {{ lean_lots = 1, tif = "IOC", risk_aversion = 50.0, max_position_lots = 20, collar_bps = 200.0, max_orders_per_s = 100, max_open_orders = 50, max_notional = 1000000.0, max_gross_notional = 10000000.0, max_notional_per_min = 100000000.0, daily_loss_limit = 1000000.0, min_notional = 0.0 }} }}
+
+[[processes]]
+name = "sender"
+module = "procs.sender:SenderAgent"
+inputs = ["orders"]
+outputs = ["exec"]
+params = {{ venue_port_file = "{run / 'venue.rest.port'}", key_file = "{KEY}", journal_path = "{run / 'sender.journal'}", rate_limit_per_s = 10000 }}
+"""
+    if sc.llm:
+        text += f"""
+[[processes]]
+name = "llm"
+module = "procs.llm:LlmAgent"
+inputs = ["sig_llm"]
+outputs = ["instr"]
+wait = "back-off"
+params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = 96, deadline_ms = 500, min_gap_ms = 200, min_ttl_ms = 100, max_ttl_ms = 250 }}
+"""
+    else:  # no slow path: fast writes sig_risk only; nothing writes instr (risk still reads it)
+        text = text.replace('outputs = ["sig_risk", "sig_llm"]', 'outputs = ["sig_risk"]')
+    return text + "\n" + _instruments(sc.instruments)
+
+
+# ------------------------------------------------------------------------------------- one run
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime (clock ticks)
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _status(cfg) -> dict | None:
+    try:
+        return request(cfg, {"cmd": "status"}, timeout_ms=3_000)["status"]
+    except (ControlError, KeyError):
+        return None
+
+
+def _hist(lat_ns: np.ndarray) -> dict:
+    from hdrh.histogram import HdrHistogram
+
+    if lat_ns.size == 0:
+        return {"n": 0}
+    h = HdrHistogram(1, 60_000_000_000, 3)
+    for v in lat_ns.tolist():
+        h.record_value(max(1, int(v)))
+    return {"n": int(lat_ns.size), "p50_us": h.get_value_at_percentile(50) / 1000,
+            "p99_us": h.get_value_at_percentile(99) / 1000, "p999_us": h.get_value_at_percentile(99.9) / 1000,
+            "max_us": h.get_max_value() / 1000}
+
+
+def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
+    """Run one scenario; its figures (see the module docstring).
+
+    Raises:
+        RuntimeError: the pipeline did not come up (its output is in the message).
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-pipe-") as tmpname:
+        tmp = Path(tmpname)
+        lat_dir = tmp / "lat"
+        lat_dir.mkdir()
+        prefix = f"bp{os.getpid() % 100000}{int(time.time() * 1000) % 100000}"
+        cfg_path = tmp / "bench.toml"
+        cfg_path.write_text(config_text(sc, tmp, prefix))
+        cfg = load_config(cfg_path)
+        env = {**os.environ, LATENCY_DIR_ENV: str(lat_dir), "PYTHONUNBUFFERED": "1"}
+        out = open(tmp / "up.out", "wb")
+        up = subprocess.Popen([sys.executable, "-m", "pipeline", "--config", str(cfg_path), "up", "--status-every", "0"],
+                              cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        try:
+            names = {p.name for p in cfg.processes}
+            deadline = time.monotonic() + 90
+            st = None
+            while time.monotonic() < deadline:
+                st = _status(cfg)
+                if st and all(p["state"] == "RUNNING" for p in st["processes"]) and {p["name"] for p in st["processes"]} == names:
+                    break
+                if up.poll() is not None:
+                    break
+                time.sleep(0.2)
+            else:
+                st = None
+            if not st or up.poll() is not None:
+                raise RuntimeError(f"{sc.name}: the pipeline did not come up: {(tmp / 'up.out').read_text()[-3000:]}")
+            time.sleep(2.0)  # warm-up: books, first signals, the sender's sync
+            st0 = _status(cfg)
+            pids = {p["name"]: p["pid"] for p in st0["processes"]}
+            cpu0 = {n: _cpu_ticks(pid) for n, pid in pids.items()}
+            t0 = time.monotonic_ns()
+            time.sleep(sc.seconds)
+            t1 = time.monotonic_ns()
+            cpu1 = {n: _cpu_ticks(pid) for n, pid in pids.items()}
+            st1 = _status(cfg)
+            load = os.getloadavg()
+        finally:
+            subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg_path), "down"], cwd=REPO,
+                           capture_output=True, timeout=60)
+            try:
+                up.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+                up.wait()
+        if keep_dir is not None:
+            keep_dir.mkdir(parents=True, exist_ok=True)
+            for f in [*(tmp / "logs").glob("*"), *lat_dir.glob("*.npy"), cfg_path]:
+                (keep_dir / f.name).write_bytes(f.read_bytes())
+        taps = {}
+        for f in lat_dir.glob("*.lat.npy"):
+            rec = np.load(f)
+            taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
+    return summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load)
+
+
+def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: dict, seconds: float,
+              load) -> dict:
+    stages = {}
+    for key, label, proc, code in STAGES:
+        rec = taps.get(proc)
+        codes = code if isinstance(code, tuple) else (code,)
+        lat = rec["lat_ns"][np.isin(rec["code"], codes)] if rec is not None else np.zeros(0, np.int64)
+        stages[key] = {"label": label, **_hist(lat)}
+    hz = os.sysconf("SC_CLK_TCK")
+    procs0 = {p["name"]: p for p in st0["processes"]}
+    procs = {}
+    for p in st1["processes"]:
+        n = p["name"]
+        procs[n] = {"cpu_pct": round(100.0 * (cpu1.get(n, 0) - cpu0.get(n, 0)) / hz / seconds, 1),
+                    "core": p["core"], "wait": p["wait"], "restarts": p["restarts"],
+                    "drops": p["drops"] - procs0.get(n, {}).get("drops", 0),
+                    "msgs_in": p["msgs_in"] - procs0.get(n, {}).get("msgs_in", 0),
+                    "msgs_out": p["msgs_out"] - procs0.get(n, {}).get("msgs_out", 0),
+                    "stage": p["stage"]}
+    rings0 = {r["name"]: r for r in st0["rings"]}
+    ring_drops = {r["name"]: r["dropped"] - rings0.get(r["name"], {}).get("dropped", 0) for r in st1["rings"]}
+    books = stages["book"].get("n", 0)
+    return {"scenario": asdict(sc), "seconds": round(seconds, 3), "books_per_s": round(books / seconds, 1),
+            "stages": stages, "processes": procs, "ring_drops": ring_drops,
+            "drops_total": int(sum(ring_drops.values())), "load_avg": load, "plan": st1.get("plan")}
+
+
+# ------------------------------------------------------------------------------------- report
+def _fmt(st: dict, k: str) -> str:
+    return f"{st[k]:.0f}" if st.get("n") else "-"
+
+
+def stage_table(res: dict) -> list[str]:
+    md = ["| stage (latency since the frame was received) | n | p50 µs | p99 µs | p99.9 µs | max µs |",
+          "|---|---|---|---|---|---|"]
+    for key, st in res["stages"].items():
+        md.append(f"| {st['label']} | {st.get('n', 0)} | {_fmt(st, 'p50_us')} | {_fmt(st, 'p99_us')} | "
+                  f"{_fmt(st, 'p999_us')} | {_fmt(st, 'max_us')} |")
+    return md
+
+
+def process_table(res: dict) -> list[str]:
+    md = ["| process | core | wait | CPU % | in | out | input drops |", "|---|---|---|---|---|---|---|"]
+    for n, p in res["processes"].items():
+        md.append(f"| {n} | {p['core']} | {p['wait']} | {p['cpu_pct']} | {p['msgs_in']} | {p['msgs_out']} | {p['drops']} |")
+    return md
+
+
+def plots(out_dir: Path, results: list[dict]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    base = [r for r in results if r["scenario"]["transport"] == "ring" and r["scenario"]["instruments"] == 1
+            and not r["scenario"]["faults"]]
+    if base:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        rates = [r["scenario"]["rate"] for r in base]
+        for key in ("book", "features", "signal", "decision", "order_sent"):
+            p50 = [r["stages"][key].get("p50_us", np.nan) for r in base]
+            p99 = [r["stages"][key].get("p99_us", np.nan) for r in base]
+            line, = ax.plot(rates, p50, marker="o", label=f"{key} p50")
+            ax.plot(rates, p99, marker="x", linestyle="--", color=line.get_color(), label=f"{key} p99")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered book updates per second")
+        ax.set_ylabel("latency since frame received (µs)")
+        ax.set_title("Latency against offered rate (ring transport, 1 instrument)")
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_dir / "latency_vs_rate.png", dpi=110)
+        plt.close(fig)
+        made.append("latency_vs_rate.png")
+    at_1k = [r for r in results if r["scenario"]["rate"] == 1_000 and r["scenario"]["instruments"] == 1
+             and not r["scenario"]["faults"]]
+    if at_1k:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        keys = [k for k, *_ in STAGES if k not in ("cancel_sent", "llm_order_sent", "instruction")]
+        for r in at_1k:
+            p50 = [r["stages"][k].get("p50_us", np.nan) for k in keys]
+            p99 = [r["stages"][k].get("p99_us", np.nan) for k in keys]
+            line, = ax.plot(keys, p50, marker="o", label=f"{r['scenario']['transport']} p50")
+            ax.plot(keys, p99, marker="x", linestyle="--", color=line.get_color(), label=f"{r['scenario']['transport']} p99")
+        ax.set_yscale("log")
+        ax.set_ylabel("latency since frame received (µs)")
+        ax.set_title("Per stage at 1,000 updates/s, by transport")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_dir / "stages_by_transport.png", dpi=110)
+        plt.close(fig)
+        made.append("stages_by_transport.png")
+    return made
+
+
+def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
+    s = seconds or (3.0 if quick else 5.0)
+    if quick:
+        return [Scenario("ring-1k", 1_000, seconds=s), Scenario("zmq-1k", 1_000, transport="zmq", seconds=s),
+                Scenario("ring-1k-no-llm", 1_000, seconds=s, llm=False)]
+    plan = [Scenario(f"ring-{r}", r, seconds=s) for r in (200, 1_000, 5_000, 20_000)]
+    plan += [Scenario("zmq-1k", 1_000, transport="zmq", seconds=s),
+             Scenario("mpq-1k", 1_000, transport="mp-queue", seconds=s)]
+    plan += [Scenario(f"ring-1k-{n}inst", 1_000, instruments=n, seconds=s) for n in (4, 16)]
+    plan += [Scenario("ring-1k-no-llm", 1_000, seconds=s, llm=False)]
+    return plan
+
+
+def stress_plan(seconds: float | None) -> list[Scenario]:
+    s = seconds or 5.0
+    return [
+        Scenario("clean", 1_000, seconds=s),
+        Scenario("delay-gauss-25ms", 1_000, seconds=s, faults={"delay_ms": 25.0, "delay_jitter_ms": 10.0}),
+        Scenario("drop-0.1pct", 1_000, seconds=s, faults={"drop_prob": 0.001}),
+        Scenario("drop-5pct", 1_000, seconds=s, faults={"drop_prob": 0.05}),
+        Scenario("price-jumps-3ticks", 1_000, seconds=s, faults={"jump_prob": 0.01, "jump_ticks": 3}),
+        Scenario("disconnect-every-2s", 1_000, seconds=s, faults={"disconnect_every_s": 2.0}),
+        Scenario("seq-gap-every-1s", 1_000, seconds=s, faults={"gap_every_s": 1.0, "channels_books": True}),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two short scenarios (a smoke run)")
+    ap.add_argument("--stress", action="store_true", help="the stress scenarios (faults at the venue)")
+    ap.add_argument("--seconds", type=float, default=None, help="measured seconds per scenario")
+    ap.add_argument("--only", default=None, help="comma-separated scenario names")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    out_dir, machine = report.start("stress" if args.stress else "pipeline", args.out)
+    plan = stress_plan(args.seconds) if args.stress else default_plan(args.quick, args.seconds)
+    if args.only:
+        keep = set(args.only.split(","))
+        plan = [s for s in plan if s.name in keep]
+    results = []
+    for sc in plan:
+        print(f"-- {sc.name}: {sc.rate}/s, {sc.instruments} instrument(s), {sc.transport}, {sc.seconds:g} s", flush=True)
+        try:
+            res = run_scenario(sc)
+        except RuntimeError as exc:
+            print(f"   FAILED: {exc}", flush=True)
+            results.append({"scenario": asdict(sc), "error": str(exc)[:2000]})
+            continue
+        o = res["stages"]["order_sent"]
+        print(f"   {res['books_per_s']:.0f} books/s, drops {res['drops_total']}, order sent p50 "
+              f"{o.get('p50_us', float('nan')):.0f} µs p99 {o.get('p99_us', float('nan')):.0f} µs (n {o.get('n', 0)})", flush=True)
+        results.append(res)
+    ok = [r for r in results if "error" not in r]
+    made = plots(out_dir, ok) if ok else []
+    md = [f"# Pipeline {'stress ' if args.stress else ''}benchmark {machine['date']}", "", report.machine_line(machine),
+          "Every stage is a real process under the supervisor; latencies are from the feed's receive stamp of the "
+          "venue frame (CLOCK_MONOTONIC, shared by all processes), recorded by each process's latency tap, "
+          "HdrHistogram percentiles over the measured window only.", ""]
+    for r in results:
+        sc = r["scenario"]
+        md += [f"## {sc['name']}: {sc['rate']:,} updates/s offered, {sc['instruments']} instrument(s), "
+               f"transport {sc['transport']}" + ("" if sc["llm"] else ", no LLM hub")
+               + (f", faults {sc['faults']}" if sc["faults"] else ""), ""]
+        if "error" in r:
+            md += [f"FAILED: {r['error'][:500]}", ""]
+            continue
+        md += [f"{r['books_per_s']:,.0f} BOOKs/s measured over {r['seconds']} s; ring drops {r['drops_total']} "
+               f"({', '.join(f'{k} {v}' for k, v in r['ring_drops'].items() if v) or 'none'}); load {r['load_avg']}; "
+               f"plan: {r['plan']}.", ""]
+        md += stage_table(r) + [""] + process_table(r) + [""]
+    summary = verdicts(ok)
+    if summary:
+        md = md[:4] + ["## Verdicts", ""] + summary + [""] + md[4:]
+    md += [f"![{m}]({m})" for m in made]
+    report.write(out_dir, {"machine": machine, "results": results, "verdicts": summary}, md)
+    return 0
+
+
+def verdicts(results: list[dict]) -> list[str]:
+    out = []
+    by = {(r["scenario"]["transport"], r["scenario"]["rate"], r["scenario"]["instruments"]): r for r in results
+          if not r["scenario"]["faults"]}
+    ring = by.get(("ring", 1_000, 1))
+    if ring is None:
+        return out
+    o = ring["stages"]["order_sent"]
+    if o.get("n"):
+        out.append(f"- Tick to order request sent, fast path, 1,000 updates/s: p50 {o['p50_us']:.0f} µs "
+                   f"(target <= {TARGET_P50_US:.0f}: {'MET' if o['p50_us'] <= TARGET_P50_US else 'MISSED'}), "
+                   f"p99 {o['p99_us']:.0f} µs (target <= {TARGET_P99_US:.0f}: "
+                   f"{'MET' if o['p99_us'] <= TARGET_P99_US else 'MISSED'}), n {o['n']}.")
+    else:
+        out.append("- Tick to order request sent, fast path: no fast-path order in the window (nothing to judge).")
+    for peer in ("zmq", "mp-queue"):
+        p = by.get((peer, 1_000, 1))
+        if p is None:
+            continue
+        for key in ("signal", "order_sent"):
+            a, b = ring["stages"][key], p["stages"][key]
+            if a.get("n") and b.get("n"):
+                ratio = b["p50_us"] / a["p50_us"]
+                out.append(f"- {key} p50 over {peer}: {b['p50_us']:.0f} µs vs ring {a['p50_us']:.0f} µs = {ratio:.2f}x "
+                           f"(target >= {TARGET_PEER_RATIO:g}x: {'MET' if ratio >= TARGET_PEER_RATIO else 'MISSED'}).")
+    for r in sorted((r for r in results if r["scenario"]["transport"] == "ring" and r["scenario"]["instruments"] == 1
+                     and not r["scenario"]["faults"]), key=lambda r: r["scenario"]["rate"]):
+        out.append(f"- {r['scenario']['rate']:,}/s offered: {r['books_per_s']:,.0f} BOOKs/s, drops {r['drops_total']}.")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
