@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm clean
+.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm bench-pipeline stress chaos clean
 
 MODEL     := models/generated/fast.onnx
 TINY_GGUF := models/generated/tiny.gguf
@@ -50,7 +50,7 @@ down: setup
 status: setup
 	$(PY) -m pipeline --config $(CONFIG) status
 
-bench: bench-ring bench-feed bench-fast bench-risk
+bench: bench-ring bench-feed bench-fast bench-risk bench-pipeline
 
 bench-ring: setup
 	$(PY) -m bench.ring
@@ -66,6 +66,15 @@ bench-risk: setup
 
 bench-llm: setup
 	$(PY) -m bench.llm
+
+bench-pipeline: setup
+	$(PY) -m bench.pipeline
+
+stress: setup
+	$(PY) -m bench.pipeline --stress
+
+chaos: setup
+	$(PY) -m bench.chaos
 
 clean:
 	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null
