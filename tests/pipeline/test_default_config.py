@@ -76,3 +76,18 @@ def test_default_config_runs_every_stage_against_the_paper_venue(pipe):
     wait_until(lambda: stage("risk")["state"] == "HALTED", 10, 0.05, "risk HALTED after the operator's halt")
     assert pipe.down() == 0
     assert shm_entries(pipe.prefix) == []
+
+
+@pytest.mark.parametrize("name", ["default.toml", "llm-7b.example.toml"])
+def test_every_shipped_config_decodes(name):
+    cfg = load_config(REPO_ROOT / "configs" / name)
+    assert [p.name for p in cfg.processes] == ["venue", "feed", "features", "fast", "llm", "risk", "sender"]
+    llm = cfg.process("llm").params
+    from pipeline.llm.hub import parse_params
+    from pipeline.risk import decode_limits
+
+    parse_params(llm)  # the stages' own strict decoders accept them
+    decode_limits(cfg.process("risk").params["limits"])
+    if name == "llm-7b.example.toml":
+        assert cfg.gpu.require and llm["n_gpu_layers"] == 99 and llm["model_path"].endswith(".gguf")
+        assert not llm["model_path"].startswith("models/generated"), "a real model by path, not the stand-in"
