@@ -22,7 +22,8 @@ Pure apart from writing the model file: no clock, no ring, no network. Steps:
    model and of two baselines: always-HOLD, and the sign of the book imbalance (``F_IMBALANCE_1`` or
    ``F_IMBALANCE_5``, > +eps LEAN_BUY, < -eps LEAN_SELL, else HOLD; the slot and eps chosen for the
    best macro-F1 on the training split). When the real Bitget capture is there
-   (``<repo>/../shared/data/bitget/BITGET.ws.1.0``), the same metrics on it (``evaluate_capture``):
+   (``<repo>/../shared/data/bitget/BITGET.ws.1.0``), it is replayed into rows too: its first 70 %
+   (in time) joins the training data, and the same metrics are reported on the remaining 30 %:
    books rebuilt with ``pipeline.bitget``, features from ``pipeline.features``, labels from the
    future mid at the capture's receive time + ``horizon_ms``, in ticks of each instrument's price
    grid. Written next to the model as ``<stem>.eval.json`` and ``<stem>.eval.md``.
@@ -149,10 +150,18 @@ def forward(m: Model, X: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def train(ds: Dataset, p: TrainParams) -> Model:
+def train(ds: Dataset, p: TrainParams, extra: tuple[np.ndarray, np.ndarray] | None = None) -> Model:
+    """Fit on the synthetic training split, plus ``extra`` rows (the training part of a capture
+    replay) when given; the held-out scores in ``m.report`` are the synthetic split's."""
     n = len(ds.y)
     cut = int(n * (1 - p.holdout))
     Xtr, ytr, Xte, yte = ds.X[:cut].astype(np.float64), ds.y[:cut], ds.X[cut:].astype(np.float64), ds.y[cut:]
+    n_extra = 0
+    if extra is not None and len(extra[1]):
+        n_extra = len(extra[1])
+        Xtr = np.concatenate([Xtr, extra[0].astype(np.float64)])
+        ytr = np.concatenate([ytr, extra[1]])
+        cut += n_extra
     mu = Xtr.mean(axis=0)
     sd = Xtr.std(axis=0)
     sd[sd < 1e-9] = 1.0
@@ -198,7 +207,7 @@ def train(ds: Dataset, p: TrainParams) -> Model:
     majority = int(np.bincount(ytr, minlength=N_LABELS).argmax())
     recall = [float((pred[yte == c] == c).mean()) if (yte == c).any() else None for c in range(N_LABELS)]
     m.report = {
-        "n_train": int(cut), "n_holdout": int(n - cut),
+        "n_train": int(cut), "n_train_capture": int(n_extra), "n_holdout": int(n - cut + n_extra),
         "class_freq_train": [round(float(f), 4) for f in freq],
         "holdout_accuracy": float((pred == yte).mean()),
         "majority_label": Label(majority).name,
@@ -357,16 +366,31 @@ def capture_dataset(path: Path, p: TrainParams) -> tuple[np.ndarray, np.ndarray,
     return X, label(d, X[:, F_VPIN], p), info
 
 
-def eval_report(m: Model, ds: Dataset, p: TrainParams, capture: Path | None = CAPTURE) -> dict:
-    """Held-out evaluation, and the capture's when ``capture`` exists."""
+CAPTURE_TRAIN_SHARE = 0.7  # the first 70 % of a capture's labelled rows (in time) train, the rest is held out
+
+
+def split_capture(Xc: np.ndarray, yc: np.ndarray) -> tuple[tuple, tuple]:
+    """(train, held-out) parts of a capture's rows, chronological per instrument order as produced."""
+    k = int(len(yc) * CAPTURE_TRAIN_SHARE)
+    return (Xc[:k], yc[:k]), (Xc[k:], yc[k:])
+
+
+def eval_report(m: Model, ds: Dataset, p: TrainParams, capture: Path | None = CAPTURE, capture_data=None) -> dict:
+    """Held-out evaluation, and the capture's when ``capture`` exists: on the held-out part of the
+    capture when its first part was used in training (``capture_data`` = ``capture_dataset``'s result)."""
     cut = int(len(ds.y) * (1 - p.holdout))
     slot, eps = fit_imbalance(ds.X[:cut], ds.y[:cut])
     rep = {"imbalance_baseline": {"slot": "F_IMBALANCE_1" if slot == F_IMBALANCE_1 else "F_IMBALANCE_5", "eps": eps},
            "synthetic_holdout": evaluate(m, ds.X[cut:], ds.y[cut:], slot, eps), "capture": None}
     if capture is not None and capture.exists():
-        Xc, yc, info = capture_dataset(capture, p)
-        cap = {"path": str(capture), **info, "too_few_rows": info["labelled_rows"] < MIN_CAPTURE_ROWS
-               or info["labelled_non_hold"] < MIN_CAPTURE_ROWS // 4}
+        trained_on = capture_data is not None
+        Xc, yc, info = capture_data if trained_on else capture_dataset(capture, p)
+        if trained_on:
+            (Xtr, _), (Xc, yc) = split_capture(Xc, yc)
+            info = {**info, "train_rows": int(len(Xtr)), "held_out_rows": int(len(yc)),
+                    "held_out_non_hold": int((yc != Label.HOLD).sum())}
+        cap = {"path": str(capture), **info, "trained_on_first_part": trained_on,
+               "too_few_rows": len(yc) < MIN_CAPTURE_ROWS or int((yc != Label.HOLD).sum()) < MIN_CAPTURE_ROWS // 4}
         if len(yc):
             cap.update(evaluate(m, Xc, yc, slot, eps))
         rep["capture"] = cap
@@ -390,6 +414,9 @@ def eval_markdown(rep: dict) -> str:
         if key == "capture":
             md.append(f"{sec['instruments']} instruments, {sec['books']} books, {sec['labelled_rows']} labelled rows, "
                       f"{sec['labelled_non_hold']} of them outside the dead band (not HOLD).")
+            if sec.get("trained_on_first_part"):
+                md.append(f"The first {sec['train_rows']} rows (in time) were part of the training data; the figures "
+                          f"below are on the {sec['held_out_rows']} rows after them ({sec['held_out_non_hold']} not HOLD).")
             if sec["too_few_rows"]:
                 md.append(f"**Too few labelled rows (< {MIN_CAPTURE_ROWS}, or < {MIN_CAPTURE_ROWS // 4} not HOLD) for these "
                           "figures to mean much: macro-F1 here rests on a handful of moves.**")
@@ -413,12 +440,13 @@ def build(out: Path, p: TrainParams = TrainParams(), capture: Path | None = CAPT
     """Generate, train and write ``out`` (atomically: a temporary file, then a rename), and the
     evaluation report ``<stem>.eval.json`` / ``<stem>.eval.md`` beside it (also ``m.eval``)."""
     ds = generate(p)
-    m = train(ds, p)
+    cap_data = capture_dataset(capture, p) if capture is not None and capture.exists() else None
+    m = train(ds, p, split_capture(cap_data[0], cap_data[1])[0] if cap_data is not None else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(to_onnx(m, p).SerializeToString())
     tmp.replace(out)
-    m.eval = eval_report(m, ds, p, capture)
+    m.eval = eval_report(m, ds, p, capture, cap_data)
     out.with_suffix(".eval.json").write_text(json.dumps(m.eval, indent=2))
     out.with_suffix(".eval.md").write_text(eval_markdown(m.eval))
     return m

@@ -70,8 +70,12 @@ def test_the_evaluation_report_is_written_beside_the_model_with_three_rows(train
     assert rep["imbalance_baseline"]["slot"] in ("F_IMBALANCE_1", "F_IMBALANCE_5")
     text = md.read_text()
     assert all(f"| {name} |" in text for name in rows)
-    if rep["capture"] is not None:  # the real capture was there: its section too
-        assert rep["capture"]["labelled_rows"] >= 0 and "Real Bitget capture" in text
+    if rep["capture"] is not None:  # the real capture was there: replayed into training, its later part held out
+        cap = rep["capture"]
+        assert cap["trained_on_first_part"] and "Real Bitget capture" in text
+        assert cap["train_rows"] + cap["held_out_rows"] == cap["labelled_rows"] > 0
+        assert m.report["n_train_capture"] == cap["train_rows"]
+        assert cap["train_rows"] == int(cap["labelled_rows"] * 0.7)
 
 
 def test_macro_f1_of_hand_made_predictions():
@@ -84,3 +88,17 @@ def test_macro_f1_of_hand_made_predictions():
     assert r["per_class"]["LEAN_BUY"]["precision"] == 0.5 and r["per_class"]["LEAN_SELL"]["recall"] == 0.0
     assert r["per_class"]["EMERGENCY"]["precision"] is None
     assert scores(y, np.zeros(4, np.int64))["macro_f1"] == pytest.approx((2 * 2 / 6) / 3)
+
+
+def test_extra_training_rows_change_the_fit_and_are_counted():
+    from pipeline.model import train
+
+    p = TrainParams(steps=3_000, seed=5, epochs=2)
+    ds = generate(p)
+    base = train(ds, p)
+    rng = np.random.default_rng(1)
+    extra = (rng.normal(size=(200, ds.X.shape[1])).astype(np.float32), np.full(200, Label.LEAN_BUY))
+    more = train(ds, p, extra)
+    assert more.report["n_train_capture"] == 200 and base.report["n_train_capture"] == 0
+    assert more.report["n_train"] == base.report["n_train"] + 200
+    assert not np.allclose(more.w1, base.w1), "the extra rows took part in the fit"
