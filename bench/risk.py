@@ -7,8 +7,15 @@ timed iterations (untimed) a SIGNAL moves the reference and a CANCELLED report c
 open-order book stays small; the injected clock advances 10 ms an iteration. Also times a denied order
 (max position) and a SIGNAL without working orders.
 
+(b) EMERGENCY in to cancel request sent, through the processes: the paper venue, the risk gateway and
+the order sender run as real processes under the supervisor (ring transport, the default waits), and a
+source stage (``EmergencySource`` below) writes one EMERGENCY SIGNAL into ``sig_risk`` every
+``1 / rate`` s with ``ts_origin_ns`` = the moment it writes it; the gateway answers each with a
+CANCEL_ALL (cool-down 0), and the sender's latency tap stamps when the cancel-all request is written
+to the venue's socket. The figure is that stamp minus the SIGNAL's write time.
+
 Writes ``bench/results/<UTC timestamp>-risk/results.json`` and ``report.md``; prints the table.
-Target: decision per order p99 <= 20 µs.
+Targets: decision per order p99 <= 20 µs; EMERGENCY-in to cancel-request-sent p50 <= 100 µs.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from bench import report
+from pipeline.agent import Agent
 from pipeline.config import InstrumentConfig
 from pipeline.messages import EXEC_DTYPE, INSTRUCTION_DTYPE, SIGNAL_DTYPE, Action, ExecType
 from pipeline.risk import OrderApproved, OrderDenied, RiskGateway, RiskLimits, encode_order
 
 TARGET_P99_US = 20.0
+TARGET_EMERGENCY_P50_US = 100.0
 INSTRUMENTS = [InstrumentConfig(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001),
                InstrumentConfig(id=2, symbol="ETHUSDT", tick_size=0.01, lot_size=0.001)]
 
@@ -122,15 +131,154 @@ def bench_signal(n: int) -> dict:
     return report.percentiles_us(ns[n // 10:])
 
 
+class EmergencySource(Agent):
+    """Bench source stage: one EMERGENCY SIGNAL (instrument 1, mid 50,000) every ``1 / rate_per_s``
+    seconds into its only output, stamped with the time it is written; also answers nothing else."""
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        self.out = next(iter(ctx.outputs.values()))
+        self.period_ns = int(1e9 / float(ctx.params.get("rate_per_s", 50)))
+        self.next_ns = ctx.clock() + int(float(ctx.params.get("delay_s", 1.0)) * 1e9)
+        self.seq = 0
+        self.rec = np.zeros(1, SIGNAL_DTYPE)
+        self.rec["instrument_id"], self.rec["label"], self.rec["ref_mid"], self.rec["ref_spread"] = 1, 3, 50_000.0, 0.1
+
+    def do_work(self) -> int:
+        now = self.ctx.clock()
+        if now < self.next_ns:
+            return 0
+        self.next_ns += self.period_ns
+        self.seq += 1
+        self.rec["feature_seq"] = self.seq
+        t = self.ctx.clock()
+        self.ctx.emit(self.out, 4, self.rec.tobytes(), t)  # Kind.SIGNAL
+        return 1
+
+    def wait_for_work(self, timeout_ns: int) -> bool:
+        left = min(timeout_ns, self.next_ns - self.ctx.clock())
+        if left > 0:
+            time.sleep(left / 1e9)
+        return True
+
+    def on_close(self) -> None:
+        pass
+
+
+EMERGENCY_CONFIG = """
+[supervisor]
+shm_prefix = "{prefix}"
+run_dir = "{run}"
+log_dir = "{logs}"
+control_ring = "control"
+
+[[rings]]
+name = "sig_risk"
+max_payload_bytes = 64
+capacity = 4096
+full_policy = "drop"
+
+[[rings]]
+name = "orders"
+max_payload_bytes = 128
+capacity = 4096
+full_policy = "backpressure"
+
+[[rings]]
+name = "exec"
+max_payload_bytes = 128
+capacity = 4096
+full_policy = "backpressure"
+
+[[rings]]
+name = "control"
+max_payload_bytes = 16
+capacity = 64
+full_policy = "backpressure"
+
+[[processes]]
+name = "venue"
+module = "procs.venue:VenueAgent"
+wait = "back-off"
+params = {{ port = 0, seed = 1, port_file = "{run}/venue.port", rest_port_file = "{run}/venue.rest.port", key_file = "{key}", rate_limit_per_s = 10000.0 }}
+
+[[processes]]
+name = "risk"
+module = "procs.risk:RiskAgent"
+inputs = ["control", "exec", "sig_risk"]
+outputs = ["orders"]
+params = {{ limits = {{ emergency_cooldown_ms = 0, stale_ref_ms = 60000 }} }}
+
+[[processes]]
+name = "sender"
+module = "procs.sender:SenderAgent"
+inputs = ["orders"]
+outputs = ["exec"]
+params = {{ venue_port_file = "{run}/venue.rest.port", key_file = "{key}", journal_path = "{run}/sender.journal", rate_limit_per_s = 10000 }}
+
+[[processes]]
+name = "source"
+module = "bench.risk:EmergencySource"
+outputs = ["sig_risk"]
+params = {{ rate_per_s = {rate}, delay_s = 2.0 }}
+
+[[instruments]]
+id = 1
+symbol = "BTCUSDT"
+venue = "paper"
+tick_size = 0.1
+lot_size = 0.0001
+"""
+
+
+def bench_emergency(seconds: float, rate: float = 50.0) -> dict:
+    """(b): EMERGENCY SIGNAL written -> cancel-all request sent, through venue, risk and sender processes."""
+    import os
+    import subprocess
+    import tempfile
+
+    from pipeline.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, mark_code
+    from pipeline.messages import OrderOrigin
+
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="bench-risk-") as tmpname:
+        tmp = Path(tmpname)
+        (tmp / "lat").mkdir()
+        cfg = tmp / "risk.toml"
+        cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
+                                               key=repo / "secrets" / "paper.json", rate=rate))
+        env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "up", "--run-for",
+                               str(seconds + 4.0), "--status-every", "0"], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=seconds + 120)
+        subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "down"], cwd=repo, capture_output=True,
+                       timeout=60)
+        f = tmp / "lat" / "sender.lat.npy"
+        if proc.returncode != 0 or not f.exists():
+            raise RuntimeError(f"emergency run failed (rc {proc.returncode}): {proc.stdout[-1500:]} {proc.stderr[-1500:]}")
+        rec = np.load(f)
+        lat = rec["lat_ns"][rec["code"] == mark_code(MARK_CANCEL_SENT, OrderOrigin.FAST)]
+        risk = np.load(tmp / "lat" / "risk.lat.npy")
+    skip = min(len(lat) // 10, 10)
+    out = report.percentiles_us(lat[skip:].tolist()) if len(lat) > skip else {"p50_us": float("nan"), "p99_us": float("nan"), "n": 0}
+    dec = risk["lat_ns"][risk["code"] >= 100]
+    out["decision_p50_us"] = float(np.percentile(dec, 50) / 1000) if len(dec) else float("nan")
+    out.update(seconds=seconds, rate_per_s=rate)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small counts (smoke run)")
     ap.add_argument("--iterations", type=int, default=None, help="per measurement (default 50 000; 5 000 with --quick)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-processes", action="store_true", help="skip (b), the run through the processes")
     args = ap.parse_args(argv)
     n = args.iterations or (5_000 if args.quick else 50_000)
     out_dir, machine = report.start("risk", args.out)
     res = {"approved": bench_approved(n), "denied": bench_denied(n), "signal": bench_signal(n)}
+    if not args.no_processes:
+        res["emergency"] = bench_emergency(3.0 if args.quick else 8.0)
     ap_ = res["approved"]
     met = ap_["p99_us"] <= TARGET_P99_US
     results = {"machine": machine, "target_p99_us": TARGET_P99_US, "iterations": n, "target_met": met, **res}
@@ -141,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     md = [f"# Risk decision benchmark {machine['date']}", "", report.machine_line(machine),
           f"{n} iterations each (first tenth dropped as warm-up); time.perf_counter_ns around the pure call.", "",
           "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]
+    em = res.get("emergency")
+    if em is not None:
+        ok = em["p50_us"] <= TARGET_EMERGENCY_P50_US
+        results["emergency_target_met"] = ok
+        rows.append((f"(b) EMERGENCY SIGNAL written -> cancel-all request sent, venue + risk + sender processes "
+                     f"({em['n']} signals; the gateway's decision at p50 {em['decision_p50_us']:.0f} µs)", em,
+                     f"target p50 <= {TARGET_EMERGENCY_P50_US:g} µs: {'MET' if ok else 'MISSED'}"))
     md += [f"| {a} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |" for a, r, v in rows]
     report.write(out_dir, results, md)
     return 0
