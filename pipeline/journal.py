@@ -21,6 +21,10 @@ Records (``oid`` = our order id, u64; amounts are floats; ``ts_ms`` wall clock m
     state      oid status vid                               reconciled from orderInfo (live /
                                                             partially_filled / filled / cancelled)
 
+The order sender fsyncs intents only: an fsync flushes the whole file up to it, so every record
+before an intent is as durable as the intent; only the tail after the last intent (acks, fills,
+cancels) can be lost to a machine crash, and the sender's reconciliation with the venue recovers it.
+
 Replaying rebuilds every order's last known state (``OrderEntry``), the per-instrument positions
 (``Position``: signed base units and average entry price, from the fills) and the last trade id.
 The replay (``replay`` / ``JournalState.apply``) is pure; ``Journal`` does the file I/O. No record

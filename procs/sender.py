@@ -332,7 +332,11 @@ class SenderAgent(Agent):
         return self.wall_ms()
 
     def _jot(self, rec: dict) -> None:
-        self.stats["jbytes"] += self.journal.append(rec)
+        """Journal one record. Only an intent is fsync'd (before its send); every other record is
+        written (it survives this process dying) and made durable by the next intent's fsync, which
+        flushes the file up to it. A machine crash can lose only that un-fsync'd tail, and it holds
+        no intent: what it knew (acks, fills, cancels) is recovered by querying the venue on restart."""
+        self.stats["jbytes"] += self.journal.append(rec, sync=rec["t"] == "intent")
         o = self.orders.get(rec["oid"])
         if o is not None and not o.terminal:
             self.open.add(o.oid)
