@@ -83,6 +83,8 @@ STAGES = [
     ("llm_order_sent", "-> order request sent, LLM path (sender)", "sender", mark_code(MARK_ORDER_SENT, OrderOrigin.LLM)),
 ]
 
+CURVE_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100)
+
 # Targets of the issue, at 1,000 updates/s on this machine (tick to order request sent, fast path)
 TARGET_P50_US = 100.0
 TARGET_P99_US = 400.0
@@ -98,6 +100,7 @@ class Scenario:
     seconds: float = 5.0
     llm: bool = True
     faults: dict = field(default_factory=dict)  # venue params (stress)
+    channels: tuple = ("books15", "trade")  # the feed's subscriptions ("books": snapshot + checksummed updates)
 
 
 # ------------------------------------------------------------------------------------- config
@@ -205,7 +208,7 @@ name = "feed"
 module = "procs.feed:BitgetFeedAgent"
 outputs = ["md"]
 wait = "back-off"
-params = {{ port_file = "{run / 'venue.port'}", channels = ["books15", "trade"] }}
+params = {{ port_file = "{run / 'venue.port'}", channels = {json.dumps(list(sc.channels))} }}
 
 [[processes]]
 name = "features"
@@ -273,7 +276,8 @@ def _hist(lat_ns: np.ndarray) -> dict:
     h = HdrHistogram(1, 60_000_000_000, 3)
     for v in lat_ns.tolist():
         h.record_value(max(1, int(v)))
-    return {"n": int(lat_ns.size), "p50_us": h.get_value_at_percentile(50) / 1000,
+    curve = [[q, h.get_value_at_percentile(q) / 1000] for q in CURVE_PERCENTILES]
+    return {"n": int(lat_ns.size), "curve": curve, "p50_us": h.get_value_at_percentile(50) / 1000,
             "p99_us": h.get_value_at_percentile(99) / 1000, "p999_us": h.get_value_at_percentile(99.9) / 1000,
             "max_us": h.get_max_value() / 1000}
 
@@ -417,8 +421,44 @@ def plots(out_dir: Path, results: list[dict]) -> list[str]:
         fig.savefig(out_dir / "latency_vs_rate.png", dpi=110)
         plt.close(fig)
         made.append("latency_vs_rate.png")
+    def curve_axes(ax, title):
+        qs = list(CURVE_PERCENTILES[:-1])
+        ax.set_xscale("log")
+        ax.set_xticks([100 / (100 - q) for q in qs])
+        ax.set_xticklabels([f"p{q:g}" for q in qs], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency since frame received (µs)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+
+    def plot_curve(ax, st, label, **kw):
+        pts = [(100 / (100 - q), v) for q, v in st.get("curve", []) if q < 100]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label, **kw)
+
+    ring_1k = next((r for r in results if r["scenario"]["name"] == "ring-1k"), None)
+    if ring_1k is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for key in ("book", "features", "signal", "decision", "order_sent", "venue_ack"):
+            plot_curve(ax, ring_1k["stages"][key], key)
+        curve_axes(ax, "Percentile curves per stage (ring, 1,000 updates/s)")
+        fig.tight_layout()
+        fig.savefig(out_dir / "percentiles_by_stage.png", dpi=110)
+        plt.close(fig)
+        made.append("percentiles_by_stage.png")
     at_1k = [r for r in results if r["scenario"]["rate"] == 1_000 and r["scenario"]["instruments"] == 1
-             and not r["scenario"]["faults"]]
+             and not r["scenario"]["faults"] and r["scenario"]["llm"]]
+    if len(at_1k) > 1:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in at_1k:
+            plot_curve(ax, r["stages"]["signal"], f"SIGNAL written, {r['scenario']['transport']}")
+            plot_curve(ax, r["stages"]["order_sent"], f"order sent, {r['scenario']['transport']}", linestyle="--")
+        curve_axes(ax, "Percentile curves per transport (1,000 updates/s)")
+        fig.tight_layout()
+        fig.savefig(out_dir / "percentiles_by_transport.png", dpi=110)
+        plt.close(fig)
+        made.append("percentiles_by_transport.png")
     if at_1k:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         keys = [k for k, *_ in STAGES if k not in ("cancel_sent", "llm_order_sent", "instruction")]
@@ -461,7 +501,12 @@ def stress_plan(seconds: float | None) -> list[Scenario]:
         Scenario("drop-5pct", 1_000, seconds=s, faults={"drop_prob": 0.05}),
         Scenario("price-jumps-3ticks", 1_000, seconds=s, faults={"jump_prob": 0.01, "jump_ticks": 3}),
         Scenario("disconnect-every-2s", 1_000, seconds=s, faults={"disconnect_every_s": 2.0}),
-        Scenario("seq-gap-every-1s", 1_000, seconds=s, faults={"gap_every_s": 1.0, "channels_books": True}),
+        # a lost `books` update: the next checksum no longer matches the feed's book -> invalid, resync
+        Scenario("gaps-drop-1pct-books", 1_000, seconds=s, faults={"drop_prob": 0.01}, channels=("books", "trade")),
+        # a forward seq jump is legal in v2 (seq "increases", not necessarily by 1): no resync expected
+        Scenario("seq-jump-every-1s", 1_000, seconds=s, faults={"gap_every_s": 1.0}, channels=("books", "trade")),
+        Scenario("bad-checksum-every-1s", 1_000, seconds=s, faults={"bad_checksum_every_s": 1.0},
+                 channels=("books", "trade")),
     ]
 
 
@@ -509,12 +554,46 @@ def main(argv: list[str] | None = None) -> int:
                f"({', '.join(f'{k} {v}' for k, v in r['ring_drops'].items() if v) or 'none'}); load {r['load_avg']}; "
                f"plan: {r['plan']}.", ""]
         md += stage_table(r) + [""] + process_table(r) + [""]
+    if args.stress:
+        md += ["## Stress summary", ""] + stress_table(ok) + [""]
     summary = verdicts(ok)
     if summary:
         md = md[:4] + ["## Verdicts", ""] + summary + [""] + md[4:]
     md += [f"![{m}]({m})" for m in made]
     report.write(out_dir, {"machine": machine, "results": results, "verdicts": summary}, md)
     return 0
+
+
+def stress_row(r: dict) -> dict:
+    """The stress figures of one run: throughput, p99, resyncs, signals, orders, denials, valid share."""
+    pr = r["processes"]
+    feed, fast, risk = pr["feed"]["stage"], pr["fast"]["stage"], pr["risk"]["stage"]
+    sender, venue = pr["sender"]["stage"], pr["venue"]["stage"]
+    valid, invalid = venue.get("orders_valid", 0), venue.get("orders_invalid", 0)
+    return {"books_per_s": r["books_per_s"], "signal_p99_us": r["stages"]["signal"].get("p99_us"),
+            "order_sent_p99_us": r["stages"]["order_sent"].get("p99_us"),
+            "resyncs": feed.get("resyncs", 0), "reconnects": feed.get("reconnects", 0),
+            "checksum_failures": feed.get("checksum_failures", 0), "seq_gaps": feed.get("seq_gaps", 0),
+            "signals": fast.get("signals", 0), "orders_sent": sender.get("sent", 0),
+            "denied": {k[5:]: v for k, v in risk.items() if k.startswith("deny_") and v},
+            "valid_share": (valid / (valid + invalid)) if valid + invalid else None}
+
+
+def stress_table(results: list[dict]) -> list[str]:
+    md = ["| scenario | BOOKs/s | SIGNAL p99 µs | order sent p99 µs | resyncs | reconnects | checksum / gap | signals | "
+          "orders sent | denied by reason | valid vs venue book |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        x = stress_row(r)
+        r["stress"] = x
+
+        def us(v):
+            return f"{v:.0f}" if v is not None else "-"
+        share = f"{100 * x['valid_share']:.1f} %" if x["valid_share"] is not None else "-"
+        denied = ", ".join(f"{k} {v}" for k, v in sorted(x["denied"].items())) or "none"
+        md.append(f"| {r['scenario']['name']} | {x['books_per_s']:.0f} | {us(x['signal_p99_us'])} | "
+                  f"{us(x['order_sent_p99_us'])} | {x['resyncs']} | {x['reconnects']} | "
+                  f"{x['checksum_failures']} / {x['seq_gaps']} | {x['signals']} | {x['orders_sent']} | {denied} | {share} |")
+    return md
 
 
 def verdicts(results: list[dict]) -> list[str]:

@@ -59,7 +59,7 @@ backoff_initial_ms     100; doubles per failed attempt up to ``backoff_max_ms`` 
 backoff_jitter         0.2: each delay is drawn uniformly in ``[d * (1 - jitter), d]``
 seed                   RNG seed of the jitter (default: unseeded)
 open_timeout_s         5: TCP + TLS + WebSocket handshake
-resync_max_per_min     3 per subscription
+resync_max_per_min     30 per subscription (a resync is 2 frames; the venue allows 10 a second)
 queue_frames           8192: inbox bound
 max_msgs_per_s         10: outgoing frame rate
 record_path            record mode: every event of the connection (open, sent, received frame with
@@ -566,7 +566,7 @@ class BitgetFeedAgent(Agent):
         backoff = Backoff(_num(p, "backoff_initial_ms", 100, minimum=0.001, name=name),
                           _num(p, "backoff_max_ms", 5_000, minimum=0.001, name=name),
                           _num(p, "backoff_jitter", 0.2, minimum=0, name=name), random.Random(seed))
-        self.throttle = ResyncThrottle(int(_num(p, "resync_max_per_min", 3, minimum=1, name=name)))
+        self.throttle = ResyncThrottle(int(_num(p, "resync_max_per_min", 30, minimum=1, name=name)))
         queue_max = int(_num(p, "queue_frames", 8192, minimum=1, name=name))
         self.join_timeout_s = _num(p, "join_timeout_s", 2.0, minimum=0, name=name)
         open_timeout_s = _num(p, "open_timeout_s", 5, minimum=0.001, name=name)
