@@ -7,7 +7,8 @@
 - every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a SIGNAL_CTX that is malformed (wrong
   kind or size) or names an unconfigured instrument is counted (``rejected`` / ``unknown_kind`` /
   ``unknown_instrument``) and dropped;
-- at most one generation is in flight, and starts are at least ``min_gap_ms`` apart; the newest waiting
+- at most one generation is in flight, on a thread with niceness ``nice`` (10: the fast path's
+  processes win a shared core), and starts are at least ``min_gap_ms`` apart; the newest waiting
   signal replaces an older one (``conflated``);
 - when the worker is free and the circuit breaker (``pipeline.llm.breaker``) allows, the waiting signal
   is submitted with a deadline ``deadline_ms`` from now and the instrument's position read from the risk
@@ -75,7 +76,9 @@ class LlmAgent(Agent):
         self.instruments = {i.id: i for i in ctx.config.instruments}
         factory = type(self).hub_factory
         self.hub = factory(p, self.instruments, ctx.clock) if factory else LlmHub(p, self.instruments, clock=ctx.clock)
-        self.worker = GenerationWorker(self.hub)
+        self.worker = GenerationWorker(self.hub, nice=p.nice)
+        if self.worker.nice_error:
+            ctx.log.warning("llm_nice_not_set", nice=p.nice, error=self.worker.nice_error)
         self.breaker = CircuitBreaker(p.breaker, ctx.clock)
         self.deadline_ns = p.deadline_ms * 1_000_000
         self.min_gap_ns = p.min_gap_ms * 1_000_000

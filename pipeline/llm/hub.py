@@ -57,6 +57,9 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # at least this long between the starts of two generations (0: back to back); bounds the hub's CPU
     # share where the model shares cores with the fast path
     min_gap_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 0
+    # scheduling niceness of the generation thread: the slow path yields the CPU to the fast path's
+    # processes on a shared core (0 = as the process)
+    nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = 10
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=5.0)] = 0.0
     top_k: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 40
     top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.95
@@ -298,8 +301,12 @@ class GenerationWorker:
     ``(job, outcome)`` once, ``close`` aborts the current generation and joins the thread.
     """
 
-    def __init__(self, hub: LlmHub, *, name: str = "llm-generate"):
+    def __init__(self, hub: LlmHub, *, name: str = "llm-generate", nice: int = 0):
         self.hub = hub
+        self.nice = nice
+        #: why the niceness could not be set ("" when it was, or when none was asked for)
+        self.nice_error = ""
+        self._nice_set = threading.Event()
         self._cv = threading.Condition()
         self._job: Job | None = None
         self._result: tuple[Job, Outcome] | None = None
@@ -308,6 +315,12 @@ class GenerationWorker:
         self.abort = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        self._nice_set.wait(5.0)
+
+    @property
+    def native_id(self) -> int | None:
+        """The generation thread's kernel thread id."""
+        return self._thread.native_id
 
     @property
     def busy(self) -> bool:
@@ -336,6 +349,12 @@ class GenerationWorker:
             return self._cv.wait_for(lambda: self._result is not None, timeout_s)
 
     def _run(self) -> None:
+        if self.nice:
+            try:  # Linux: a thread's own nice value (setpriority on its tid)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+            except OSError as exc:
+                self.nice_error = f"{type(exc).__name__}: {exc}"
+        self._nice_set.set()
         while True:
             with self._cv:
                 self._cv.wait_for(lambda: self._job is not None or self._stop)

@@ -284,3 +284,14 @@ def test_min_gap_spaces_generation_starts_and_the_waiting_signal_still_conflates
     seqs = [int(r["signal_seq"]) for r, _ in instructions(ctx.outputs["instr"])]
     assert 2 not in seqs and set(seqs) <= {1, 3}, "signal 2 was replaced by 3 while waiting"
     agent.on_close()
+
+
+def test_the_generation_thread_runs_nicer_than_the_process():
+    import os
+
+    agent, _ = start({**LIMITS, "nice": 7})
+    try:
+        assert agent.worker.nice_error == ""
+        assert os.getpriority(os.PRIO_PROCESS, agent.worker.native_id) == os.getpriority(os.PRIO_PROCESS, 0) + 7
+    finally:
+        agent.on_close()
