@@ -257,7 +257,8 @@ name = "sender"
 module = "procs.sender:SenderAgent"
 inputs = ["orders"]
 outputs = ["exec"]
-params = {{ venue_port_file = "{run / 'venue.rest.port'}", key_file = "{KEY}", journal_path = "{run / 'sender.journal'}", rate_limit_per_s = 10000 }}
+heartbeat_timeout_ms = 5000
+params = {{ venue_port_file = "{run / 'venue.rest.port'}", key_file = "{KEY}", journal_path = "{run / 'sender.journal'}", rate_limit_per_s = 10000, timeout_ms = 500 }}
 """
     if sc.llm:
         text += f"""
