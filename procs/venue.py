@@ -84,7 +84,10 @@ signature), stale_timestamps, rate_limited, and orders_valid / orders_invalid (e
 reaches the book, placed or refused as a crossing post_only: valid when, against the venue's book
 as it arrived, it did not cross the opposite best price (a buy below the best ask, a sell above the
 best bid) and was within max_away_ticks of its own side's best price; see
-``pipeline.venue.orders``); and itch_msgs (messages sent over MoldUDP64) when ITCH is on.
+``pipeline.venue.orders``); the ledger: dup_coid (places refused because the clientOid was already
+placed, 43118: a client that sent an order twice) and positions (``{symbol: signed base position}``
+from our fills, a float per symbol, for reconciliation with the sender and the risk gateway); and
+itch_msgs (messages sent over MoldUDP64) when ITCH is on.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ from pipeline.bitget.signing import Credentials, generate_paper_credentials, loa
 from pipeline.errors import ConfigError
 from pipeline.venue.errors import VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
-from pipeline.venue.orders import OrderEngine, rules_from_config
+from pipeline.venue.orders import CODE_DUPLICATE, OrderEngine, OrderRejected, rules_from_config
 from pipeline.venue.rest import RestApi, RestServer
 from pipeline.venue.server import VenueServer, VenueThread, instrument_specs, make_source, write_port_file
 
@@ -114,7 +117,11 @@ MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped",
 ORDER_STATS = ("orders_placed", "orders_rejected", "fills", "cancels", "bad_signatures", "stale_timestamps",
                "rate_limited")
 VALIDITY_STATS = ("orders_valid", "orders_invalid")
-PUBLISHED_STATS = MARKET_STATS + ORDER_STATS + VALIDITY_STATS
+#: the venue's own ledger, for reconciliation (chaos scenarios): refusals of a clientOid it already had
+#: (43118), and ``{symbol: signed base position}`` from our fills (last: dropped first if the status
+#: record's 760 bytes cannot hold every counter)
+LEDGER_STATS = ("dup_coid", "positions")
+PUBLISHED_STATS = MARKET_STATS + ORDER_STATS + VALIDITY_STATS + LEDGER_STATS
 STATS_INTERVAL_NS = 100_000_000
 DEFAULT_KEY_FILE = "secrets/paper.json"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +179,24 @@ def _integer(params: dict, name: str, default: int, lo: int) -> int:
     return v
 
 
+class CountingOrderEngine(OrderEngine):
+    """``OrderEngine`` that also counts the places it refused as a duplicate clientOid (43118) in
+    ``duplicate_refusals`` (a client that sends the same clientOid twice, e.g. after a crash)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.duplicate_refusals = 0
+
+    def place(self, body):
+        """``OrderEngine.place``; raises what it raises (OrderRejected), counting 43118."""
+        try:
+            return super().place(body)
+        except OrderRejected as exc:
+            if exc.code == CODE_DUPLICATE:
+                self.duplicate_refusals += 1
+            raise
+
+
 class VenueAgent(Agent):
     """Runs a ``VenueServer`` in a thread for the runner (see the module docstring)."""
 
@@ -215,7 +240,7 @@ class VenueAgent(Agent):
         max_notional = float(p.get("max_notional", 0.0))
         if max_notional < 0:
             raise VenueError(f"max_notional must be >= 0 (0: no limit), got {max_notional}")
-        self.engine = OrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
+        self.engine = CountingOrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
                                   self.server.market.levels, lambda: time.time_ns() // 1_000_000,
                                   max_notional=max_notional if max_notional > 0 else None,
                                   max_away_ticks=max_away_ticks)
@@ -244,6 +269,8 @@ class VenueAgent(Agent):
         self.ctx.stats.update({k: s[k] for k in MARKET_STATS})
         r = self.rest.stats()
         self.ctx.stats.update({k: r[k] for k in ORDER_STATS + VALIDITY_STATS})
+        self.ctx.stats["dup_coid"] = self.engine.duplicate_refusals
+        self.ctx.stats["positions"] = {sym: float(q) for sym, q in self.engine.positions().items()}
         if self.itch is not None:
             self.ctx.stats["itch_msgs"] = self.itch.stats["messages_sent"]
         failures = self.server.listener_failures
