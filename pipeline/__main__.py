@@ -1,4 +1,4 @@
-"""Command line: ``python -m pipeline up | down | status | restart NAME | halt | resume``.
+"""Command line: ``python -m pipeline up | down | status | restart NAME | halt | kill-switch | resume``.
 
 ``up`` runs the supervisor in the foreground (``make up``) with a live status view; the others talk
 to it over the control socket. ``down`` with no supervisor answering cleans what a killed one left.
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     rs = sub.add_parser("restart", parents=[common], help="restart one process while the others keep running")
     rs.add_argument("name")
     sub.add_parser("halt", parents=[common], help="tell the risk gateway to stop trading (CONTROL HALT)")
+    sub.add_parser("kill-switch", parents=[common],
+                   help="tell the risk gateway to halt, cancel every working order and stay halted (CONTROL KILL_SWITCH)")
     sub.add_parser("resume", parents=[common], help="tell the risk gateway to resume (CONTROL RESUME)")
     args = ap.parse_args(argv)
     try:

@@ -23,7 +23,7 @@ queues of its rings; restarts reuse the same queues. ``SpawnedProcess`` gives su
 ``subprocess.Popen`` calls the state machine uses, so nothing else differs.
 
 Control plane: a zmq REP socket (``ipc://`` with mode 0600, or ``tcp://127.0.0.1``) answering JSON
-requests ``{"cmd": "status" | "restart" | "halt" | "resume" | "down", "name": ...}``.
+requests ``{"cmd": "status" | "restart" | "halt" | "kill-switch" | "resume" | "down", "name": ...}``.
 """
 
 from __future__ import annotations
@@ -438,6 +438,13 @@ class Supervisor:
         self.halted = True
         return self._control(ControlCmd.HALT, reason, why)
 
+    def kill_switch(self) -> bool:
+        """Write CONTROL KILL_SWITCH (reason OPERATOR) to the control ring: the risk gateway halts,
+        cancels every working order and stays halted until a person resumes. Returns False when there
+        is no control ring."""
+        self.halted = True
+        return self._control(ControlCmd.KILL_SWITCH, ControlReason.OPERATOR, "operator kill switch")
+
     def resume(self) -> bool:
         self.halted = False
         return self._control(ControlCmd.RESUME, ControlReason.OPERATOR, "operator resume")
@@ -465,6 +472,9 @@ class Supervisor:
             return {"ok": True, "state": p.state.value}
         if cmd == "halt":
             ok = self.halt(ControlReason.OPERATOR, "operator halt")
+            return {"ok": ok, **({} if ok else {"error": "no control ring configured"})}
+        if cmd == "kill-switch":
+            ok = self.kill_switch()
             return {"ok": ok, **({} if ok else {"error": "no control ring configured"})}
         if cmd == "resume":
             ok = self.resume()

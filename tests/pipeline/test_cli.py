@@ -92,3 +92,32 @@ def test_up_demanding_a_gpu_exits_nonzero_without_one(pipe):
     assert shm_entries(pipe.prefix) == []
     assert not (pipe.run_dir / "supervisor.pid").exists()
     assert not (pipe.run_dir / "control.sock").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_kill_switch_via_cli_reaches_the_control_sink_and_marks_the_run_halted(pipe):
+    out = pipe.tmp / "control.txt"
+    pipe.write_config(control() + process("bystander", "Idle", extra=BACK_OFF), supervisor='control_ring = "control"\n')
+    first = pipe.up()
+    assert first["halted"] is False
+
+    r = pipe.cli("kill-switch")
+    assert r.returncode == 0 and r.stdout.strip() == "kill-switch: ok", r
+    wait_until(lambda: out.exists() and out.read_text() == "KILL_SWITCH OPERATOR\n", 5, 0.01,
+               "KILL_SWITCH OPERATOR at the sink")
+    assert pipe.status()["halted"] is True
+    assert "HALTED" in pipe.cli("status").stdout
+    sent = [(e["cmd"], e["reason"], e["ok"]) for e in pipe.log("supervisor") if e["event"] == "control_sent"]
+    assert sent == [("KILL_SWITCH", "OPERATOR", True)]
+    assert pipe.down() == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_kill_switch_without_a_control_ring_is_refused(pipe):
+    pipe.write_config(process("bystander", "Idle", extra=BACK_OFF))
+    pipe.up()
+    r = pipe.cli("kill-switch")
+    assert r.returncode == 1 and "no control ring configured" in r.stderr, r
+    assert pipe.down() == 0

@@ -1,0 +1,1009 @@
+"""Chaos scenarios of bad input, the LLM, risk limits, the kill switch, and key / permission scans.
+
+Each scenario is a function ``(ChaosPipeline-factory, quick) -> Row`` (``bench.chaos``) that starts the
+real pipeline (the ``bench.pipeline`` config, rewritten by a ``text_hook`` where the scenario needs an
+injector), injects its fault, measures and judges:
+
+- ``malformed_frames``: the feed is pointed (its ``port_file``) at ``GarbageVenue``, a WebSocket server
+  on 127.0.0.1 that acknowledges the subscription, sends one valid ``books15`` snapshot, then N
+  malformed frames (``fuzz_frames``: random binary, truncated JSON, NaN literals, invalid UTF-8, non-objects,
+  objects of no known kind, missing fields, wrong types, bad numbers, unsorted sides, bad actions, empty
+  data, unknown channels / events) and ~1 % well-formed pushes with a wrong checksum, then 20 valid
+  snapshots. Pass: the feed keeps its pid and connection (no restart, no reconnect, errors 0), its
+  ``rejected`` counter grows by exactly the malformed count (and ``checksum_failures`` by the bad-checksum
+  count), and every valid snapshot after the garbage becomes a BOOK.
+- ``llm_faults``: the llm stage is ``FaultyLlmAgent`` (the real ``procs.llm.LlmAgent``, real model, real
+  breaker and validation gate) whose fault phase is switched at run time through a file: ``idle`` (no
+  generation: the unloaded baseline), ``garbage`` (no grammar, temperature 5: the model answers free
+  text), ``timeout`` (``deadline_ms`` 1), ``slow`` (every token delayed so an answer would take 30 s;
+  quick: 3 s); a ``normal`` phase (the healthy hub) is measured too, for context, not judged. Each phase
+  starts with a fresh breaker. Pass: no INSTRUCTION written and no
+  LLM-origin ORDER decided (risk's latency tap and audit log) in any fault phase, the breaker opens
+  (stage counter and an ``llm_breaker`` log event) in each, and the fast path's SIGNAL p99 (latency tap:
+  frame received -> SIGNAL written) of each fault phase is within 10 % of the idle phase's.
+- ``risk_limits``: the llm stage is ``RiskInjector``: it writes INSTRUCTIONs into ``instr`` each built
+  to breach one pre-trade check, and CONTROL HALT / REDUCE_ONLY / KILL_SWITCH / RESUME into its own
+  control ring (``ctl_inj``, risk's ``control_input``), with lean quoting off. Pass: every instruction
+  denied with its expected reason (the audit log, by ``origin_seq``), the deny_<reason> counters agree,
+  no OrderApproved at all, and the venue's ``orders_placed`` and the sender's ``sent`` stay 0.
+- ``kill_switch``: lean quoting with GTC orders (they rest at the venue), then the ``kill-switch``
+  control command. Pass: no order request sent later than 100 ms after it (the sender's latency tap),
+  no working order (sender and risk ``open``) 2 s after it, risk state HALTED.
+- ``secrets_and_permissions``: a run with orders flowing, then every file of the run (logs, audit log,
+  sender journal, supervisor output, config), the status (CLI text and JSON) and every file under
+  ``bench/results`` scanned for the paper key's api key, secret and passphrase; every /dev/shm entry of
+  the run (segments, semaphores) and every socket file in its run folder must be mode 0600; every
+  LISTEN TCP socket owned by the run's processes must be bound to 127.0.0.1 / ::1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import random
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import orjson
+
+from bench.chaos import Row
+from bench.pipeline import KEY, REPO
+from pipeline.agent import LATENCY_DIR_ENV, MARK_DECIDED, MARK_ORDER_SENT, Agent, mark_code
+from pipeline.bitget.book import bitget_checksum
+from pipeline.messages import (INSTRUCTION_DTYPE, Action, ControlCmd, ControlReason, Kind, OrderOrigin,
+                               pack_control)
+
+# ============================================================================================ helpers
+
+
+@contextlib.contextmanager
+def latency_taps(folder: Path):
+    """Set ``SHMPIPE_LATENCY_DIR`` for the pipeline started inside (ChaosPipeline copies os.environ)."""
+    old = os.environ.get(LATENCY_DIR_ENV)
+    os.environ[LATENCY_DIR_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if old is None:
+            os.environ.pop(LATENCY_DIR_ENV, None)
+        else:
+            os.environ[LATENCY_DIR_ENV] = old
+
+
+def read_tap(folder: Path, process: str) -> np.ndarray:
+    """A process's latency tap records (fields code, lat_ns, at_ns); empty when none was dumped."""
+    path = folder / f"{process}.lat.npy"
+    if not path.exists():
+        return np.zeros(0, [("code", "<u2"), ("lat_ns", "<i8"), ("at_ns", "<i8")])
+    return np.load(path)
+
+
+def read_audit(p) -> list[dict]:
+    path = p.logs() / "risk_audit.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_bytes().splitlines():
+        with contextlib.suppress(Exception):
+            out.append(orjson.loads(line))
+    return out
+
+
+def log_events(p, process: str) -> list[dict]:
+    out = []
+    for path in sorted(p.logs().glob(f"{process}.log*"), reverse=True):  # rotated backups first
+        for line in path.read_bytes().splitlines():
+            with contextlib.suppress(Exception):
+                out.append(orjson.loads(line))
+    return out
+
+
+def p99_us(lat_ns: np.ndarray) -> float:
+    return float(np.percentile(lat_ns, 99)) / 1000 if lat_ns.size else float("nan")
+
+
+def replace_process(text: str, name: str, block: str) -> str:
+    """The config text with process ``name``'s ``[[processes]]`` block replaced by ``block``."""
+    pat = re.compile(r'\[\[processes\]\]\nname = "' + re.escape(name) + r'"\n.*?(?=\n\[\[|\Z)', re.S)
+    new, n = pat.subn(lambda _m: block.strip() + "\n", text, count=1)
+    if n != 1:
+        raise ValueError(f"no process {name!r} in the config text")
+    return new
+
+
+def set_risk_limits(text: str, limits: str, extra_params: str = "") -> str:
+    new, n = re.subn(r"limits = \{[^}]*\}", "limits = { " + limits + " }" + extra_params, text, count=1)
+    if n != 1:
+        raise ValueError("no risk limits table in the config text")
+    return new
+
+
+# ============================================================================================ 1. malformed frames
+SYMBOL = "BTCUSDT"
+
+
+def _levels(mid: float, n: int = 15, tick: float = 0.1) -> tuple[list, list]:
+    bids = [[f"{mid - tick * (i + 1):.1f}", f"{0.5 + i * 0.1:.4f}"] for i in range(n)]
+    asks = [[f"{mid + tick * (i + 1):.1f}", f"{0.5 + i * 0.1:.4f}"] for i in range(n)]
+    return bids, asks
+
+
+def book_push(seq: int, *, mid: float = 50_000.0, bad_checksum: bool = False, action: str = "snapshot",
+              channel: str = "books15") -> dict:
+    """A ``books15`` push (a dict, for mutation) with a correct checksum unless ``bad_checksum``."""
+    bids, asks = _levels(mid + (seq % 7) * 0.1)
+    cs = bitget_checksum(bids, asks)
+    if bad_checksum:
+        cs = cs ^ 0x5A5A5A5A or 1
+    ts = 1_700_000_000_000 + seq
+    return {"action": action, "arg": {"instType": "SPOT", "channel": channel, "instId": SYMBOL},
+            "data": [{"asks": asks, "bids": bids, "checksum": cs, "seq": seq, "ts": str(ts)}], "ts": ts}
+
+
+def fuzz_frames(n: int, seed: int, first_seq: int) -> tuple[list, int]:
+    """``n`` bad frames (str: text frame, bytes: binary frame) and how many of them are well-formed
+    pushes with a wrong checksum (about 1 %, every 97th); every other one is malformed."""
+    rng = random.Random(seed)
+    good = orjson.dumps(book_push(first_seq)).decode()
+    out: list = []
+    badsum = 0
+    for i in range(n):
+        seq = first_seq + 1 + i
+        k = i % 16
+        if i % 97 == 96:
+            out.append(orjson.dumps(book_push(seq, bad_checksum=True)).decode())
+            badsum += 1
+            continue
+        if k == 0:  # random binary, never valid UTF-8 at its first byte
+            out.append(b"\xff" + rng.randbytes(rng.randint(0, 300)))
+        elif k == 1:  # truncated JSON
+            out.append(good[: rng.randint(1, len(good) - 1)])
+        elif k == 2:  # a NaN literal
+            out.append(good.replace('"checksum":', '"checksum":NaN,"x":', 1))
+        elif k == 3:  # invalid UTF-8 inside a JSON string, binary
+            out.append(b'{"action":"snapshot","arg":{"instId":"\xc3\x28"}}')
+        elif k == 4:  # JSON, not an object
+            out.append(rng.choice(["[]", "1", "\"books\"", "null", "true", "[1,2,{\"a\":3}]", str(rng.random())]))
+        elif k == 5:  # an object of no known kind
+            out.append(orjson.dumps({"junk": rng.randint(0, 10**9), "nested": {"a": [1, 2]}}).decode())
+        elif k == 6:  # a push without data
+            d = book_push(seq)
+            del d["data"]
+            out.append(orjson.dumps(d).decode())
+        elif k == 7:  # wrong types
+            d = book_push(seq)
+            d["data"][0]["asks"] = rng.choice([5, "asks", [["1"]], [[1, 2, 3]], {"p": 1}])
+            out.append(orjson.dumps(d).decode())
+        elif k == 8:  # bad numbers
+            d = book_push(seq)
+            d["data"][0]["bids"][0][0] = rng.choice(["abc", "NaN", "-5", "1e400", "", "0x10", "inf", "0"])
+            out.append(orjson.dumps(d).decode())
+        elif k == 9:  # unsorted side
+            d = book_push(seq)
+            d["data"][0]["bids"] = list(reversed(d["data"][0]["bids"]))
+            out.append(orjson.dumps(d).decode())
+        elif k == 10:  # bad action
+            out.append(orjson.dumps(book_push(seq, action=rng.choice(["explode", "", "SNAPSHOT"]))).decode())
+        elif k == 11:  # empty data
+            d = book_push(seq)
+            d["data"] = []
+            out.append(orjson.dumps(d).decode())
+        elif k == 12:  # unknown channel
+            out.append(orjson.dumps(book_push(seq, channel=rng.choice(["ticker", "candle1m", "books999"]))).decode())
+        elif k == 13:  # unknown event
+            out.append(orjson.dumps({"event": rng.choice(["boom", "login", ""]), "arg": {}}).decode())
+        elif k == 14:  # random printable junk
+            out.append("".join(rng.choice("{}[]\":,0123456789abcdefnulltrue ") for _ in range(rng.randint(1, 200))))
+        else:  # checksum / seq of the wrong JSON type
+            d = book_push(seq)
+            d["data"][0]["seq"] = rng.choice([-1, 1e30, [1], {"a": 1}, True, "x"])
+            out.append(orjson.dumps(d).decode())
+    return out, badsum
+
+
+class GarbageVenue(threading.Thread):
+    """A Bitget-dialect public WebSocket on 127.0.0.1 serving one connection: subscription acks, one
+    valid snapshot, ``garbage`` (pre-built frames), then ``good_after`` valid snapshots; it answers
+    ``ping`` and (un)subscribe requests afterwards. The port goes to ``port_file`` once listening."""
+
+    def __init__(self, port_file: Path, garbage: list, good_after: int, first_seq: int):
+        super().__init__(name="garbage-venue", daemon=True)
+        self.port_file = port_file
+        self.garbage = garbage
+        self.good_after = good_after
+        self.seq = first_seq
+        self.connections = 0
+        self.sent_garbage = 0
+        self.sent_good = 0
+        self.done = threading.Event()
+        self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._stop_ev: asyncio.Event | None = None
+
+    def run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        from websockets.asyncio.server import serve
+
+        self._stop_ev = asyncio.Event()
+        async with serve(self._handler, "127.0.0.1", 0, max_size=None, ping_interval=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            tmp = self.port_file.with_suffix(".tmp")
+            tmp.write_text(str(port))
+            os.replace(tmp, self.port_file)
+            self.ready.set()
+            await self._stop_ev.wait()
+
+    async def _answer(self, ws, text) -> None:
+        if text == "ping":
+            await ws.send("pong")
+            return
+        with contextlib.suppress(Exception):
+            req = orjson.loads(text)
+            for arg in req.get("args", []):
+                await ws.send(orjson.dumps({"event": req.get("op"), "arg": arg}).decode())
+
+    async def _handler(self, ws) -> None:
+        self.connections += 1
+        first = self.connections == 1
+        await self._answer(ws, await ws.recv())  # the subscription
+
+        async def reader():
+            async for msg in ws:
+                await self._answer(ws, msg)
+
+        rt = asyncio.create_task(reader())
+        try:
+            self.seq += 1
+            await ws.send(orjson.dumps(book_push(self.seq)).decode())
+            self.sent_good += 1
+            if first:
+                for i, frame in enumerate(self.garbage):
+                    await ws.send(frame)
+                    self.sent_garbage += 1
+                    if i % 256 == 0:
+                        await asyncio.sleep(0)
+                self.seq += len(self.garbage) + 1
+                for _ in range(self.good_after):
+                    self.seq += 1
+                    await ws.send(orjson.dumps(book_push(self.seq)).decode())
+                    self.sent_good += 1
+                    await asyncio.sleep(0.005)
+                self.done.set()
+            while True:  # keep the connection fresh (no stale reconnect) without more BOOKs
+                await asyncio.sleep(1.0)
+                await ws.send("pong")
+        except Exception:
+            pass
+        finally:
+            rt.cancel()
+
+    def stop(self) -> None:
+        if self.loop is not None and self._stop_ev is not None:
+            self.loop.call_soon_threadsafe(self._stop_ev.set)
+        self.join(5)
+
+
+def malformed_frames(ChaosPipeline, quick: bool) -> Row:
+    from pipeline.bitget.protocol import FrameKind, make_decoder
+
+    n = 10_000 if quick else 100_000
+    good_after = 20
+    garbage, badsum = fuzz_frames(n, seed=9, first_seq=1_000)
+    dec = make_decoder()  # the generator's own check: every frame is refused or fails its checksum
+    kinds = [dec.decode(f).kind for f in garbage]
+    malformed = sum(k in (FrameKind.REJECTED, FrameKind.UNKNOWN) for k in kinds)
+    well_formed = sum(k == FrameKind.SNAPSHOT for k in kinds)
+    with tempfile.TemporaryDirectory(prefix="chaos-ws-") as d:
+        port_file = Path(d) / "garbage.port"
+        srv = GarbageVenue(port_file, garbage, good_after, first_seq=999)
+
+        def hook(text: str) -> str:
+            new, k = re.subn(r'port_file = "[^"]*venue\.port", channels', f'port_file = "{port_file}", channels', text)
+            assert k == 1, "feed port_file not found in the config"
+            return new
+
+        srv.start()
+        srv.ready.wait(10)
+        try:
+            with ChaosPipeline(rate=200, llm=False, text_hook=hook, name="malformed") as p:
+                pid0 = p.pids()
+                srv.done.wait(120 if not quick else 60)
+                want_rej = malformed
+
+                def settled():
+                    s = p.stage("feed")
+                    return s if (s.get("rejected", 0) >= want_rej and s.get("checksum_failures", 0) >= badsum
+                                 and s.get("books_emitted", 0) >= 1 + good_after) else None
+
+                with contextlib.suppress(TimeoutError):
+                    p.wait(settled, 30, "the feed to count every frame", 0.1)
+                time.sleep(0.3)
+                feed = p.proc("feed")
+                st = feed["stage"]
+                pid1 = p.pids()
+        finally:
+            srv.stop()
+    rej = st.get("rejected", 0)
+    rej_by = {k: v for k, v in st.items() if k.startswith("rej_")}
+    checks = {
+        "generator: all malformed or bad checksum": malformed + well_formed == n and well_formed == badsum,
+        "feed pid unchanged, no restart": pid1 == pid0 and feed["restarts"] == 0,
+        "errors 0": feed["errors"] == 0 and st.get("errors", 0) == 0,
+        "one connection, no reconnect": srv.connections == 1 and st.get("reconnects", 0) == 0,
+        "rejected == malformed sent": rej == malformed and sum(rej_by.values()) == malformed,
+        "checksum_failures == bad checksums sent": st.get("checksum_failures", 0) == badsum,
+        "every valid snapshot became a BOOK": st.get("books_emitted", 0) == srv.sent_good == 1 + good_after,
+    }
+    ok = all(checks.values())
+    return Row(scenario="malformed_frames",
+               injected=f"{n:,} bad frames into the feed's WebSocket ({malformed:,} malformed: binary, truncated, "
+                        f"NaN, bad UTF-8, wrong types...; {badsum} bad checksums) between valid snapshots",
+               did=f"feed pid kept, restarts {feed['restarts']}, errors {feed['errors']}, reconnects "
+                   f"{st.get('reconnects', 0)}; rejected {rej:,} ({', '.join(f'{k[4:]} {v}' for k, v in sorted(rej_by.items()))}), "
+                   f"checksum failures {st.get('checksum_failures', 0)}; BOOKs {st.get('books_emitted', 0)} of "
+                   f"{srv.sent_good} valid snapshots",
+               figure=f"{rej + st.get('checksum_failures', 0):,} of {n:,} counted, 0 crashes",
+               passed=ok, details={"checks": checks, "stage": st, "sent_garbage": srv.sent_garbage})
+
+
+# ============================================================================================ 2. LLM faults
+try:  # the injector's base; absent llama-cpp does not break importing this module
+    from procs.llm import LlmAgent as _LlmBase
+except Exception:  # pragma: no cover
+    _LlmBase = Agent
+
+
+class FaultyLlmAgent(_LlmBase):
+    """``procs.llm.LlmAgent`` with a fault phase read from ``params.fault_file`` (checked every 50 ms):
+    ``idle`` (signals drained, nothing generated), ``normal``, ``garbage`` (no grammar, temperature 5),
+    ``timeout`` (deadline 1 ms), ``slow`` (each token delayed ``slow_token_ms``). A phase change starts a
+    fresh circuit breaker and is logged (``fault_phase``). Test and bench use only."""
+
+    def on_start(self, ctx) -> None:
+        ctx.params = dict(ctx.params)
+        self.fault_file = Path(ctx.params.pop("fault_file"))
+        self.slow_token_ms = float(ctx.params.pop("slow_token_ms", 300))
+        nice = int(ctx.params.pop("nice", 0))  # what-if knob (bench only): the hub at a lower CPU priority
+        if nice:
+            os.nice(nice)
+        super().on_start(ctx)
+        self.mode = "idle"
+        self._base_p = self.hub.p
+        self._base_deadline_ns = self.deadline_ns
+        self._base_grammar = self.hub._grammar
+        self._base_generate = self.hub.llm.generate
+        self._next_check = 0
+        self.stats["fault"] = self.mode
+
+    def _set_mode(self, mode: str) -> None:
+        from pipeline.llm.breaker import CircuitBreaker
+
+        hub = self.hub
+        hub.p, self.deadline_ns, hub._grammar = self._base_p, self._base_deadline_ns, self._base_grammar
+        hub.llm.generate = self._base_generate
+        if mode == "garbage":
+            hub.p = msgspec.structs.replace(self._base_p, temperature=5.0, top_k=0, top_p=1.0)
+            hub._grammar = lambda iid: None
+        elif mode == "timeout":
+            self.deadline_ns = 1_000_000
+        elif mode == "slow":
+            base, delay = self._base_generate, self.slow_token_ms / 1000
+
+            def slow_generate(*a, **kw):
+                for tok in base(*a, **kw):
+                    time.sleep(delay)
+                    yield tok
+
+            hub.llm.generate = slow_generate
+        self.breaker = CircuitBreaker(self.p.breaker, self.ctx.clock)
+        self.stats.update(fault=mode, breaker=self.breaker.state.value)
+        self.ctx.log.info("fault_phase", mode=mode)
+        self.mode = mode
+
+    def do_work(self) -> int:
+        now = self.ctx.clock()
+        if now >= self._next_check:
+            self._next_check = now + 50_000_000
+            with contextlib.suppress(OSError):
+                mode = self.fault_file.read_text().strip()
+                if mode and mode != self.mode:
+                    self._set_mode(mode)
+        if self.mode == "idle":
+            got = self.inp.poll(lambda *a: None, self.ctx.batch)
+            if got:
+                self.ctx.received(got)
+            self.pending = None
+            return got
+        return super().do_work()
+
+
+def llm_faults(ChaosPipeline, quick: bool, nice: int = 0) -> Row:
+    phase_s = 3.0 if quick else 10.0
+    slow_answer_s = 3.0 if quick else 30.0
+    max_tokens = 96
+    breaker = ("breaker = { trip_after_s = 0.5, min_samples = 3, cooldown_s = 60.0 }" if quick
+               else "breaker = { cooldown_s = 120.0 }")
+    with tempfile.TemporaryDirectory(prefix="chaos-llm-") as d:
+        fault_file = Path(d) / "fault"
+        fault_file.write_text("idle")
+        lat = Path(d) / "lat"
+        lat.mkdir()
+
+        def hook(text: str) -> str:
+            from bench.pipeline import TINY
+            return replace_process(text, "llm", f"""
+[[processes]]
+name = "llm"
+module = "bench.chaos_input:FaultyLlmAgent"
+inputs = ["sig_llm"]
+outputs = ["instr"]
+wait = "back-off"
+params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, deadline_ms = 500, min_gap_ms = 200, min_ttl_ms = 100, max_ttl_ms = 250, fault_file = "{fault_file}", nice = {nice}, slow_token_ms = {1000 * slow_answer_s / max_tokens:.1f}, {breaker} }}
+""")
+
+        windows: dict[str, tuple[int, int]] = {}
+        phases: dict[str, dict] = {}
+        with latency_taps(lat), ChaosPipeline(rate=1000, llm=True, text_hook=hook, name="llm") as p:
+            time.sleep(1.0)  # warm up
+            t0 = time.monotonic_ns()
+            time.sleep(phase_s)
+            windows["idle"] = (t0, time.monotonic_ns())
+            fault_file.write_text("normal")  # context: a healthy LLM's load on the fast path (not judged)
+            p.wait(lambda: p.stage("llm").get("fault") == "normal", 10, "the normal phase")
+            t0 = time.monotonic_ns()
+            time.sleep(phase_s)
+            windows["normal"] = (t0, time.monotonic_ns())
+            normal_instructions = p.stage("llm").get("instructions", 0)
+            fault_file.write_text("idle")  # let a generation in flight finish before the faults
+            p.wait(lambda: p.stage("llm").get("fault") == "idle", 10, "the idle gap")
+            time.sleep(1.0)
+            for mode in ("garbage", "timeout", "slow"):
+                fault_file.write_text(mode)
+                p.wait(lambda: p.stage("llm").get("fault") == mode, 10, f"fault phase {mode}")
+                t0 = time.monotonic_ns()
+                opened = None
+                with contextlib.suppress(TimeoutError):
+                    p.wait(lambda: p.stage("llm").get("breaker") == "open", 60 if quick else 120,
+                           f"the breaker to open under {mode}", 0.05)
+                    opened = (time.monotonic_ns() - t0) / 1e9
+                time.sleep(max(0.0, phase_s - (time.monotonic_ns() - t0) / 1e9))
+                windows[mode] = (t0, time.monotonic_ns())
+                st = p.stage("llm")
+                phases[mode] = {"breaker_open_after_s": opened, "breaker": st.get("breaker"),
+                                "rejects": {k: v for k, v in st.items() if k.startswith("rej_")}}
+            fault_file.write_text("idle")
+            llm_stage = p.stage("llm")
+            llm_pid = p.proc("llm")["pid"]
+            events = log_events(p, "llm")
+            audit = read_audit(p)
+        fast = read_tap(lat, "fast")
+        risk = read_tap(lat, "risk")
+        sender = read_tap(lat, "sender")
+        llm_tap = read_tap(lat, "llm")
+    sig = fast[fast["code"] == Kind.SIGNAL]
+    _, first = np.unique(sig["at_ns"] - sig["lat_ns"], return_index=True)  # non-HOLD: written twice, count once
+    sig = sig[np.sort(first)]
+    p99 = {m: p99_us(sig["lat_ns"][(sig["at_ns"] >= a) & (sig["at_ns"] < b)]) for m, (a, b) in windows.items()}
+    n_sig = {m: int(((sig["at_ns"] >= a) & (sig["at_ns"] < b)).sum()) for m, (a, b) in windows.items()}
+    fa, fb = windows["garbage"][0], windows["slow"][1]
+    llm_decided = risk[(risk["code"] == mark_code(MARK_DECIDED, OrderOrigin.LLM)) & (risk["at_ns"] >= fa) & (risk["at_ns"] < fb)]
+    llm_sent = sender[(sender["code"] == mark_code(MARK_ORDER_SENT, OrderOrigin.LLM)) & (sender["at_ns"] >= fa)
+                      & (sender["at_ns"] < fb)]
+    instr = llm_tap[(llm_tap["code"] == Kind.INSTRUCTION) & (llm_tap["at_ns"] >= fa) & (llm_tap["at_ns"] < fb)]
+    llm_approved = [e for e in audit if e.get("ev") == "OrderApproved" and e.get("origin") == OrderOrigin.LLM
+                    and fa <= e.get("ts_ns", 0) < fb]
+    opens = [e for e in events if e.get("event") == "llm_breaker" and e.get("new") == "open"]
+    base = p99["idle"]
+    ratios = {m: p99[m] / base if base == base and base > 0 else float("nan") for m in ("garbage", "timeout", "slow")}
+    checks = {
+        "no INSTRUCTION written in a fault phase": instr.size == 0,
+        "no LLM-origin ORDER decided or sent": llm_decided.size == 0 and llm_sent.size == 0 and not llm_approved,
+        "breaker opened in every fault phase": all(ph["breaker_open_after_s"] is not None for ph in phases.values())
+                                               and len(opens) >= 3,
+        "fast SIGNAL p99 within 10 % of idle": all(r <= 1.10 for r in ratios.values()),
+    }
+    ok = all(checks.values())
+    fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x)" for m in ratios)
+    return Row(scenario="llm_faults",
+               injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (answer "
+                        f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase after an idle baseline",
+               did=f"INSTRUCTIONs in fault phases {instr.size}, LLM-origin orders {llm_decided.size}; breaker opened "
+                   f"after " + ", ".join(f"{m} {ph['breaker_open_after_s'] if ph['breaker_open_after_s'] is None else round(ph['breaker_open_after_s'], 1)} s"
+                                         for m, ph in phases.items())
+                   + f" ({len(opens)} llm_breaker open events); llm pid {llm_pid}",
+               figure=f"fast SIGNAL p99: idle {base:.0f} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
+                      f"{p99['normal'] / base:.2f}x, {normal_instructions} instructions)",
+               passed=ok, details={"checks": checks, "p99_us": p99, "signals": n_sig, "phases": phases,
+                                   "llm_stage": llm_stage})
+
+
+# ============================================================================================ 3. risk limits
+# BTCUSDT (id 1) starts near 50,000: 1 lot (0.0001) is ~5 notional; ETHUSDT (id 2) is configured, not fed.
+_COMMON = ("max_gross_notional = 10000000.0, daily_loss_limit = 1000000.0, risk_aversion = 1.0, lean_lots = 0, "
+           "emergency_cooldown_ms = 0, collar_bps = 200.0, max_order_lots = 100, reprice_sigmas = 1000.0")
+#: run 1: checks that deny an order before anything is approved (nothing at all may reach the venue)
+LIMITS_DENY = ("max_position_lots = 4, max_child_lots = 100, min_notional = 10.0, max_notional = 80.0, "
+               "max_gross_notional = 12.0, tif = \"GTC\", max_open_orders = 50, max_orders_per_s = 100, "
+               "max_notional_per_min = 100000000.0, " + _COMMON.replace("max_gross_notional = 10000000.0, ", ""))
+#: run 2: checks that count what was already approved (IOC 1-lot children, cancelled by the venue at once;
+#: no reprice, so a plan is never re-planned):
+#: only the orders within the limits reach the venue
+LIMITS_COUNTED = ("max_position_lots = 100, max_child_lots = 1, min_notional = 0.0, max_notional = 1000000.0, "
+                  "tif = \"IOC\", max_open_orders = 2, max_orders_per_s = 3, max_notional_per_min = 22.5, " + _COMMON)
+S = 7_000_000_000
+#: step = (what, instrument_id, action, target_lots, limit_offset_ticks, CONTROLs before, signal_seq,
+#:         ms after the previous step, expected deny codes (in order), orders it may approve)
+RISK_PLANS = {
+    "deny": [
+        ("unconfigured instrument", 99, Action.BUY, 3, 0, (), S + 0, 300, ["NOT_ALLOWED"], 0),
+        ("instrument without a reference price", 2, Action.BUY, 3, 0, (), S + 1, 300, ["STALE_REF"], 0),
+        ("negative price (offset past zero)", 1, Action.BUY, 3, 1_000_000, (), S + 2, 300, ["BAD_PRICE"], 0),
+        ("price 3 % from the mid (collar 2 %)", 1, Action.BUY, 3, 15_000, (), S + 3, 300, ["COLLAR"], 0),
+        ("1 lot, under min_notional 10", 1, Action.BUY, 1, 0, (), S + 4, 300, ["MIN_NOTIONAL"], 0),
+        ("40 lots, over max_notional 80", 1, Action.BUY, 40, 0, (), S + 5, 300, ["MAX_NOTIONAL"], 0),
+        ("8 lots long, over max_position 4", 1, Action.BUY, 8, 0, (), S + 6, 300, ["MAX_POSITION"], 0),
+        ("8 lots short, over max_position 4", 1, Action.SELL, -8, 0, (), S + 7, 300, ["MAX_POSITION"], 0),
+        ("3 lots (15), over max_gross_notional 12", 1, Action.BUY, 3, 0, (), S + 8, 300, ["GROSS"], 0),
+        ("3 lots while HALTED", 1, Action.BUY, 3, 0, (ControlCmd.HALT,), S + 9, 300, ["HALTED"], 0),
+        ("3 lots long, REDUCE_ONLY and flat", 1, Action.BUY, 3, 0, (ControlCmd.RESUME, ControlCmd.REDUCE_ONLY),
+         S + 10, 300, ["REDUCING"], 0),
+        ("3 lots after the KILL_SWITCH", 1, Action.BUY, 3, 0, (ControlCmd.RESUME, ControlCmd.KILL_SWITCH), S + 11,
+         300, ["HALTED"], 0),
+    ],
+    "counted": [
+        ("3 lots in 1-lot children, max_open_orders 2", 1, Action.BUY, 3, 20, (), S + 20, 300, ["MAX_OPEN"], 2),
+        ("3 lots, the 4th order within 1 s (max 3/s)", 1, Action.BUY, 3, 20, (), S + 21, 300, ["RATE"], 1),
+        ("the first instruction again (same order ids)", 1, Action.BUY, 3, 20, (), S + 20, 1_200, ["DUPLICATE"], 0),
+        ("2 lots, notional over 22.5 a minute", 1, Action.BUY, 2, 20, (), S + 23, 300, ["NOTIONAL_RATE"], 1),
+    ],
+}
+
+
+class RiskInjector(Agent):
+    """Replaces the llm stage: after ``warmup_ms`` and ``min_signals`` SIGNAL_CTX seen, plays
+    ``RISK_PLANS[params.plan]``: each step waits its gap, writes its CONTROL commands (to ``ctl_inj``,
+    100 ms apart, so risk applies them before the instruction) then its INSTRUCTION (``instr``, ttl 100 ms:
+    no re-plan outlives the step). Drains ``sig_llm`` and the supervisor's ``control`` ring.
+    Counters: signals, step, instructions, controls, done."""
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        self.instr = ctx.outputs["instr"]
+        self.ctl = ctx.outputs["ctl_inj"]
+        self.t0 = ctx.clock()
+        self.warm_ns = int(ctx.params.get("warmup_ms", 1500)) * 1_000_000
+        self.min_signals = int(ctx.params.get("min_signals", 20))
+        self.queue: list[tuple] = []  # (gap_ns, item)
+        for i, (_w, iid, act, lots, off, ctl, seq, gap_ms, _codes, _n) in enumerate(RISK_PLANS[ctx.params["plan"]]):
+            gap = gap_ms * 1_000_000
+            for c in ctl:
+                self.queue.append((gap, ("ctl", c)))
+                gap = 100_000_000
+            self.queue.append((gap, ("instr", i, iid, act, lots, off, seq)))
+        self.last_ns = 0
+        self.stats = ctx.stats
+        self.stats.update(signals=0, step=0, instructions=0, controls=0, done=0)
+
+    def _sig(self, seq, ts, kind, payload) -> None:
+        self.stats["signals"] += 1
+
+    def do_work(self) -> int:
+        n = 0
+        sig_in = self.ctx.inputs.get("sig_llm")
+        for port in self.ctx.inputs.values():
+            n += port.poll(self._sig if port is sig_in else (lambda *a: None), self.ctx.batch)
+        now = self.ctx.clock()
+        if not self.queue or now - self.t0 < self.warm_ns or self.stats["signals"] < self.min_signals:
+            return n
+        gap, item = self.queue[0]
+        if self.last_ns and now - self.last_ns < gap:
+            return n
+        self.queue.pop(0)
+        if item[0] == "ctl":
+            self.ctx.emit(self.ctl, Kind.CONTROL, pack_control(item[1], ControlReason.OPERATOR, now), now)
+            self.stats["controls"] += 1
+        else:
+            _, i, iid, act, lots, off, seq = item
+            rec = np.zeros(1, INSTRUCTION_DTYPE)
+            rec["instrument_id"], rec["action"], rec["limit_offset_ticks"] = iid, int(act), off
+            rec["target_lots"], rec["signal_seq"], rec["issued_ns"] = lots, seq, now
+            rec["ttl_ms"], rec["confidence"], rec["instruction_id"] = 100, 0.9, i + 1
+            self.ctx.emit(self.instr, Kind.INSTRUCTION, rec.tobytes(), now)
+            self.stats["instructions"] += 1
+            self.stats["step"] = i + 1
+        self.last_ns = now
+        if not self.queue:
+            self.stats["done"] = 1
+        return n + 1
+
+
+def _risk_hook(plan: str, limits: str):
+    def hook(text: str) -> str:
+        text = replace_process(text, "llm", f"""
+[[processes]]
+name = "llm"
+module = "bench.chaos_input:RiskInjector"
+inputs = ["sig_llm", "control"]
+outputs = ["instr", "ctl_inj"]
+wait = "back-off"
+params = {{ plan = "{plan}", warmup_ms = 1500, min_signals = 20 }}
+""")
+        text = text.replace('[[rings]]\nname = "control"',
+                            '[[rings]]\nname = "ctl_inj"\nmax_payload_bytes = 16\ncapacity = 64\nfull_policy = "backpressure"\n\n'
+                            '[[rings]]\nname = "control"', 1)
+        text = text.replace('inputs = ["control", "exec", "sig_risk", "instr"]',
+                            'inputs = ["ctl_inj", "exec", "sig_risk", "instr"]', 1)
+        text = set_risk_limits(text, limits, ', control_input = "ctl_inj"')
+        new, k = re.subn(r'(port_file = "[^"]*venue\.port", channels = \["books15", "trade"\])',
+                         r'\1, instruments = ["BTCUSDT"]', text)
+        if k != 1:
+            raise ValueError("no feed port_file in the config text")
+        return no_emergency(new)
+    return hook
+
+
+def _play_risk_plan(ChaosPipeline, plan: str, limits: str) -> dict:
+    steps = RISK_PLANS[plan]
+    want = [(seq, code) for *_, seq, _gap, codes, _n in steps for code in codes]
+    with ChaosPipeline(rate=500, instruments=2, llm=True, text_hook=_risk_hook(plan, limits), name=f"risk-{plan}") as p:
+        placed0 = p.stage("venue").get("orders_placed", 0)
+        p.wait(lambda: p.stage("llm").get("done") == 1, 60, "the injector to play its plan", 0.1)
+
+        def denials():
+            got = [(e["origin_seq"], e["code"]) for e in read_audit(p) if e.get("ev") == "OrderDenied"]
+            return got if all(w in got for w in want) else None
+
+        with contextlib.suppress(TimeoutError):
+            p.wait(denials, 10, "a denial for every instruction", 0.1)
+        with contextlib.suppress(TimeoutError):  # every approved order answered by the venue
+            p.wait(lambda: p.stage("sender").get("open", 1) == 0, 5, "the sender to have nothing open", 0.1)
+        time.sleep(0.3)
+        return {"audit": read_audit(p), "risk": p.stage("risk"), "venue": p.stage("venue"), "sender": p.stage("sender"),
+                "placed0": placed0, "want": want}
+
+
+def risk_limits(ChaosPipeline, quick: bool) -> Row:
+    runs = {"deny": _play_risk_plan(ChaosPipeline, "deny", LIMITS_DENY),
+            "counted": _play_risk_plan(ChaosPipeline, "counted", LIMITS_COUNTED)}
+    checks, wrong, codes, extra = {}, [], set(), {}
+    n_want = n_right = placed_total = approved_total = 0
+    deny_counts: dict[str, int] = {}
+    for plan, r in runs.items():
+        steps = RISK_PLANS[plan]
+        denied = [(e["origin_seq"], e["code"]) for e in r["audit"] if e.get("ev") == "OrderDenied"]
+        approved = [e for e in r["audit"] if e.get("ev") == "OrderApproved"]
+        expect_approved = sum(st[-1] for st in steps)
+        for what, *_, seq, _gap, want_codes, _n in steps:
+            for c in want_codes:
+                codes.add(c)
+                n_want += 1
+                if (seq, c) in denied:
+                    n_right += 1
+                else:
+                    wrong.append(f"{what}: got {[d for s_, d in denied if s_ == seq]} (want {c})")
+        seqs = {seq for seq, _c in r["want"]}
+        unexpected = [d for d in denied if d[0] not in seqs]  # a live plan re-planned may meet another limit too
+        placed = r["venue"].get("orders_placed", 0) - r["placed0"]
+        placed_total += placed
+        approved_total += len(approved)
+        for k, v in r["risk"].items():
+            if k.startswith("deny_"):
+                deny_counts[k] = deny_counts.get(k, 0) + v
+        checks[f"{plan}: every breach denied with its reason"] = all((s_, c) in denied for s_, c in r["want"])
+        checks[f"{plan}: no denial of anything else"] = not unexpected
+        extra[plan] = [d for d in denied if d not in r["want"]]
+        checks[f"{plan}: approved only the orders within the limits ({expect_approved})"] = len(approved) == expect_approved
+        checks[f"{plan}: the venue placed exactly the approved orders"] = (placed == len(approved) == r["sender"].get("sent", 0)
+                                                                           and r["venue"].get("orders_placed", 0) == placed)
+        per_code: dict[str, int] = {}
+        for c in (c for _s, c in r["want"]):
+            per_code[c] = per_code.get(c, 0) + 1
+        audit_codes: dict[str, int] = {}
+        for _s, c in denied:
+            audit_codes["deny_" + c.lower()] = audit_codes.get("deny_" + c.lower(), 0) + 1
+        checks[f"{plan}: deny_<reason> counters agree with the audit log"] = (
+            all(r["risk"].get("deny_" + c.lower(), 0) >= k for c, k in per_code.items())
+            and {k: v for k, v in r["risk"].items() if k.startswith("deny_")} == audit_codes)
+    checks["deny: risk HALTED (the kill switch latched)"] = runs["deny"]["risk"].get("state") == "HALTED"
+    ok = all(checks.values())
+    return Row(scenario="risk_limits",
+               injected=f"{sum(len(v) for v in RISK_PLANS.values())} INSTRUCTIONs breaching {len(codes)} checks "
+                        f"({', '.join(sorted(codes))}), with CONTROL HALT / REDUCE_ONLY / KILL_SWITCH; two runs",
+               did=f"{n_right} of {n_want} breaches denied with the expected reason"
+                   + (f" (wrong: {wrong})" if wrong else "")
+                   + f"; {approved_total} orders within the limits approved (IOC set-up of the counted checks), "
+                     f"{placed_total} placed at the venue; risk {runs['deny']['risk'].get('state')} after the kill switch",
+               figure=f"{100 * n_right / max(1, n_want):.0f} % denied with the right reason, 0 breaches at the venue "
+                      f"({placed_total} placed = {approved_total} approved)" if ok else
+                      f"{100 * n_right / max(1, n_want):.0f} % denied right; {placed_total} placed vs {approved_total} approved",
+               passed=ok, details={"checks": checks, "deny_counters": deny_counts, "re_plan_denials": extra,
+                                   "not_reachable": "BAD_SIZE (the planner never exceeds max_order_lots), NOT_SYNCED, "
+                                                    "COOLDOWN (the bench model never labels EMERGENCY), SELF_TRADE, "
+                                                    "DAILY_LOSS, INTERNAL_ERROR: not produced by an INSTRUCTION here"})
+
+
+# ============================================================================================ 4. kill switch
+class FlowInjector(Agent):
+    """Replaces the llm stage to keep orders flowing whatever the fast model says: every ``every_ms``
+    an INSTRUCTION for instrument 1: BUY targets 1, 2, ... ``max_lots`` lots (each adds a resting GTC
+    child ``offset_ticks`` from the mid), then FLATTEN (cancels them), over and over; ttl ``ttl_ms`` (a
+    live plan is repriced when the mid moves: more cancels and new orders). Drains its inputs.
+    Counters: signals, instructions."""
+
+    def on_start(self, ctx) -> None:
+        self.ctx = ctx
+        self.out = ctx.outputs["instr"]
+        p = ctx.params
+        self.every_ns = int(p.get("every_ms", 50)) * 1_000_000
+        self.max_lots = int(p.get("max_lots", 10))
+        self.offset = int(p.get("offset_ticks", 20))
+        self.ttl_ms = int(p.get("ttl_ms", 10_000))
+        self.warm_ns = int(p.get("warmup_ms", 500)) * 1_000_000
+        self.t0 = ctx.clock()
+        self.next_ns = 0
+        self.i = 0
+        self.stats = ctx.stats
+        self.stats.update(signals=0, instructions=0)
+
+    def _sig(self, *a) -> None:
+        self.stats["signals"] += 1
+
+    def do_work(self) -> int:
+        n = sum(port.poll(self._sig, self.ctx.batch) for port in self.ctx.inputs.values())
+        now = self.ctx.clock()
+        if now < self.next_ns or now - self.t0 < self.warm_ns or self.stats["signals"] < 5:
+            return n
+        k = self.i % (self.max_lots + 1)
+        rec = np.zeros(1, INSTRUCTION_DTYPE)
+        rec["instrument_id"], rec["limit_offset_ticks"] = 1, self.offset
+        rec["action"], rec["target_lots"] = (int(Action.BUY), k + 1) if k < self.max_lots else (int(Action.FLATTEN), 0)
+        rec["signal_seq"], rec["issued_ns"], rec["ttl_ms"] = 9_000_000_000 + self.i, now, self.ttl_ms
+        rec["confidence"], rec["instruction_id"] = 0.9, self.i + 1
+        if self.ctx.emit(self.out, Kind.INSTRUCTION, rec.tobytes(), now):
+            self.stats["instructions"] += 1
+        self.i += 1
+        self.next_ns = now + self.every_ns
+        return n + 1
+
+
+FLOW_LIMITS = ("lean_lots = 0, tif = \"GTC\", risk_aversion = 1.0, max_position_lots = 20, collar_bps = 200.0, "
+               "max_orders_per_s = 100, max_open_orders = 50, max_notional = 1000000.0, max_gross_notional = 10000000.0, "
+               "max_notional_per_min = 100000000.0, daily_loss_limit = 1000000.0, min_notional = 0.0, "
+               "emergency_cooldown_ms = 0")
+
+
+def order_flow(text: str) -> str:
+    """Config hook: the llm stage replaced by ``FlowInjector``; GTC orders, no lean quoting, no EMERGENCY."""
+    text = replace_process(text, "llm", """
+[[processes]]
+name = "llm"
+module = "bench.chaos_input:FlowInjector"
+inputs = ["sig_llm"]
+outputs = ["instr"]
+wait = "back-off"
+params = { every_ms = 50, max_lots = 10, offset_ticks = 20, ttl_ms = 10000 }
+""")
+    return no_emergency(set_risk_limits(text, FLOW_LIMITS))
+
+
+def no_emergency(text: str) -> str:
+    """The fast stage never labels EMERGENCY (its threshold above any probability), so lean quoting is
+    not suppressed by EMERGENCY cancel-alls and cooldowns (the generated model labels most books so)."""
+    new, k = re.subn(r"emergency = [0-9.]+ \}", "emergency = 2.0 }", text, count=1)
+    if k == 0:  # no thresholds table: add one that keeps the bench's defaults but never EMERGENCY
+        new, k = re.subn(r'(module = "procs.fast:FastAgent"\n(?:.*\n)*?params = \{ )',
+                         r"\1thresholds = { buy = 0.3, sell = 0.3, emergency = 2.0 }, ", text, count=1)
+    if k != 1:
+        raise ValueError("no fast stage params in the config text")
+    return new
+
+
+
+
+def venue_open_orders(p) -> int:
+    """The paper venue's own count of working orders (signed GET unfilled-orders, every symbol).
+
+    Raises:
+        RuntimeError: the venue did not answer OK.
+    """
+    import http.client
+
+    from pipeline.bitget.rest import Outcome, build_unfilled, classify_response, parse_orders
+    from pipeline.bitget.signing import load_credentials
+    from pipeline.venue.server import read_port_file
+
+    req = build_unfilled(load_credentials(KEY), int(time.time() * 1000))
+    conn = http.client.HTTPConnection("127.0.0.1", int(read_port_file(p.cfg.supervisor.run_dir + "/venue.rest.port")),
+                                      timeout=5)
+    try:
+        conn.request(req.method, req.target, body=req.body or None, headers=req.headers)
+        resp = conn.getresponse()
+        res = classify_response(resp.status, resp.read())
+    finally:
+        conn.close()
+    if res.outcome != Outcome.OK:
+        raise RuntimeError(f"unfilled-orders: {res.status} {res.code} {res.msg}")
+    return len(parse_orders(res.data or []))
+
+
+def kill_switch(ChaosPipeline, quick: bool) -> Row:
+    load_s = 3.0 if quick else 10.0
+    with tempfile.TemporaryDirectory(prefix="chaos-ks-") as d:
+        lat = Path(d)
+        with latency_taps(lat), ChaosPipeline(rate=1000, llm=True, text_hook=order_flow, name="killswitch") as p:
+            s0 = p.stage("sender").get("sent", 0)
+            time.sleep(load_s)
+            before = p.stage("sender")
+            venue_open_before = 0
+            with contextlib.suppress(TimeoutError):  # pull the switch while orders are working at the venue
+                venue_open_before = p.wait(lambda: venue_open_orders(p), 10, "working orders at the venue", 0.05)
+            sent_rate = (before.get("sent", 0) - s0) / load_s
+            t_ks = time.monotonic_ns()
+            resp = p.control("kill-switch")
+            t_ack = time.monotonic_ns()
+            samples = []
+            while time.monotonic_ns() - t_ks < 2_000_000_000:
+                samples.append((time.monotonic_ns() - t_ks, p.stage("sender").get("sent", 0), p.stage("venue").get("orders_placed", 0)))
+                time.sleep(0.05)
+            sender = p.stage("sender")
+            risk = p.stage("risk")
+            venue = p.stage("venue")
+            venue_open_after = venue_open_orders(p)
+        tap = read_tap(lat, "sender")
+    sent_codes = [mark_code(MARK_ORDER_SENT, o) for o in OrderOrigin]
+    sent = tap[np.isin(tap["code"], sent_codes)]
+    after = sent[sent["at_ns"] > t_ks + 100_000_000]
+    last_ms = (int(sent["at_ns"][sent["at_ns"] > t_ks].max()) - t_ks) / 1e6 if (sent["at_ns"] > t_ks).any() else None
+    checks = {
+        "orders were flowing and working": sent_rate > 0 and sent.size > 0 and venue_open_before > 0,
+        "kill switch accepted": bool(resp.get("ok")),
+        "zero order requests > 100 ms after": after.size == 0,
+        "zero working orders after 2 s (venue, sender, risk)": venue_open_after == 0 and sender.get("open", 0) == 0
+                                                               and risk.get("open", 0) == 0,
+        "risk HALTED": risk.get("state") == "HALTED",
+    }
+    ok = all(checks.values())
+    return Row(scenario="kill_switch",
+               injected=f"kill-switch command after {load_s:.0f} s of GTC orders (FlowInjector) ({sent_rate:.0f} orders/s sent, "
+                        f"{venue_open_before} working at the venue)",
+               did=f"order requests after +100 ms: {after.size}; last order request at "
+                   f"{'none after the command' if last_ms is None else f'+{last_ms:.1f} ms'}; after 2 s venue working {venue_open_after}, sender open "
+                   f"{sender.get('open')}, risk open {risk.get('open')}, risk {risk.get('state')}",
+               figure=f"{after.size} orders after 100 ms, {venue_open_after} working after 2 s",
+               passed=ok, details={"checks": checks, "ack_ms": (t_ack - t_ks) / 1e6, "samples": samples[-5:],
+                                   "venue": {k: venue.get(k) for k in ("orders_placed", "cancels", "fills")}})
+
+
+# ============================================================================================ 5. secrets & permissions
+def _socket_inodes(pid: int) -> set[int]:
+    out = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    out.add(int(link[8:-1]))
+    return out
+
+
+def listening_sockets(pids) -> list[tuple[int, str, int]]:
+    """(pid, local address, port) of every TCP LISTEN socket owned by ``pids`` (/proc/net/tcp, tcp6)."""
+    owner = {}
+    for pid in pids:
+        for ino in _socket_inodes(pid):
+            owner[ino] = pid
+    out = []
+    for name in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+                f = line.split()
+                if f[3] != "0A" or int(f[9]) not in owner:
+                    continue
+                hexaddr, hexport = f[1].split(":")
+                raw = bytes.fromhex(hexaddr)
+                if name == "tcp":
+                    addr = ".".join(str(b) for b in raw[::-1])
+                else:
+                    words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                    addr = str(ipaddress.IPv6Address(b"".join(words)))
+                out.append((owner[int(f[9])], addr, int(hexport, 16)))
+    return out
+
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def key_material_hits(needles: dict[str, bytes], files, texts=()) -> tuple[list[str], int]:
+    """Where any of ``needles`` (name -> bytes) occurs: ``"<name> in <file>"`` / ``"<name> in text <i>"``
+    for each hit in the files (unreadable ones skipped) and the texts; and how many files were read."""
+    hits, read = [], 0
+    for q in files:
+        try:
+            data = Path(q).read_bytes()
+        except OSError:
+            continue
+        read += 1
+        hits += [f"{k} in {q}" for k, v in needles.items() if v in data]
+    for i, t in enumerate(texts):
+        hits += [f"{k} in text {i}" for k, v in needles.items() if v in t]
+    return hits, read
+
+
+def secrets_and_permissions(ChaosPipeline, quick: bool) -> Row:
+    from pipeline.bitget.signing import load_credentials
+
+    creds = load_credentials(KEY)
+    needles = {"api_key": creds.api_key, "secret": creds.secret, "passphrase": creds.passphrase}
+    needles = {k: v.encode() for k, v in needles.items() if v}
+    run_s = 2.0 if quick else 10.0
+    bad_modes, listens = [], []
+    with ChaosPipeline(rate=1000, llm=True, text_hook=order_flow, name="secrets") as p:
+        time.sleep(run_s)
+        cfg = p.cfg
+        prefix = cfg.supervisor.shm_prefix
+        shm = [e for e in Path("/dev/shm").iterdir() if prefix in e.name]
+        for e in shm:
+            mode = stat.S_IMODE(e.stat().st_mode)
+            if mode != 0o600:
+                bad_modes.append(f"{e} {mode:o}")
+        socks = [q for q in Path(cfg.supervisor.run_dir).rglob("*") if q.is_socket()]
+        for q in socks:
+            mode = stat.S_IMODE(q.stat().st_mode)
+            if mode != 0o600:
+                bad_modes.append(f"{q} {mode:o}")
+        st = p.status()
+        pids = [st["supervisor_pid"]] + [x["pid"] for x in st["processes"] if x["pid"]]
+        listens = listening_sockets(pids)
+        texts = [orjson.dumps(st)]
+        r = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(p.cfg_path), "status"], cwd=REPO,
+                           capture_output=True, timeout=60)
+        texts += [r.stdout, r.stderr]
+        sent = p.stage("sender").get("sent", 0)
+        # stop here, so the logs are complete, then scan the whole run folder before it is removed
+        subprocess.run([sys.executable, "-m", "pipeline", "--config", str(p.cfg_path), "down"], cwd=REPO,
+                       capture_output=True, timeout=60)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.up_proc.wait(timeout=30)
+        files = [q for q in p.tmp.rglob("*") if q.is_file()]
+        results = REPO / "bench" / "results"
+        files += [q for q in results.rglob("*") if q.is_file()] if results.exists() else []
+        found, scanned = key_material_hits(needles, files, texts)
+    not_local = [x for x in listens if x[1] not in LOOPBACK]
+    checks = {
+        "orders were signed and sent": sent > 0,
+        "no key material anywhere": not found,
+        "every shm entry and socket file 0600": not bad_modes and len(shm) > 0 and len(socks) > 0,
+        "nothing listens beyond 127.0.0.1": not not_local and len(listens) > 0,
+    }
+    ok = all(checks.values())
+    return Row(scenario="secrets_and_permissions",
+               injected=f"a {run_s:.0f} s run with signed orders ({sent} sent); scan for the paper key's api key, "
+                        f"secret, passphrase",
+               did=f"scanned {scanned} files + status text/JSON: {len(found)} hits{(' ' + str(found[:5])) if found else ''}; "
+                   f"{len(shm)} shm entries + {len(socks)} socket files, {len(bad_modes)} not 0600"
+                   f"{(' ' + str(bad_modes[:5])) if bad_modes else ''}; {len(listens)} LISTEN sockets, "
+                   f"{len(not_local)} beyond loopback{(' ' + str(not_local)) if not_local else ''}",
+               figure=f"{len(found)} key hits, {len(bad_modes)} bad modes, {len(not_local)} non-local listeners",
+               passed=ok, details={"checks": checks, "listens": listens, "shm": [e.name for e in shm]})
+
+
+SCENARIOS = [
+    ("malformed_frames", malformed_frames),
+    ("llm_faults", llm_faults),
+    ("risk_limits", risk_limits),
+    ("kill_switch", kill_switch),
+    ("secrets_and_permissions", secrets_and_permissions),
+]
