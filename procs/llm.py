@@ -19,6 +19,9 @@
   ``feature_seq``, ``issued_ns`` = the clock at emission, ``instruction_id`` = 1, 2, ...) written with
   the signal's ts_origin_ns; the output is never waited on (full: ``instr_drops``). Anything else is
   counted as ``rej_<reason>`` (``pipeline.llm.schema.REASONS``) and nothing is written.
+- a generation still running ``hang_grace_ms`` past its deadline (a call that yields no token never
+  reaches the per-token deadline check) is hung: counted (``hung``) as a late failure for the breaker
+  at once, and aborted; its answer, if it ever comes, is dropped (``rej_hung``);
 - breaker state changes are log events (``llm_breaker``: warning when it opens, info otherwise).
 
 Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
@@ -81,6 +84,9 @@ class LlmAgent(Agent):
             ctx.log.warning("llm_nice_not_set", nice=p.nice, error=self.worker.nice_error)
         self.breaker = CircuitBreaker(p.breaker, ctx.clock)
         self.deadline_ns = p.deadline_ms * 1_000_000
+        self.hang_grace_ns = p.hang_grace_ms * 1_000_000
+        self.inflight: Job | None = None  # the job the worker runs
+        self.hung = False
         self.min_gap_ns = p.min_gap_ms * 1_000_000
         self.next_start_ns = 0
         self.pending: tuple[np.void, int] | None = None
@@ -143,6 +149,9 @@ class LlmAgent(Agent):
         if res is not None:
             self._finish(*res)
             work += 1
+        elif self.inflight is not None and not self.hung and self.worker.busy \
+                and self.ctx.clock() > self.inflight.deadline_ns + self.hang_grace_ns:
+            self._hung()
         self._note(self.breaker.poll())
         if self.pending is not None and not self.worker.busy and self.ctx.clock() >= self.next_start_ns:
             sig, ts = self.pending
@@ -153,13 +162,29 @@ class LlmAgent(Agent):
                 job = Job(sig=sig, ts_origin_ns=ts, position_lots=self.position_lots(int(sig["instrument_id"])),
                           deadline_ns=now + self.deadline_ns, submitted_ns=now)
                 self.worker.submit(job)
+                self.inflight, self.hung = job, False
                 self.stats["generations"] += 1
             else:
                 self.stats["breaker_drops"] += 1
             work += 1
         return work
 
+    def _hung(self) -> None:
+        """The generation in flight is far past its deadline without returning: a late failure for
+        the breaker now (so a stuck model opens it), and an abort request to the worker."""
+        self.hung = True
+        self.stats["hung"] = self.stats.get("hung", 0) + 1
+        self.worker.abort.set()
+        self.ctx.log.warning("llm_generation_hung", feature_seq=int(self.inflight.sig["feature_seq"]),
+                             past_deadline_ms=round((self.ctx.clock() - self.inflight.deadline_ns) / 1e6, 1))
+        self._note(self.breaker.record(success=False, on_time=False, anomaly=False))
+
     def _finish(self, job: Job, out) -> None:
+        self.inflight = None
+        if self.hung:  # already counted against the breaker when it hung; its late answer is dropped
+            self.hung = False
+            self._bump("rej_hung")
+            return
         st = self.stats
         st["prompt_tok"] += out.prompt_tokens
         st["prompt_eval"] += out.prompt_evaluated

@@ -60,6 +60,9 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # scheduling niceness of the generation thread: the slow path yields the CPU to the fast path's
     # processes on a shared core (0 = as the process)
     nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = 10
+    # a generation still running this long past its deadline is hung (a call that yields no token, so
+    # the per-token deadline check never runs): counted as a late failure for the breaker and aborted
+    hang_grace_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = 1000
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=5.0)] = 0.0
     top_k: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 40
     top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.95
@@ -331,6 +334,7 @@ class GenerationWorker:
         with self._cv:
             if self._busy or self._stop:
                 return False
+            self.abort.clear()  # an abort of the previous job must not end this one
             self._busy = True
             self._job = job
             self._cv.notify()

@@ -295,3 +295,49 @@ def test_the_generation_thread_runs_nicer_than_the_process():
         assert os.getpriority(os.PRIO_PROCESS, agent.worker.native_id) == os.getpriority(os.PRIO_PROCESS, 0) + 7
     finally:
         agent.on_close()
+
+
+class _StuckHub:
+    """A model call that yields no token until it is aborted (the per-token deadline never runs)."""
+
+    model_name, stand_in, sys_tokens, gpu_mib = "stuck.gguf", False, [], 0
+
+    def __init__(self, *_):
+        import threading
+
+        self.entered = threading.Event()
+
+    def decide(self, sig, position_lots, *, deadline_ns, abort):
+        from pipeline.llm.hub import Outcome
+
+        self.entered.set()
+        abort.wait(30)
+        return Outcome(reason="aborted", finish="aborted")
+
+    def close(self):
+        pass
+
+
+def test_a_generation_stuck_past_its_deadline_counts_against_the_breaker_and_is_aborted(monkeypatch):
+    now = [1_000_000_000]
+    hubs = []
+
+    def factory(p, instruments, clock):
+        hubs.append(_StuckHub())
+        return hubs[0]
+
+    monkeypatch.setattr(LlmAgent, "hub_factory", staticmethod(factory))
+    agent, ctx = start({**LIMITS, "deadline_ms": 100, "hang_grace_ms": 500}, clock=lambda: now[0])
+    ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(1), 1))
+    agent.do_work()
+    assert hubs[0].entered.wait(5) and agent.worker.busy
+    now[0] += 599_000_000  # 499 ms past the deadline: still only late
+    agent.do_work()
+    assert ctx.stats.get("hung", 0) == 0
+    now[0] += 2_000_000
+    agent.do_work()
+    assert ctx.stats["hung"] == 1 and ctx.log.named("llm_generation_hung")
+    assert agent.worker.wait(5.0), "the abort ended the stuck call"
+    agent.do_work()
+    assert ctx.stats["rej_hung"] == 1 and ctx.stats["instructions"] == 0 and not instructions(ctx.outputs["instr"])
+    agent.on_close()
