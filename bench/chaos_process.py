@@ -90,12 +90,23 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _with_process_lines(text: str, name: str, lines: str) -> str:
-    """The config text with ``lines`` added to process ``name``'s table (after its ``module`` line)."""
-    pat = re.compile(r'(\[\[processes\]\]\nname = "' + re.escape(name) + r'"\nmodule = "[^"]+"\n)')
-    new, n = pat.subn(lambda m: m.group(1) + lines.rstrip("\n") + "\n", text)
-    if n != 1:
+    """The config text with ``lines`` (``key = value``) set in process ``name``'s table: a key the
+    table already has is replaced, a new one goes after its ``module`` line."""
+    pat = re.compile(r'\[\[processes\]\]\nname = "' + re.escape(name) + r'"\nmodule = "[^"]+"\n(?:(?!\[\[)[^\n]*\n)*')
+    matches = list(pat.finditer(text))
+    if len(matches) != 1:
         raise ValueError(f"process {name!r} not found once in the config text")
-    return new
+    m = matches[0]
+    block = m.group(0)
+    for line in lines.strip().splitlines():
+        key = line.split("=", 1)[0].strip()
+        kp = re.compile(r"^" + re.escape(key) + r" = [^\n]*$", re.M)
+        if kp.search(block):
+            block = kp.sub(line.strip(), block, count=1)
+        else:
+            head = re.match(r'\[\[processes\]\]\nname = "[^"]+"\nmodule = "[^"]+"\n', block).group(0)
+            block = head + line.strip() + "\n" + block[len(head):]
+    return text[: m.start()] + block + text[m.end():]
 
 
 def _with_ring_capacity(text: str, ring: str, capacity: int) -> str:
