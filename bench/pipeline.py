@@ -157,6 +157,7 @@ def config_text(sc: Scenario, tmp: Path, prefix: str) -> str:
     step_ms, speed = venue_pacing(sc.rate, sc.instruments)
     venue = {"port": 0, "seed": 1, "step_ms": step_ms, "speed": speed, "port_file": str(run / "venue.port"),
              "rest_port_file": str(run / "venue.rest.port"), "key_file": str(KEY), "rate_limit_per_s": 10_000.0,
+             "max_away_ticks": 1_000_000,  # "valid against the book" = not crossing it (the bench quotes deep)
              **sc.faults}
     venue_params = ", ".join(f"{k} = {_toml_value(v)}" for k, v in venue.items())
     md_cap = 16384
