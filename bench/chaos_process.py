@@ -521,7 +521,6 @@ def venue_outage(P, quick: bool) -> Row:
             resync_s = float("inf")
         time.sleep(0.5)
         feed_end = p.stage("feed")
-        pids1 = p.pids()
         moved = {x["name"]: x["last_error"] or "?" for x in p.status()["processes"] if x["pid"] != pids0[x["name"]]}
     during = {k: s1[k] - s0[k] for k in s0}
     silent = during["books"] == 0 and during["signals"] == 0 and during["approved"] == 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -197,11 +196,7 @@ def bench_end_to_end(model: Path, seconds: float) -> dict:
         cfg = t / "bench.toml"
         cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid()}", run=t / "run", logs=t / "logs", model=model, sink=sink))
         warm = 1.0
-        proc = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "up", "--run-for",
-                               str(seconds + warm + 2.0), "--status-every", "0"], cwd=REPO, capture_output=True,
-                              text=True, timeout=seconds + 90)
-        subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "down"], cwd=REPO,
-                       capture_output=True, timeout=30)
+        proc = report.run_pipeline_for(cfg, seconds + warm + 2.0)
         lat = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)
         if proc.returncode != 0 or lat.size == 0:
             raise RuntimeError(f"end-to-end run failed (rc {proc.returncode}, {lat.size} signals): "

@@ -55,7 +55,7 @@ import numpy as np
 
 from bench import report
 from pipeline.agent import (LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, MARK_ORDER_SENT, MARK_VENUE_ACK,
-                            LatencyTap, mark_code)
+                            mark_code)
 from pipeline.config import load_config
 from pipeline.control import request
 from pipeline.errors import ControlError

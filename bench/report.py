@@ -1,5 +1,5 @@
-"""What every single-process bench (feed, fast) shares: where results go, the machine line, the
-percentile summary, and writing results.json + report.md (the table also printed)."""
+"""What the benches share: where results go, the machine line, the percentile summary, writing
+results.json + report.md (the table also printed), and running a pipeline config for a while."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def start(name: str, out: Path | None) -> tuple[Path, dict]:
@@ -42,3 +45,15 @@ def write(out_dir: Path, results: dict, md: list[str]) -> None:
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     print(f"\nwritten to {out_dir}")
+
+
+def run_pipeline_for(cfg: Path, seconds: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m pipeline up --run-for seconds`` on ``cfg`` (output captured), then ``down`` whatever
+    happened, so no process or segment outlives the bench."""
+    try:
+        return subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "up", "--run-for", str(seconds),
+                               "--status-every", "0"], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=seconds + 120)
+    finally:
+        subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "down"], cwd=REPO, capture_output=True,
+                       timeout=60)

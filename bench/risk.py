@@ -234,7 +234,6 @@ lot_size = 0.0001
 def bench_emergency(seconds: float, rate: float = 50.0) -> dict:
     """(b): EMERGENCY SIGNAL written -> cancel-all request sent, through venue, risk and sender processes."""
     import os
-    import subprocess
     import tempfile
 
     from pipeline.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, mark_code
@@ -248,11 +247,7 @@ def bench_emergency(seconds: float, rate: float = 50.0) -> dict:
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
                                                key=repo / "secrets" / "paper.json", rate=rate))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
-        proc = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "up", "--run-for",
-                               str(seconds + 4.0), "--status-every", "0"], cwd=repo, env=env, capture_output=True,
-                              text=True, timeout=seconds + 120)
-        subprocess.run([sys.executable, "-m", "pipeline", "--config", str(cfg), "down"], cwd=repo, capture_output=True,
-                       timeout=60)
+        proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"
         if proc.returncode != 0 or not f.exists():
             raise RuntimeError(f"emergency run failed (rc {proc.returncode}): {proc.stdout[-1500:]} {proc.stderr[-1500:]}")

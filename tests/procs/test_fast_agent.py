@@ -4,7 +4,6 @@ under the supervisor (FEATURES -> fast -> sig_risk / sig_llm), including a model
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest

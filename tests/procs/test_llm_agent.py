@@ -13,7 +13,7 @@ import pytest
 from pipeline.agent import Agent, AgentContext
 from pipeline.config import ProcessConfig, parse_config
 from pipeline.llm.prompt import example_signal
-from pipeline.messages import INSTRUCTION_DTYPE, SIGNAL_CTX_DTYPE, Action, Kind
+from pipeline.messages import INSTRUCTION_DTYPE, Action, Kind
 from procs.llm import LlmAgent
 from tests.pipeline._support import BACK_OFF, process, ring, wait_until
 from tests.pipeline.llm.support import tiny_model
