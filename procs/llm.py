@@ -7,8 +7,9 @@
 - every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a SIGNAL_CTX that is malformed (wrong
   kind or size) or names an unconfigured instrument is counted (``rejected`` / ``unknown_kind`` /
   ``unknown_instrument``) and dropped;
-- at most one generation is in flight, on a thread with niceness ``nice`` (10: the fast path's
-  processes win a shared core), and starts are at least ``min_gap_ms`` apart; the newest waiting
+- at most one generation is in flight, on a thread scheduled SCHED_IDLE (``sched_idle``) with
+  niceness ``nice`` (10), so the fast path's processes win a shared core, and starts are at least
+  ``min_gap_ms`` apart; the newest waiting
   signal replaces an older one (``conflated``);
 - when the worker is free and the circuit breaker (``pipeline.llm.breaker``) allows, the waiting signal
   is submitted with a deadline ``deadline_ms`` from now and the instrument's position read from the risk
@@ -79,7 +80,7 @@ class LlmAgent(Agent):
         self.instruments = {i.id: i for i in ctx.config.instruments}
         factory = type(self).hub_factory
         self.hub = factory(p, self.instruments, ctx.clock) if factory else LlmHub(p, self.instruments, clock=ctx.clock)
-        self.worker = GenerationWorker(self.hub, nice=p.nice)
+        self.worker = GenerationWorker(self.hub, nice=p.nice, sched_idle=p.sched_idle)
         if self.worker.nice_error:
             ctx.log.warning("llm_nice_not_set", nice=p.nice, error=self.worker.nice_error)
         self.breaker = CircuitBreaker(p.breaker, ctx.clock)

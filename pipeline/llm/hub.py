@@ -60,6 +60,9 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # scheduling niceness of the generation thread: the slow path yields the CPU to the fast path's
     # processes on a shared core (0 = as the process)
     nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = 10
+    # run the generation thread under SCHED_IDLE: it gets a core only when nothing else wants it, and
+    # any woken fast-path process preempts it at once (nice alone still shares the core by weight)
+    sched_idle: bool = True
     # a generation still running this long past its deadline is hung (a call that yields no token, so
     # the per-token deadline check never runs): counted as a late failure for the breaker and aborted
     hang_grace_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = 1000
@@ -304,9 +307,10 @@ class GenerationWorker:
     ``(job, outcome)`` once, ``close`` aborts the current generation and joins the thread.
     """
 
-    def __init__(self, hub: LlmHub, *, name: str = "llm-generate", nice: int = 0):
+    def __init__(self, hub: LlmHub, *, name: str = "llm-generate", nice: int = 0, sched_idle: bool = False):
         self.hub = hub
         self.nice = nice
+        self.sched_idle = sched_idle
         #: why the niceness could not be set ("" when it was, or when none was asked for)
         self.nice_error = ""
         self._nice_set = threading.Event()
@@ -353,9 +357,15 @@ class GenerationWorker:
             return self._cv.wait_for(lambda: self._result is not None, timeout_s)
 
     def _run(self) -> None:
+        tid = threading.get_native_id()
         if self.nice:
             try:  # Linux: a thread's own nice value (setpriority on its tid)
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+                os.setpriority(os.PRIO_PROCESS, tid, self.nice)
+            except OSError as exc:
+                self.nice_error = f"{type(exc).__name__}: {exc}"
+        if self.sched_idle and hasattr(os, "SCHED_IDLE"):
+            try:  # Linux: sched_setscheduler on a tid applies to that thread only
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             except OSError as exc:
                 self.nice_error = f"{type(exc).__name__}: {exc}"
         self._nice_set.set()

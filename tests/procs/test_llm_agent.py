@@ -293,6 +293,7 @@ def test_the_generation_thread_runs_nicer_than_the_process():
     try:
         assert agent.worker.nice_error == ""
         assert os.getpriority(os.PRIO_PROCESS, agent.worker.native_id) == os.getpriority(os.PRIO_PROCESS, 0) + 7
+        assert os.sched_getscheduler(agent.worker.native_id) == os.SCHED_IDLE, "the default: sched_idle = true"
     finally:
         agent.on_close()
 
