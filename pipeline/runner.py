@@ -10,7 +10,11 @@ named by ``module`` in the config, then runs the duty cycle::
         n = agent.do_work()            # errors: logged, counted, last_error set; too many in a row: exit 70
         every heartbeat_interval_ms:   heartbeat in the process table and in every ring end it holds,
                                        counters and latency percentiles published
-        if n == 0: idle                # busy-spin | back-off | blocking (park on the input ring)
+        if n == 0: idle                # busy-spin | back-off | blocking: the agent's wait_for_work if it
+                                       # has one, else park on the input ring, or on the doorbell of
+                                       # several input rings (ringbuf.ring.wait_any)
+
+With ``SHMPIPE_LATENCY_DIR`` set, the context gets a ``LatencyTap`` dumped there on close (the bench).
 
 SIGTERM or SIGINT: finish the current batch, commit input cursors, ``on_close``, exit 0. A write
 waiting for room in a full ``backpressure`` ring keeps the heartbeat going and gives up on SIGTERM
