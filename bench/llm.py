@@ -1,16 +1,17 @@
 """LLM hub bench: decision latency (p50/p99), prompt tokens evaluated per call with and without prefix
 reuse, generated tokens per instruction. ``python -m bench.llm [--model PATH] [--n 100] [--n-gpu-layers 0]
-[--chat-format plain|chatml]``; the default model is the generated stand-in (written when missing)."""
+[--chat-format plain|chatml] [--out DIR]``; the default model is the generated stand-in (written when
+missing). Writes ``bench/results/<UTC>-llm/results.json`` and ``report.md`` (or ``--out``)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench import report
 from pipeline.llm.hub import LlmHub, LlmParams
 from pipeline.llm.prompt import example_signal
 from pipeline.llm.tinymodel import write_tiny_gguf
@@ -49,12 +50,22 @@ def main(argv=None) -> int:
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--chat-format", default="plain", choices=["plain", "chatml"])
+    ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     if not Path(a.model).exists() and a.model.endswith("tiny.gguf"):
         write_tiny_gguf(a.model)
-    for reuse in (True, False):
-        print(json.dumps(run(a.model, a.n, reuse, n_gpu_layers=a.n_gpu_layers, n_ctx=a.n_ctx,
-                             chat_format=a.chat_format)))
+    out_dir, machine = report.start("llm", a.out)
+    runs = [run(a.model, a.n, reuse, n_gpu_layers=a.n_gpu_layers, n_ctx=a.n_ctx, chat_format=a.chat_format)
+            for reuse in (True, False)]
+    md = [f"# LLM hub benchmark {machine['date']}", "", report.machine_line(machine),
+          f"Model {runs[0]['model']}, n_gpu_layers {a.n_gpu_layers}, {a.n} decisions per row (one hub, one thread); "
+          f"system part {runs[0]['system_tokens']} tokens.", "",
+          "| prefix reuse | prompt tokens per call | evaluated per call | generated per decision | p50 ms | p99 ms | "
+          "valid answers |", "|---|---|---|---|---|---|---|"]
+    md += [f"| {'yes' if r['reuse_prefix'] else 'no'} | {r['prompt_tokens_per_call']:.0f} | "
+           f"{r['prompt_evaluated_per_call']:.0f} | {r['gen_tokens_per_instruction']:.0f} | {r['latency_ms_p50']:.1f} | "
+           f"{r['latency_ms_p99']:.1f} | {r['valid']} of {r['n']} |" for r in runs]
+    report.write(out_dir, {"machine": machine, "runs": runs}, md)
     return 0
 
 
