@@ -155,7 +155,12 @@ class RiskAgent(Agent):
             self.buf += line
             self.buf += b"\n"
             if ev.cmd:
-                self._flush()  # the decision is on record before the order leaves
+                # the decision is on record before the order leaves; a new order whose record could not
+                # be written does not leave (cancels always do: they only reduce risk)
+                if not self._flush() and isinstance(ev, OrderApproved):
+                    st["audit_blocked"] = st.get("audit_blocked", 0) + 1
+                    gw.forget_order(ev.instrument_id, ev.order_id)
+                    continue
                 if ctx.emit(self.out, Kind.ORDER, encode_order(ev), self._ts):
                     ctx.mark(mark_code(MARK_DECIDED, getattr(ev, "origin", 0)), self._ts)
                 else:
@@ -202,14 +207,19 @@ class RiskAgent(Agent):
                 ctx.log.warning("risk_sync_started", solicited=ev.solicited)
         st["open"] = gw.open_count
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
+        """Write the buffered audit lines; False (counted, logged) when the write failed."""
         if self.buf:
             data, self.buf = bytes(self.buf), bytearray()
             try:
-                os.write(self.audit_fd, data)
+                n = os.write(self.audit_fd, data)
+                while n < len(data):
+                    n += os.write(self.audit_fd, data[n:])
             except OSError as exc:
                 self.stats["audit_errors"] = self.stats.get("audit_errors", 0) + 1
                 self.ctx.log.error("risk_audit_write_failed", error=exc.strerror, bytes=len(data))
+                return False
+        return True
 
     def on_close(self) -> None:
         fd = getattr(self, "audit_fd", None)

@@ -178,6 +178,25 @@ def test_an_order_the_port_refuses_is_counted_and_no_longer_open(tmp_path):
     assert ctx.stats["order_drops"] == 1 and ctx.stats["open"] == 0 and ctx.log.named("risk_order_dropped")
 
 
+def test_a_new_order_whose_audit_record_cannot_be_written_is_not_sent_but_cancels_are(tmp_path):
+    clock = Clock()
+    t = clock()
+    agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
+                      signals=[(Kind.SIGNAL, sig(1), t)], instrs=[(Kind.INSTRUCTION, instr(t, target=2), t)],
+                      clock=clock)
+    os.close(agent.audit_fd)
+    agent.audit_fd = os.open(os.devnull, os.O_RDONLY)  # every write now fails (EBADF)
+    drain(agent)
+    assert [int(o["cmd"]) for o in orders(ctx.outputs["orders"])] == [OrderCmd.SYNC]
+    st = ctx.stats
+    assert st["audit_blocked"] == 1 and st["audit_errors"] >= 1 and st["open"] == 0
+    assert ctx.log.named("risk_audit_write_failed")
+    ctx.inputs["sig_risk"].msgs.append((Kind.SIGNAL, sig(2, label=Label.EMERGENCY), t))
+    drain(agent)
+    assert [int(o["cmd"]) for o in orders(ctx.outputs["orders"])][-1] == OrderCmd.CANCEL_ALL, "cancels still leave"
+    agent.on_close()
+
+
 def test_bad_limits_fail_the_start_naming_the_field(tmp_path):
     with pytest.raises(ConfigError, match="max_open_ordrs"):
         make(tmp_path, params={"limits": {"max_open_ordrs": 3}})
