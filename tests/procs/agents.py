@@ -11,6 +11,37 @@ from pipeline.agent import Agent
 from pipeline.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
 
 
+class PayloadSink(Agent):
+    """Appends ``kind ts_origin_ns payload-hex`` per message of its one input to ``params.out``
+    (read back with ``read_payloads``)."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.inp = next(iter(ctx.inputs.values()))
+        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _on(self, seq, ts, kind, payload):
+        os.write(self.fd, f"{int(kind)} {ts} {bytes(payload).hex()}\n".encode())
+
+    def do_work(self) -> int:
+        n = self.inp.poll(self._on, self.ctx.batch)
+        self.ctx.received(n)
+        return n
+
+    def on_close(self):
+        os.close(self.fd)
+
+
+def read_payloads(path, dtype) -> list[tuple[int, int, np.void]]:
+    """``(kind, ts_origin_ns, record)`` per line a ``PayloadSink`` wrote (none while the file is absent);
+    the record is the payload's first ``dtype`` item."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = [ln.split() for ln in f.read().splitlines()]
+    return [(int(k), int(ts), np.frombuffer(bytes.fromhex(h), dtype, 1)[0]) for k, ts, h in rows]
+
+
 class BookCounter(Agent):
     """Reads the md ring; appends one line per message to ``params.out``:
     ``BOOK iid seq n_bids n_asks best_bid best_ask ts_origin_ns read_ns`` or

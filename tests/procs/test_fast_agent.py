@@ -3,7 +3,6 @@ under the supervisor (FEATURES -> fast -> sig_risk / sig_llm), including a model
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_
                                Kind, Label)
 from pipeline.model import Model, to_onnx
 from procs.fast import FastAgent
+from tests.procs.agents import read_payloads
 from tests.pipeline._support import BACK_OFF, process, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 from tests.procs.test_features_agent import ListInput
@@ -169,27 +169,6 @@ class FeaturesSource(Agent):
         return n
 
 
-class SignalSink(Agent):
-    """Appends ``SIGNAL iid feature_seq label ts_origin_ns`` per message of its one input to ``params.out``."""
-
-    def on_start(self, ctx):
-        self.ctx = ctx
-        self.inp = next(iter(ctx.inputs.values()))
-        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-
-    def _on(self, seq, ts, kind, payload):
-        s = np.frombuffer(payload, SIGNAL_DTYPE, 1)[0]
-        os.write(self.fd, f"SIGNAL {s['instrument_id']} {s['feature_seq']} {s['label']} {ts}\n".encode())
-
-    def do_work(self) -> int:
-        n = self.inp.poll(self._on, self.ctx.batch)
-        self.ctx.received(n)
-        return n
-
-    def on_close(self):
-        os.close(self.fd)
-
-
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
 def test_restart_fast_with_a_new_model_path_swaps_the_model_and_keeps_the_others_running(pipe):
@@ -205,15 +184,14 @@ def test_restart_fast_with_a_new_model_path_swaps_the_model_and_keeps_the_others
                 + process("src", f"{me}:FeaturesSource", outputs=["feat"], extra=BACK_OFF, params="rate_per_s = 200")
                 + process("fast", "procs.fast:FastAgent", inputs=["feat"], outputs=["sig_risk", "sig_llm"],
                           extra=BACK_OFF, params=f'model_path = "{model}", providers = "cpu", warmup_runs = 5')
-                + process("risk", f"{me}:SignalSink", inputs=["sig_risk"], extra='wait = "blocking"\n',
+                + process("risk", "tests.procs.agents:PayloadSink", inputs=["sig_risk"], extra='wait = "blocking"\n',
                           params=f'out = "{risk_out}"')
-                + process("llm", f"{me}:SignalSink", inputs=["sig_llm"], extra='wait = "blocking"\n',
+                + process("llm", "tests.procs.agents:PayloadSink", inputs=["sig_llm"], extra='wait = "blocking"\n',
                           params=f'out = "{llm_out}"')
                 + INSTRUMENTS)
 
     def labels(path):
-        text = path.read_text() if path.exists() else ""
-        return [int(ln.split()[3]) for ln in text.splitlines()]
+        return [int(s["label"]) for _, _, s in read_payloads(path, SIGNAL_DTYPE)]
 
     path = pipe.write_config(body(a))
     pipe.up()

@@ -4,7 +4,6 @@ the supervisor (SIGNAL_CTX -> llm -> INSTRUCTION)."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import numpy as np
@@ -16,6 +15,7 @@ from pipeline.llm.prompt import example_signal
 from pipeline.messages import INSTRUCTION_DTYPE, Action, Kind
 from procs.llm import LlmAgent
 from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from tests.procs.agents import read_payloads
 from tests.pipeline.llm.support import tiny_model
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 
@@ -211,26 +211,6 @@ class SignalCtxSource(Agent):
         return 1
 
 
-class InstructionSink(Agent):
-    """Appends the hex of every INSTRUCTION payload of its one input to ``params.out``."""
-
-    def on_start(self, ctx):
-        self.ctx = ctx
-        self.inp = next(iter(ctx.inputs.values()))
-        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-
-    def _on(self, seq, ts, kind, payload):
-        os.write(self.fd, f"{int(kind)} {bytes(payload).hex()}\n".encode())
-
-    def do_work(self) -> int:
-        n = self.inp.poll(self._on, self.ctx.batch)
-        self.ctx.received(n)
-        return n
-
-    def on_close(self):
-        os.close(self.fd)
-
-
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
 def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
@@ -243,22 +223,17 @@ def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
             + process("llm", "procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"], extra=BACK_OFF,
                       params=f'model_path = "{tiny_model()}", n_ctx = 2048, max_position_lots = 10, '
                              f'max_offset_ticks = 20, min_ttl_ms = 100, max_ttl_ms = 10000')
-            + process("risk", f"{me}:InstructionSink", inputs=["instr"], extra='wait = "blocking"\n',
+            + process("risk", "tests.procs.agents:PayloadSink", inputs=["instr"], extra='wait = "blocking"\n',
                       params=f'out = "{out}"')
             + INSTRUMENTS)
     pipe.write_config(body)
     pipe.up()
 
-    def lines():
-        return out.read_text().splitlines() if out.exists() else []
-
-    wait_until(lambda: len(lines()) >= 5, 40, 0.05, "5 INSTRUCTIONs")
+    wait_until(lambda: len(read_payloads(out, INSTRUCTION_DTYPE)) >= 5, 40, 0.05, "5 INSTRUCTIONs")
     sent = {seq: 1 + seq % 2 for seq in range(1, 31)}
     recs = []
-    for ln in lines():
-        kind, hexed = ln.split()
-        assert int(kind) == Kind.INSTRUCTION
-        r = np.frombuffer(bytes.fromhex(hexed), INSTRUCTION_DTYPE, 1)[0]
+    for kind, _, r in read_payloads(out, INSTRUCTION_DTYPE):
+        assert kind == Kind.INSTRUCTION
         check_instruction(r, sent)
         recs.append(r)
     ids = [int(r["instruction_id"]) for r in recs]

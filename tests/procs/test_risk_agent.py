@@ -18,6 +18,7 @@ from pipeline.messages import (EXEC_DTYPE, INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNA
 from procs.risk import RiskAgent
 from tests.pipeline._support import BACK_OFF, process, read_log, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
+from tests.procs.agents import read_payloads
 from tests.procs.test_features_agent import ListInput
 
 MID = 50_000.0  # BTCUSDT of INSTRUMENTS: tick 0.1, lot 0.0001 -> one lot is 5 of notional
@@ -261,27 +262,6 @@ class RiskFeeder(Agent):
         return n
 
 
-class OrderSink(Agent):
-    """Appends ``CMD instrument_id order_id`` per ORDER of its one input to ``params.out``."""
-
-    def on_start(self, ctx):
-        self.ctx = ctx
-        self.inp = next(iter(ctx.inputs.values()))
-        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-
-    def _on(self, seq, ts, kind, payload):
-        o = np.frombuffer(payload, ORDER_DTYPE, 1)[0]
-        os.write(self.fd, f"{OrderCmd(int(o['cmd'])).name} {o['instrument_id']} {o['order_id']}\n".encode())
-
-    def do_work(self) -> int:
-        n = self.inp.poll(self._on, self.ctx.batch)
-        self.ctx.received(n)
-        return n
-
-    def on_close(self):
-        os.close(self.fd)
-
-
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pipe):
@@ -294,7 +274,7 @@ def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pip
                       params=f'signal_ms = 20, instr_ms = 100, kill_after_ms = 1500, out = "{feeder_out}"')
             + process("risk", "procs.risk:RiskAgent", inputs=["control", "exec", "sig_risk", "instr"],
                       outputs=["orders"], extra=BACK_OFF, params="limits = { min_notional = 0.0 }")
-            + process("sink", f"{me}:OrderSink", inputs=["orders"], extra='wait = "blocking"\n',
+            + process("sink", "tests.procs.agents:PayloadSink", inputs=["orders"], extra='wait = "blocking"\n',
                       params=f'out = "{orders_out}"')
             + INSTRUMENTS)
     pipe.write_config(body)
@@ -303,9 +283,12 @@ def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pip
     def lines(path):
         return path.read_text().splitlines() if path.exists() else []
 
+    def cmds():
+        return [OrderCmd(int(o["cmd"])).name for _, _, o in read_payloads(orders_out, ORDER_DTYPE)]
+
     wait_until(lambda: lines(feeder_out).count("instr_after_kill") >= 5, 20, 0.05, "5 instructions after the kill")
-    wait_until(lambda: sum(1 for ln in lines(orders_out) if ln.startswith("CANCEL_ALL")) >= 2, 10, 0.05, "CANCEL_ALL")
-    got = [ln.split()[0] for ln in lines(orders_out)]
+    wait_until(lambda: cmds().count("CANCEL_ALL") >= 2, 10, 0.05, "CANCEL_ALL")
+    got = cmds()
     assert got[0] == "SYNC"
     first_kill = got.index("CANCEL_ALL")
     assert "NEW" in got[:first_kill]  # it was trading before the kill
