@@ -37,34 +37,11 @@ from pipeline.venue.sources import SyntheticSource
 from pipeline.venue.synthetic import SyntheticMarket, SyntheticParams
 from procs.venue import FAULT_STATS, PUBLISHED_STATS, VALIDITY_STATS, VenueAgent
 from tests.pipeline._support import process, wait_until
-from tests.pipeline.venue._client import SPECS, START_MS, Client, Venues, sub, synthetic
+from tests.pipeline.venue._client import SPECS, START_MS, Client, sub, synthetic
 from tests.pipeline.venue.test_rest import Venue
 from tests.procs.fakes import INSTRUMENTS
 
 D = Decimal
-
-
-@pytest.fixture
-def venues():
-    v = Venues()
-    try:
-        yield v
-    finally:
-        v.stop_all()
-
-
-@pytest.fixture
-def clients():
-    made: list[Client] = []
-
-    def connect(server: VenueServer) -> Client:
-        c = Client(server.url)
-        made.append(c)
-        return c
-
-    yield connect
-    for c in made:
-        c.close()
 
 
 def _diffs(seqs: list[int]) -> list[int]:

@@ -25,29 +25,6 @@ from tests.pipeline.venue._client import CAPTURE_PATH, START_MS, Client, Venues,
 
 
 @pytest.fixture
-def venues():
-    v = Venues()
-    try:
-        yield v
-    finally:
-        v.stop_all()
-
-
-@pytest.fixture
-def clients():
-    made: list[Client] = []
-
-    def connect(server: VenueServer, instruments=None) -> Client:
-        c = Client(server.url, instruments)
-        made.append(c)
-        return c
-
-    yield connect
-    for c in made:
-        c.close()
-
-
-@pytest.fixture
 def capture_path():
     if not CAPTURE_PATH.is_file():
         pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
