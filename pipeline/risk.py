@@ -63,14 +63,14 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from pipeline.errors import ConfigError
-from pipeline.messages import (Action, ControlCmd, ExecType, Label, OrderCmd, OrderOrigin, Side, TimeInForce,
+from pipeline.messages import (ORDER_STRUCT, Action, ControlCmd, ExecType, Label, OrderCmd, OrderOrigin, Side, TimeInForce,
                                order_id_for, unpack_control)
 
 # ---------------------------------------------------------------------------------------------- layouts
 # struct views of the layouts declared in pipeline.messages (pinned against the numpy dtypes by a test)
 SIGNAL_S = struct.Struct("<HBB4xQQdd4f")
 INSTRUCTION_S = struct.Struct("<HBBiqQQIfQ")
-ORDER_S = struct.Struct("<HBBBB2xQddQQ")
+ORDER_S = ORDER_STRUCT
 EXEC_S = struct.Struct("<HBBH2xQdddQQ")
 assert (SIGNAL_S.size, INSTRUCTION_S.size, ORDER_S.size, EXEC_S.size) == (56, 48, 48, 56)
 

@@ -58,10 +58,8 @@ malformed, never_sent, out_drops, open (orders not terminal).
 from __future__ import annotations
 
 import collections
-import http.client
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Literal
@@ -69,6 +67,7 @@ from typing import Literal
 import msgspec
 import numpy as np
 
+from pipeline import http1
 from pipeline.agent import MARK_CANCEL_SENT, MARK_ORDER_SENT, MARK_VENUE_ACK, Agent, mark_code
 from pipeline.bitget import rest
 from pipeline.bitget.rest import Outcome, Result
@@ -76,7 +75,7 @@ from pipeline.bitget.signing import load_credentials
 from pipeline.errors import ConfigError
 from pipeline.journal import (CANCELLED, FILLED, LIVE, NEVER_SENT, PARTIAL, PENDING, REJECTED, UNKNOWN, WORKING,
                               Journal, OrderEntry)
-from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, client_oid,
+from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, client_oid, decode_order,
                                order_id_from_client_oid)
 from pipeline.venue.server import read_port_file
 
@@ -143,54 +142,31 @@ class Lost(Exception):
 
 
 class HttpTransport:
-    """One keep-alive ``http.client.HTTPConnection`` to 127.0.0.1, reopened when it drops.
-
-    ``address()`` gives (host, port) at every (re)connection (the port file may appear late).
-    """
+    """The sender's keep-alive connection to 127.0.0.1 (``pipeline.http1``: the request written in one
+    ``sendall``), reopened when it drops. ``address()`` gives (host, port) at every (re)connection (the
+    port file may appear late)."""
 
     def __init__(self, address, timeout_s: float):
-        self.address = address
-        self.timeout_s = timeout_s
-        self.conn: http.client.HTTPConnection | None = None
-        self.reused = False
+        self.conn = http1.Connection(address, timeout_s)
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        self.conn.close()
 
     def send(self, req: rest.Request) -> None:
         """Send ``req``. Raises NotSent (nothing left) or Lost (it may have left)."""
-        if self.conn is None:
-            try:
-                host, port = self.address()
-                conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
-                conn.connect()
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except (OSError, ValueError) as exc:
-                raise NotSent(type(exc).__name__) from None
-            self.conn, self.reused = conn, False
-        else:
-            self.reused = True
         try:
-            self.conn.request(req.method, req.target, body=req.body.encode() if req.body else None,
-                              headers=req.headers)
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise Lost(type(exc).__name__) from None
+            self.conn.send(req.method, req.target, req.headers, req.body.encode() if req.body else b"")
+        except (http1.ConnectFailed, http1.HeaderError) as exc:
+            raise NotSent(type(exc).__name__ if isinstance(exc, http1.HeaderError) else str(exc)) from None
+        except http1.SendFailed as exc:
+            raise Lost(str(exc)) from None
 
     def receive(self) -> tuple[int, bytes]:
-        """The answer to the last ``send``. Raises Lost."""
+        """The answer to the last ``send``. Raises Lost ("stale": a reused keep-alive the venue had closed)."""
         try:
-            resp = self.conn.getresponse()
-            body = resp.read()
-            if resp.will_close:
-                self.close()
-            return resp.status, body
-        except (OSError, http.client.HTTPException) as exc:
-            stale = self.reused and isinstance(exc, http.client.RemoteDisconnected)
-            self.close()
-            raise Lost("stale" if stale else type(exc).__name__) from None
+            return self.conn.receive()
+        except http1.ReceiveFailed as exc:
+            raise Lost(str(exc)) from None
 
 
 class SenderAgent(Agent):
@@ -244,7 +220,6 @@ class SenderAgent(Agent):
         self.rec_t0 = now
         self.rep = np.zeros(1, EXEC_DTYPE)
         self.rep_bytes = memoryview(self.rep).cast("B")
-        self.ord = np.zeros(1, ORDER_DTYPE)
         self.crash_marker = Path(str(self.journal.path) + ".crashed")
         self.crash_armed = bool(p.crash_after) and os.environ.get(CRASH_ENV) == "1"
         self.stats = ctx.stats
@@ -409,18 +384,18 @@ class SenderAgent(Agent):
             self.stats["malformed"] += 1
             self.ctx.log.warning("sender_bad_message", kind=int(kind), size=len(payload))
             return
-        o = np.frombuffer(payload, ORDER_DTYPE, 1)[0].copy()
+        o = decode_order(payload)
         try:
-            cmd = OrderCmd(int(o["cmd"]))
+            cmd = OrderCmd(o.cmd)
         except ValueError:
             cmd = None
-        iid, oid = int(o["instrument_id"]), int(o["order_id"])
+        iid, oid = o.instrument_id, o.order_id
         if cmd is None or (cmd in (OrderCmd.NEW, OrderCmd.CANCEL) and oid == 0) or (
                 cmd is not OrderCmd.SYNC and iid not in self.instruments and not (cmd is OrderCmd.CANCEL_ALL
                                                                                   and iid == 0)):
             self.stats["malformed"] += 1
             self._report(ts, ExecType.REJECTED, None, reason=ExecReason.MALFORMED, iid=iid, order_id=oid,
-                         side=int(o["side"]))
+                         side=o.side)
             return
         if cmd is OrderCmd.NEW and not self._admit_new(o, ts):
             return
@@ -430,7 +405,7 @@ class SenderAgent(Agent):
 
     def _admit_new(self, o, ts: int) -> bool:
         """Duplicate check, validation and the fsync'd intent; False when answered here."""
-        oid, iid = int(o["order_id"]), int(o["instrument_id"])
+        oid, iid = o.order_id, o.instrument_id
         prev = self.orders.get(oid)
         if prev is not None:
             self.stats["dups"] += 1
@@ -442,17 +417,17 @@ class SenderAgent(Agent):
         inst = self.instruments[iid]
         coid = client_oid(oid)
         try:
-            rest.place_body(inst.symbol, int(o["side"]), int(o["tif"]), float(o["price"]), float(o["size"]), coid,
+            rest.place_body(inst.symbol, o.side, o.tif, o.price, o.size, coid,
                             inst.tick_size, inst.lot_size)
         except ValueError as exc:
             self.stats["malformed"] += 1
             self.ctx.log.warning("sender_bad_order", order_id=oid, error=str(exc))
             self._report(ts, ExecType.REJECTED, None, reason=ExecReason.MALFORMED, iid=iid, order_id=oid,
-                         side=int(o["side"]), price=float(o["price"]), size=float(o["size"]))
+                         side=o.side, price=o.price, size=o.size)
             return False
-        self._jot({"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": int(o["side"]),
-                   "tif": int(o["tif"]), "px": float(o["price"]), "sz": float(o["size"]),
-                   "oseq": int(o["origin_seq"]), "ts_ms": self._wall()})
+        self._jot({"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": o.side,
+                   "tif": o.tif, "px": o.price, "sz": o.size,
+                   "oseq": o.origin_seq, "ts_ms": self._wall()})
         self.origin_ts[oid] = ts
         return True
 
@@ -487,18 +462,18 @@ class SenderAgent(Agent):
             self._state_report(ts)
             return True
         if cmd is OrderCmd.CANCEL:
-            entry = self.orders.get(int(o["order_id"]))
+            entry = self.orders.get(o.order_id)
             if entry is None or entry.terminal:
                 self._report(ts, ExecType.REJECTED, entry, reason=ExecReason.NOT_FOUND, leaves=0.0,
-                             iid=int(o["instrument_id"]), order_id=int(o["order_id"]))
+                             iid=o.instrument_id, order_id=o.order_id)
                 return True
         if not self.bucket.take(now):
             item[4] = self.bucket.ready_at(now)
             self.stats["rl_wait"] += 1
             return False
-        origin = int(o["origin"])
+        origin = o.origin
         if cmd is OrderCmd.NEW:
-            res = self._place(self.orders[int(o["order_id"])], origin, ts)
+            res = self._place(self.orders[o.order_id], origin, ts)
             return self._after(item, res, now, self._place_done)
         cancel_mark = mark_code(MARK_CANCEL_SENT, origin)
         if cmd is OrderCmd.CANCEL:
@@ -507,7 +482,7 @@ class SenderAgent(Agent):
                              sent_mark=cancel_mark, ts=ts)
             return self._after(item, res, now, lambda it, r: self._cancel_done(it, r, entry))
         # CANCEL_ALL: one instrument, or every one (instrument 0); one token per request
-        iids = [int(o["instrument_id"])] if int(o["instrument_id"]) else sorted(self.instruments)
+        iids = [o.instrument_id] if o.instrument_id else sorted(self.instruments)
         done_iids = item[5]
         for k, iid in enumerate(i for i in iids if i not in done_iids):
             if k and not self.bucket.take(now):
@@ -547,7 +522,7 @@ class SenderAgent(Agent):
         return res
 
     def _place_done(self, item, res: Result) -> None:
-        o = self.orders[int(item[1]["order_id"])]
+        o = self.orders[item[1].order_id]
         ts = item[2]
         if res.ok:
             vid = str(res.data.get("orderId", "")) if isinstance(res.data, dict) else ""

@@ -290,6 +290,16 @@ class VenueAgent(Agent):
                 raise VenueError(f"venue server thread ended: {self.thread.error!r}")
         return 0
 
+    def wait_for_work(self, timeout_ns: int) -> bool:
+        """The runner's park: sleep until the next heartbeat or counters are due. The server thread
+        does the venue's work; waking the main thread more often would only take the GIL from it and
+        the CPU from whatever shares this core. SIGTERM ends the stop at the next wake (at most a
+        heartbeat interval later)."""
+        left_ns = min(timeout_ns, max(self._next_stats_ns - self.ctx.clock(), 0))
+        if left_ns > 0:
+            time.sleep(left_ns / 1e9)
+        return False
+
     def on_close(self) -> None:
         thread = getattr(self, "thread", None)
         if thread is None:

@@ -68,6 +68,8 @@ class Credentials:
         for name, value in (("api_key", api_key), ("secret", secret), ("passphrase", passphrase)):
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"credentials: {name} is missing or empty")
+            if not (value.isascii() and value.isprintable()):  # key and passphrase travel in HTTP headers
+                raise ConfigError(f"credentials: {name} must be printable ASCII")
         self.api_key = api_key
         self.secret = secret
         self.passphrase = passphrase

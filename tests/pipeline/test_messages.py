@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 
 from pipeline.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_LEVELS, TRADE_DTYPE, TRADE_SIDE_BUY, TRADE_SIDE_SELL,
                                Kind)
@@ -146,6 +147,20 @@ def test_order_layout_and_golden_bytes():
     assert [(o.name, o.value) for o in OrderOrigin] == [("UNSPECIFIED", 0), ("FAST", 1), ("LLM", 2), ("RISK", 3)]
     assert raw[:8] == bytes.fromhex("0200" "01" "02" "02" "02" "0000")
     assert struct.unpack_from("<QddQQ", raw, 8) == (0xAB, 2001.5, 0.25, 9, 10)
+
+
+def test_decode_order_reads_the_numpy_layout_field_by_field():
+    from pipeline.messages import ORDER_DTYPE, ORDER_STRUCT, OrderRecord, decode_order
+
+    rec = np.zeros(1, ORDER_DTYPE)
+    rec["instrument_id"], rec["cmd"], rec["side"], rec["tif"], rec["origin"] = 513, 3, 2, 1, 1
+    rec["order_id"], rec["price"], rec["size"], rec["origin_seq"], rec["decided_ns"] = 2**63 + 5, -1.5, 3e-4, 2**40, 7
+    got = decode_order(memoryview(rec.tobytes()))
+    assert got == OrderRecord(instrument_id=513, cmd=3, side=2, tif=1, origin=1, order_id=2**63 + 5, price=-1.5,
+                              size=3e-4, origin_seq=2**40, decided_ns=7)
+    assert ORDER_STRUCT.pack(*got) == rec.tobytes()
+    with pytest.raises(struct.error):
+        decode_order(rec.tobytes()[:47])
 
 
 def test_exec_report_layout_and_golden_bytes():

@@ -104,6 +104,15 @@ def test_credentials_file_must_be_0600_and_well_formed(tmp_path):
         load_credentials(tmp_path / "none.json")
 
 
+@pytest.mark.parametrize("field", ["api_key", "secret", "passphrase"])
+@pytest.mark.parametrize("value", ["key\r\nX-Injected: 1", "tab\there", "caf\u00e9"])
+def test_credentials_that_could_not_travel_in_an_http_header_are_refused_without_showing_them(field, value):
+    parts = {"api_key": "k", "secret": "s", "passphrase": "p", field: value}
+    with pytest.raises(ConfigError, match=f"{field} must be printable ASCII") as e:
+        Credentials(**parts)
+    assert value not in str(e.value)
+
+
 def test_paper_credentials_are_generated_once(tmp_path):
     path = tmp_path / "secrets" / "paper.json"
     assert generate_paper_credentials(path) is True
