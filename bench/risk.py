@@ -8,7 +8,10 @@ open-order book stays small; the injected clock advances 10 ms an iteration. Als
 (max position) and a SIGNAL without working orders.
 
 (b) EMERGENCY in to cancel request sent, through the processes: the paper venue, the risk gateway and
-the order sender run as real processes under the supervisor (ring transport, the default waits), and a
+the order sender run as real processes under the supervisor (ring transport), twice: with the default
+placement (every process ``auto``: cores shared, blocking waits) and with the risk gateway and the
+sender each on a core of their own, busy-spinning and keeping their hot paths warm
+(``keep_warm_us = 200``; the venue and the source share those cores). In both, a
 source stage (``EmergencySource`` below) writes one EMERGENCY SIGNAL into ``sig_risk`` every
 ``1 / rate`` s with ``ts_origin_ns`` = the moment it writes it; the gateway answers each with a
 CANCEL_ALL (cool-down 0), and the sender's latency tap stamps when the cancel-all request is written
@@ -205,6 +208,7 @@ params = {{ port = 0, seed = 1, port_file = "{run}/venue.port", rest_port_file =
 [[processes]]
 name = "risk"
 module = "procs.risk:RiskAgent"
+{risk_place}
 inputs = ["control", "exec", "sig_risk"]
 outputs = ["orders"]
 params = {{ limits = {{ emergency_cooldown_ms = 0, stale_ref_ms = 60000 }} }}
@@ -212,6 +216,7 @@ params = {{ limits = {{ emergency_cooldown_ms = 0, stale_ref_ms = 60000 }} }}
 [[processes]]
 name = "sender"
 module = "procs.sender:SenderAgent"
+{sender_place}
 inputs = ["orders"]
 outputs = ["exec"]
 params = {{ venue_port_file = "{run}/venue.rest.port", key_file = "{key}", journal_path = "{run}/sender.journal", rate_limit_per_s = 10000 }}
@@ -231,8 +236,15 @@ lot_size = 0.0001
 """
 
 
-def bench_emergency(seconds: float, rate: float = 50.0) -> dict:
-    """(b): EMERGENCY SIGNAL written -> cancel-all request sent, through venue, risk and sender processes."""
+SPIN_PLACES = ('core = 0\nwait = "busy-spin"\nkeep_warm_us = 200', 'core = 1\nwait = "busy-spin"\nkeep_warm_us = 200')
+
+
+def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -> dict:
+    """(b): EMERGENCY SIGNAL written -> cancel-all request sent, through venue, risk and sender processes.
+
+    ``spin``: the risk gateway and the sender each pinned to a core of their own (0 and 1) and
+    busy-spinning, the venue and the source sharing those cores with ``auto`` placement; otherwise
+    every process ``auto`` (cores shared, blocking waits)."""
     import os
     import tempfile
 
@@ -245,7 +257,9 @@ def bench_emergency(seconds: float, rate: float = 50.0) -> dict:
         (tmp / "lat").mkdir()
         cfg = tmp / "risk.toml"
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
-                                               key=repo / "secrets" / "paper.json", rate=rate))
+                                               key=repo / "secrets" / "paper.json", rate=rate,
+                                               risk_place=SPIN_PLACES[0] if spin else "",
+                                               sender_place=SPIN_PLACES[1] if spin else ""))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
         proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"
@@ -274,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"approved": bench_approved(n), "denied": bench_denied(n), "signal": bench_signal(n)}
     if not args.no_processes:
         res["emergency"] = bench_emergency(3.0 if args.quick else 8.0)
+        res["emergency_spin"] = bench_emergency(3.0 if args.quick else 8.0, spin=True)
     ap_ = res["approved"]
     met = ap_["p99_us"] <= TARGET_P99_US
     results = {"machine": machine, "target_p99_us": TARGET_P99_US, "iterations": n, "target_met": met, **res}
@@ -284,13 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     md = [f"# Risk decision benchmark {machine['date']}", "", report.machine_line(machine),
           f"{n} iterations each (first tenth dropped as warm-up); time.perf_counter_ns around the pure call.", "",
           "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]
-    em = res.get("emergency")
+    em, sp = res.get("emergency"), res.get("emergency_spin")
     if em is not None:
-        ok = em["p50_us"] <= TARGET_EMERGENCY_P50_US
+        best = min(em["p50_us"], sp["p50_us"])
+        ok = best <= TARGET_EMERGENCY_P50_US
         results["emergency_target_met"] = ok
-        rows.append((f"(b) EMERGENCY SIGNAL written -> cancel-all request sent, venue + risk + sender processes "
-                     f"({em['n']} signals; the gateway's decision at p50 {em['decision_p50_us']:.0f} µs)", em,
-                     f"target p50 <= {TARGET_EMERGENCY_P50_US:g} µs: {'MET' if ok else 'MISSED'}"))
+        verdict_b = f"target p50 <= {TARGET_EMERGENCY_P50_US:g} µs: {'MET' if ok else 'MISSED'} (best of the two: {best:.0f} µs)"
+        rows.append((f"(b) EMERGENCY SIGNAL written -> cancel-all request sent, venue + risk + sender processes, "
+                     f"default placement (cores shared, blocking waits; {em['n']} signals; the gateway wrote the "
+                     f"CANCEL_ALL at p50 {em['decision_p50_us']:.0f} µs)", em, ""))
+        rows.append((f"(b') the same with the risk gateway on core 0 and the sender on core 1, each busy-spinning "
+                     f"with keep_warm_us = 200 (venue and source share those cores; {sp['n']} signals; CANCEL_ALL "
+                     f"written at p50 {sp['decision_p50_us']:.0f} µs)", sp, verdict_b))
     md += [f"| {a} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |" for a, r, v in rows]
     report.write(out_dir, results, md)
     return 0

@@ -89,6 +89,12 @@ class Agent:
         """Do a bounded amount of work; return how much (0 = found nothing to do). Must not block."""
         raise NotImplementedError
 
+    # Optional: ``keep_warm(self) -> None``. Run the hot path on canned input so its code and data stay in
+    # the CPU caches between rare messages (a message after 20 ms of idling costs 10-20x its hot-loop time
+    # here). It must have no effect outside the agent's own scratch objects: no output, no I/O, no
+    # change to the state real messages are decided on. The runner calls it only for a busy-spin
+    # process with ``keep_warm_us`` > 0, when a do_work found nothing, at most every keep_warm_us.
+
     def on_close(self) -> None:
         """Called once when the runner stops (SIGTERM or error); release resources."""
 

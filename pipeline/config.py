@@ -74,6 +74,8 @@ class ProcessConfig(_Strict):
     outputs: list[Name] = []
     core: int | Literal["auto"] = "auto"
     wait: WaitName = "auto"
+    # busy-spin only: while idle, the runner calls the agent's keep_warm() at most this often (0 = never)
+    keep_warm_us: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     heartbeat_timeout_ms: PositiveMs = 2_000
     ready_timeout_ms: PositiveMs = 30_000
     batch: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 256

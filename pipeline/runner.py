@@ -12,7 +12,8 @@ named by ``module`` in the config, then runs the duty cycle::
                                        counters and latency percentiles published
         if n == 0: idle                # busy-spin | back-off | blocking: the agent's wait_for_work if it
                                        # has one, else park on the input ring, or on the doorbell of
-                                       # several input rings (ringbuf.ring.wait_any)
+                                       # several input rings (ringbuf.ring.wait_any); busy-spin with
+                                       # keep_warm_us > 0: agent.keep_warm() at most that often
 
 With ``SHMPIPE_LATENCY_DIR`` set, the context gets a ``LatencyTap`` dumped there on close (the bench).
 
@@ -193,6 +194,7 @@ class Runner:
             idle = BusySpin() if self.wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000))
         errors_in_row = 0
         do_work = agent.do_work
+        warm, warm_ns, next_warm = self._keep_warm(agent), self.proc.keep_warm_us * 1_000, 0
         while not self._stop:
             try:
                 n = do_work()
@@ -211,6 +213,14 @@ class Runner:
             if now >= self.next_beat_ns:
                 self.beat(now)
             if n == 0:
+                if warm is not None and now >= next_warm:
+                    try:
+                        warm()
+                    except Exception as exc:  # a broken warm-up is reported once and not called again
+                        self._error(exc)
+                        self.log.error("keep_warm_disabled", error=f"{type(exc).__name__}: {exc}")
+                        warm = None
+                    next_warm = clock() + warm_ns
                 if park is not None:
                     park(max(self.next_beat_ns - now, 0))
                 else:
@@ -219,6 +229,18 @@ class Runner:
                 idle.reset()
         self.close()
         return EXIT_OK
+
+    def _keep_warm(self, agent):
+        """The agent's ``keep_warm`` when the config asks for it and it can apply, else None; a request
+        that cannot apply is logged (warning) with the reason."""
+        if self.proc.keep_warm_us <= 0:
+            return None
+        warm = getattr(agent, "keep_warm", None)
+        if self.wait != "busy-spin" or not callable(warm):
+            why = f"wait is {self.wait}, not busy-spin" if self.wait != "busy-spin" else "the agent has no keep_warm"
+            self.log.warning("keep_warm_ignored", keep_warm_us=self.proc.keep_warm_us, why=why)
+            return None
+        return warm
 
     def close(self) -> None:
         """Commit inputs, close the agent, mark the record stopping, close the ports."""

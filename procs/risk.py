@@ -33,12 +33,42 @@ import msgspec
 
 from pipeline.agent import MARK_DECIDED, Agent, mark_code
 from pipeline.errors import ConfigError, StartupError
-from pipeline.messages import Kind
-from pipeline.risk import (CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied, InstructionExpired,
-                           MessageRejected, OrderApproved, OrderDenied, RiskGateway, StateChanged, Synced,
-                           SyncStarted, decode_limits, encode_order)
+from pipeline.messages import ExecType, Kind, Label
+from pipeline.risk import (EXEC_S, SIGNAL_S, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
+                           InstructionExpired, MessageRejected, OrderApproved, OrderDenied, RiskGateway, RiskLimits,
+                           StateChanged, Synced, SyncStarted, decode_limits, encode_order)
 
 _DENY_KEYS = {r: "deny_" + r.name.lower() for r in DenyReason}
+
+
+class _Shadow:
+    """keep_warm's gateway: the real instruments and limits (rate limits, the minimum notional and the
+    EMERGENCY cool-down relaxed so the same paths keep being taken), synced flat, its own clock
+    advancing 10 ms a step. ``step`` feeds one message in a cycle of four (a HOLD, a LEAN_BUY, the
+    CANCELLED of what it opened, an EMERGENCY) and returns its events."""
+
+    def __init__(self, instruments, limits: RiskLimits):
+        self.t = 10**12
+        lim = msgspec.structs.replace(limits, max_orders_per_s=1_000_000, max_notional_per_min=1e300, min_notional=0.0,
+                                      emergency_cooldown_ms=0)
+        self.gw = RiskGateway(instruments, lim, lambda: self.t)
+        self.gw.start()
+        self.gw.on_exec(EXEC_S.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0))
+        spec = instruments[0]
+        self.iid, mid = spec.id, spec.tick_size * 100_000
+        sig = lambda label: SIGNAL_S.pack(self.iid, label, 0, 1, 0, mid, 2 * spec.tick_size, 0.0, 0.0, 0.0, 0.0)  # noqa: E731
+        self.msgs = [sig(Label.HOLD), sig(Label.LEAN_BUY), None, sig(Label.EMERGENCY)]
+        self.i = 0
+
+    def step(self) -> list:
+        self.t += 10_000_000
+        k, self.i = self.i, (self.i + 1) % len(self.msgs)
+        if k == 2:  # close whatever the lean signal opened, so the shadow stays flat
+            events = []
+            for oid in list(self.gw.books[self.iid].working):
+                events += self.gw.on_exec(EXEC_S.pack(self.iid, ExecType.CANCELLED, 0, 0, oid, 0.0, 0.0, 0.0, 0, 0))
+            return events
+        return self.gw.on_signal(self.msgs[k], self.t)
 
 
 class RiskAgent(Agent):
@@ -81,6 +111,7 @@ class RiskAgent(Agent):
                           cancel_all=0, emerg=0, fills=0, rejected=0)
         for iid in self.gw.books:
             self.stats[f"pos_lots_{iid}"] = 0
+        self._shadow = None  # keep_warm's private gateway, made on first use
         self._ts = ctx.clock()
         self._handle(self.gw.start())
         self._flush()
@@ -130,6 +161,19 @@ class RiskAgent(Agent):
     def _bad_kind(self, ring: str, kind: int) -> list:
         return [MessageRejected(ts_ns=self.ctx.clock(), kind=f"kind {kind} on {ring}", why="unexpected kind")]
 
+    def keep_warm(self) -> None:
+        """Runner hook (busy-spin with ``keep_warm_us``): the SIGNAL paths a fast-path message takes (an
+        EMERGENCY's cancel-all, a LEAN_BUY's order when ``lean_lots`` is set, a plain reference
+        update), the EXEC_REPORT that closes the order, audit encoding and ORDER packing, all on a
+        private shadow gateway with its own clock. Nothing is written; the real gateway is untouched."""
+        sh = self._shadow
+        if sh is None:
+            sh = self._shadow = _Shadow(self.ctx.config.instruments, self.gw.limits)
+        for ev in sh.step():
+            self.enc.encode(ev)
+            if ev.cmd:
+                encode_order(ev)
+
     def do_work(self) -> int:
         total = 0
         batch = self.ctx.batch
@@ -155,9 +199,10 @@ class RiskAgent(Agent):
             self.buf += line
             self.buf += b"\n"
             if ev.cmd:
-                # the decision is on record before the order leaves; a new order whose record could not
-                # be written does not leave (cancels always do: they only reduce risk)
-                if not self._flush() and isinstance(ev, OrderApproved):
+                # a new order's decision is on record before the order leaves, and a new order whose
+                # record could not be written does not leave; a cancel leaves first (it only reduces
+                # risk) and its line is written at the end of this do_work
+                if isinstance(ev, OrderApproved) and not self._flush():
                     st["audit_blocked"] = st.get("audit_blocked", 0) + 1
                     gw.forget_order(ev.instrument_id, ev.order_id)
                     continue

@@ -75,8 +75,8 @@ from pipeline.bitget.signing import load_credentials
 from pipeline.errors import ConfigError
 from pipeline.journal import (CANCELLED, FILLED, LIVE, NEVER_SENT, PARTIAL, PENDING, REJECTED, UNKNOWN, WORKING,
                               Journal, OrderEntry)
-from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, client_oid, decode_order,
-                               order_id_from_client_oid)
+from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ORDER_STRUCT, ExecReason, ExecType, Kind, OrderCmd, OrderOrigin,
+                               Side, TimeInForce, client_oid, decode_order, order_id_from_client_oid)
 from pipeline.venue.server import read_port_file
 
 CRASH_ENV = "SHMPIPE_TEST_CRASH"
@@ -219,6 +219,8 @@ class SenderAgent(Agent):
         self.rec_attempt = 0
         self.rec_t0 = now
         self.rep = np.zeros(1, EXEC_DTYPE)
+        self._warm_order = ORDER_STRUCT.pack(min(self.instruments), OrderCmd.CANCEL_ALL, 0, 0, OrderOrigin.FAST, 0, 0.0,
+                                             0.0, 0, 0)
         self.rep_bytes = memoryview(self.rep).cast("B")
         self.crash_marker = Path(str(self.journal.path) + ".crashed")
         self.crash_armed = bool(p.crash_after) and os.environ.get(CRASH_ENV) == "1"
@@ -278,6 +280,17 @@ class SenderAgent(Agent):
                 self._poll(self.ctx.clock())
                 work += 1
         return work
+
+    def keep_warm(self) -> None:
+        """Runner hook (busy-spin with ``keep_warm_us``): the cancel-all and place paths up to the bytes
+        that would be written (ORDER decode, body, signature, HTTP encoding) for the first instrument,
+        written nowhere; nothing journaled, counted or reported."""
+        o = decode_order(self._warm_order)
+        inst = self.instruments[o.instrument_id]
+        for req in (rest.build_cancel_symbol(self.creds, self._wall(), inst.symbol),
+                    rest.build_place(self.creds, self._wall(), inst.symbol, Side.BUY, TimeInForce.IOC,
+                                     inst.tick_size * 1000, inst.lot_size * 10, "warm", inst.tick_size, inst.lot_size)):
+            http1.encode_request(req.method, req.target, "127.0.0.1:0", req.headers, req.body.encode())
 
     def wait_for_work(self, timeout_ns: int) -> bool:
         """The runner's park when idle: on the ``orders`` ring (its blocking wait, where the transport

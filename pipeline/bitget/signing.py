@@ -62,7 +62,7 @@ def query_string(params: dict | None) -> str:
 class Credentials:
     """An API key, its secret and passphrase. ``repr`` / ``str`` never show the secret or passphrase."""
 
-    __slots__ = ("api_key", "secret", "passphrase")
+    __slots__ = ("api_key", "secret", "passphrase", "_mac")
 
     def __init__(self, api_key: str, secret: str, passphrase: str):
         for name, value in (("api_key", api_key), ("secret", secret), ("passphrase", passphrase)):
@@ -73,17 +73,25 @@ class Credentials:
         self.api_key = api_key
         self.secret = secret
         self.passphrase = passphrase
+        # keyed once: each signature copies it (no key schedule, no digest lookup per request)
+        self._mac = hmac.new(secret.encode("utf-8"), digestmod=hashlib.sha256)
 
     @property
     def fingerprint(self) -> str:
         """8 hex digits of SHA-256 of the key id: enough to tell keys apart in logs, useless to an attacker."""
         return hashlib.sha256(self.api_key.encode()).hexdigest()[:8]
 
+    def sign(self, timestamp_ms: int | str, method: str, request_path: str, query: str = "", body: str | bytes = "") -> str:
+        """``ACCESS-SIGN`` for one request: the same value as the module's ``sign`` with this secret."""
+        mac = self._mac.copy()
+        mac.update(prehash(timestamp_ms, method, request_path, query, body))
+        return base64.b64encode(mac.digest()).decode("ascii")
+
     def headers(self, timestamp_ms: int, method: str, request_path: str, query: str = "", body: str = "") -> dict:
         """The signed request headers."""
         return {
             "ACCESS-KEY": self.api_key,
-            "ACCESS-SIGN": sign(self.secret, timestamp_ms, method, request_path, query, body),
+            "ACCESS-SIGN": self.sign(timestamp_ms, method, request_path, query, body),
             "ACCESS-TIMESTAMP": str(timestamp_ms),
             "ACCESS-PASSPHRASE": self.passphrase,
             "Content-Type": "application/json",

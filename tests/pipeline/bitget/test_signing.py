@@ -46,6 +46,10 @@ def test_signatures_match_the_shared_vectors(ts, method, path, query, body, expe
     assert sign(SECRET, ts, method, path, query, body) == expected
     assert sign(SECRET.encode(), int(ts), method, path, query, body.encode()) == expected
     assert verify(SECRET, expected, ts, method, path, query, body)
+    creds = Credentials("key", SECRET, "pass")  # the keyed-once signer the sender uses
+    assert creds.sign(ts, method, path, query, body) == expected
+    assert creds.sign(ts, method, path, query, body) == expected  # the key state is copied, never consumed
+    assert creds.headers(int(ts), method, path, query, body)["ACCESS-SIGN"] == expected
 
 
 def test_verify_rejects_any_change():
