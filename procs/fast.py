@@ -190,7 +190,6 @@ class FastAgent(Agent):
         self._logged_error = False
         for i in range(max(0, int(prm.get("warmup_runs", 20)))):
             self._infer(1 if i % 2 == 0 else n)
-        self.stats["runs"] = 0
         ctx.log.info("fast_ready", provider=self.provider, model=self.model_path, model_sha256_8=self.model_id,
                      cuda_cause=cause, warmup_runs=int(prm.get("warmup_runs", 20)))
 
@@ -211,7 +210,6 @@ class FastAgent(Agent):
         io.synchronize_inputs()
         self.sess.run_with_iobinding(io)
         io.synchronize_outputs()
-        self.stats["runs"] += 1
         return self.probs[:n]
 
     def classify(self, probs: np.ndarray) -> np.ndarray:
@@ -252,9 +250,15 @@ class FastAgent(Agent):
                     self.ctx.log.error("fast_error", error=repr(exc))
         return got
 
-    def _emit(self, n: int) -> None:
+    def keep_warm(self) -> None:
+        """Runner hook (busy-spin with ``keep_warm_us``): the first row of the last batch through the model,
+        the thresholds and the SIGNAL fields again, into the scratch arrays the next batch overwrites
+        before it reads them; nothing emitted or counted."""
+        self._classify_rows(1)
+
+    def _classify_rows(self, n: int) -> np.ndarray:
+        """Features of ``self.feat[:n]`` -> model -> labels -> SIGNAL records in ``self.sig[:n]``; the labels."""
         f = self.feat[:n]
-        self.stats["features"] += n
         self.x[:n] = f["features"]
         probs = self._infer(n)
         lab = self.classify(probs)
@@ -265,6 +269,13 @@ class FastAgent(Agent):
         s["feature_seq"], s["exch_ts_ns"] = f["book_seq"], f["exch_ts_ns"]
         s["ref_mid"], s["ref_spread"] = f["ref_mid"], f["ref_spread"]
         s["probs"] = probs
+        return lab
+
+    def _emit(self, n: int) -> None:
+        f = self.feat[:n]
+        self.stats["features"] += n
+        self.stats["runs"] += 1
+        lab = self._classify_rows(n)
         counts = np.bincount(lab, minlength=N_LABELS)
         for k, c in zip(_LABEL_KEYS, counts):
             if c:

@@ -67,6 +67,24 @@ class FeatureAgent(Agent):
         self.stats = ctx.stats
         self.stats.update(books=0, trades=0, emitted=0, rejected=0, out_drops=0)
         self._logged_error = False
+        self._warm_book: bytes | None = None  # keep_warm: a copy of the latest BOOK, when asked for
+        self._warm_state: FeatureState | None = None
+        self._warm_buf = np.zeros(1, FEATURES_DTYPE)
+        self._warm_ns = 0
+        self._keep_book = ctx.process.keep_warm_us > 0
+
+    def keep_warm(self) -> None:
+        """Runner hook (busy-spin with ``keep_warm_us``): the latest BOOK again through ``compute``, on a
+        private state and into a private record (the real per-instrument state is untouched; nothing
+        emitted or counted). Nothing to do before the first BOOK."""
+        book = self._warm_book
+        if book is None:
+            return
+        if self._warm_state is None:
+            real = self.states[int(np.frombuffer(book, _U16, 1)[0])]
+            self._warm_state = FeatureState(real.instrument_id, real.tick_size, real.params)
+        self._warm_ns += 10_000_000
+        compute(self._warm_state, book, self._warm_buf, self._warm_ns)
 
     def _count(self, key: str) -> None:
         self.stats[key] = self.stats.get(key, 0) + 1
@@ -101,6 +119,8 @@ class FeatureAgent(Agent):
         if st is None:
             return
         self.stats["books"] += 1
+        if self._keep_book:
+            self._warm_book = bytes(payload)
         code = compute(st, payload, self.buf, ts_origin_ns)
         if code != OK:
             self.stats["rejected"] += 1

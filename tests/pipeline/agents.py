@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from pipeline.agent import Agent
 from tests.agents import CrashAtStart
 
 
@@ -21,3 +22,21 @@ class CrashAtRestart(CrashAtStart):
 
     def do_work(self) -> int:
         return 0
+
+
+class Warmable(Agent):
+    """Never has work; counts ``keep_warm`` calls in its stage stats (``warm``). ``params.fail``:
+    the first keep_warm call raises."""
+
+    def on_start(self, ctx):
+        self.ctx = ctx
+        self.fail = bool(ctx.params.get("fail", False))
+        ctx.stats["warm"] = 0
+
+    def do_work(self) -> int:
+        return 0
+
+    def keep_warm(self) -> None:
+        self.ctx.stats["warm"] += 1
+        if self.fail:
+            raise RuntimeError("warm-up broke")

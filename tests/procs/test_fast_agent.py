@@ -217,3 +217,31 @@ def test_restart_fast_with_a_new_model_path_swaps_the_model_and_keeps_the_others
     ready = [e for e in pipe.log("fast") if e.get("event") == "fast_ready"]
     assert [e["model"] for e in ready][-2:] == [a, b]
     assert pipe.down() == 0
+
+
+def test_keep_warm_between_batches_changes_no_output_and_no_counter(tmp_path):
+    model = write_model(tmp_path / "m.onnx")
+    first = [(Kind.FEATURES, features(1, 5.0), 11), (Kind.FEATURES, features(2, -5.0), 12)]
+    second = [(Kind.FEATURES, features(3), 13), (Kind.FEATURES, features(4, 0.0, 5.0, iid=2), 14)]
+    results = []
+    for warm in (False, True):
+        ctx = make_ctx(first, {"model_path": model, "providers": "cpu", "warmup_runs": 1}, batch=1)
+        agent = FastAgent()
+        agent.on_start(ctx)
+        while agent.do_work():
+            pass
+        if warm:
+            for _ in range(5):
+                agent.keep_warm()
+        ctx.inputs["feat"].msgs += second
+        while agent.do_work():
+            pass
+        results.append(({o: [(k, p, ts) for k, p, ts, _ in port.msgs] for o, port in ctx.outputs.items()}, dict(ctx.stats)))
+    assert results[0] == results[1]
+    assert [int(s["feature_seq"]) for s, _ in signals(make_port(results[1][0]["sig_risk"]))] == [1, 2, 3, 4]
+
+
+def make_port(msgs):
+    port = RecordingPort()
+    port.msgs = [(k, p, ts, 0) for k, p, ts in msgs]
+    return port

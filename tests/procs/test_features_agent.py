@@ -117,3 +117,31 @@ def test_features_process_turns_books_into_features_end_to_end(pipe):
     st = wait_until(stats, 5, 0.05, "features counters in status")
     assert st["emitted"] == 38 and st["rejected"] == 2 and st["rej_crossed_book"] == 2
     assert pipe.down() == 0
+
+
+def test_keep_warm_recomputes_the_latest_book_on_a_private_state_and_emits_nothing():
+    cfg = parse_config(ring("md", payload=512) + ring("feat", payload=560) + INSTRUMENTS)
+    books = [(Kind.BOOK, book_bytes(100.0 + i * 0.1, 100.2 + i * 0.1, seq=i + 1), 10 + i) for i in range(3)]
+    outs = []
+    for warm_us in (0, 200):
+        proc = ProcessConfig(name="features", module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"],
+                             keep_warm_us=warm_us)
+        ctx = AgentContext(config=cfg, process=proc, inputs={"md": ListInput(books[:2])}, outputs={"feat": RecordingPort()},
+                           log=ListLog())
+        agent = FeatureAgent()
+        agent.on_start(ctx)
+        agent.keep_warm()  # before any BOOK: nothing to do
+        while agent.do_work():
+            pass
+        if warm_us:
+            assert agent._warm_book == books[1][1]
+            for _ in range(5):
+                agent.keep_warm()
+            assert agent._warm_state is not agent.states[1] and agent._warm_buf["book_seq"][0] == 2
+        else:
+            assert agent._warm_book is None  # not asked for: no copy per BOOK
+        ctx.inputs["md"].msgs.append(books[2])
+        while agent.do_work():
+            pass
+        outs.append(([(k, p, ts) for k, p, ts, _ in ctx.outputs["feat"].msgs], dict(ctx.stats)))
+    assert outs[0] == outs[1] and len(outs[0][0]) == 3  # the real state and outputs are the same with or without

@@ -299,3 +299,32 @@ def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pip
     events = read_log(pipe.log_dir / "risk_audit.jsonl")
     assert any(e["ev"] == "StateChanged" and e["cause"] == "kill_switch" for e in events)
     assert pipe.down() == 0
+
+
+def test_keep_warm_runs_the_fast_paths_on_a_shadow_and_leaves_the_real_gateway_untouched(tmp_path, monkeypatch):
+    import procs.risk as risk_mod
+
+    clock = Clock()
+    t = clock()
+    agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)], signals=[(Kind.SIGNAL, sig(1), t)],
+                      params={"limits": {"lean_lots": 2, "min_notional": 0.0}}, clock=clock)
+    drain(agent)
+    port = ctx.outputs["orders"]
+    before = (len(port.msgs), dict(ctx.stats), (tmp_path / "logs" / "risk_audit.jsonl").read_bytes())
+    real = agent.gw.books[1]
+    mid, working, pos = real.mid, dict(real.working), real.position
+    seen = []
+    step = risk_mod._Shadow.step
+    monkeypatch.setattr(risk_mod._Shadow, "step", lambda self: seen.append(step(self)) or seen[-1])
+    for _ in range(40):
+        agent.keep_warm()
+    kinds = {type(e).__name__ for evs in seen for e in evs}
+    assert {"OrderApproved", "CancelAllSent", "EmergencyReceived"} <= kinds  # the paths a fast-path message takes
+    assert agent._shadow.gw is not agent.gw and agent._shadow.gw.books[1].working == {}  # the shadow stays flat
+    assert (len(port.msgs), dict(ctx.stats), (tmp_path / "logs" / "risk_audit.jsonl").read_bytes()) == before
+    assert (real.mid, real.working, real.position) == (mid, working, pos)
+    # and the real gateway decides exactly as it would have: an EMERGENCY still cancels at once
+    ctx.inputs["sig_risk"].msgs.append((Kind.SIGNAL, sig(9, label=Label.EMERGENCY), t))
+    drain(agent)
+    assert [(int(o["cmd"]), int(o["origin_seq"])) for o in orders(port)][-1] == (OrderCmd.CANCEL_ALL, 9)
+    agent.on_close()

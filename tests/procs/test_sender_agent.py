@@ -308,6 +308,19 @@ def test_a_fresh_start_reconciles_then_reports_flat_positions_and_sync_done(tmp_
     assert ("GET", "fills") in venue.requests and h.ctx.stats["rec_n"] == 1
 
 
+def test_keep_warm_signs_and_encodes_but_sends_journals_and_reports_nothing(tmp_path, venue):
+    h = start(tmp_path, venue)
+    before = (list(venue.requests), (tmp_path / "sender.journal").read_bytes(), list(h.port.msgs), dict(h.ctx.stats))
+    for _ in range(20):
+        h.agent.keep_warm()
+    h.settle(0.02)
+    assert (list(venue.requests), (tmp_path / "sender.journal").read_bytes(), list(h.port.msgs)) == before[:3]
+    assert {k: v for k, v in h.ctx.stats.items() if k != "polls"} == {k: v for k, v in before[3].items() if k != "polls"}
+    # and the next real cancel-all goes out as usual
+    h.send(order(cmd=OrderCmd.CANCEL_ALL, oid=0))
+    h.pump(lambda: ("POST", "cancel-symbol-order") in venue.requests, what="the cancel-all request")
+
+
 def test_no_order_is_read_while_the_venue_cannot_be_reached(tmp_path, venue):
     h = Harness(tmp_path, "http://127.0.0.1:1")  # nothing listens on port 1
     h.send(order())
