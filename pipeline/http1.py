@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 
 _FORBIDDEN = ("\r", "\n", "\0")
 
@@ -81,11 +82,14 @@ class ReceiveFailed(Exception):
 
 class Connection:
     """One keep-alive TCP connection (TCP_NODELAY) to ``address()`` = (host, port), opened on first use
-    and after any failure. ``timeout_s`` bounds connect, each send and each read."""
+    and after any failure. ``timeout_s`` bounds connect, each send and each read. ``tls``: an
+    ``ssl.SSLContext`` to wrap the socket in (the certificate is checked against ``host``, as the
+    context says); None: plain TCP."""
 
-    def __init__(self, address, timeout_s: float):
+    def __init__(self, address, timeout_s: float, tls: ssl.SSLContext | None = None):
         self.address = address
         self.timeout_s = timeout_s
+        self.tls = tls
         self.sock: socket.socket | None = None
         self.host = ""
         self.reused = False
@@ -102,8 +106,9 @@ class Connection:
         """Open the connection if none is open.
 
         Raises:
-            ConnectFailed: the address is unknown (``address()`` raised OSError or ValueError) or the
-                connection was refused or timed out.
+            ConnectFailed: the address is unknown (``address()`` raised OSError or ValueError), the
+                connection was refused or timed out, or the TLS handshake failed (e.g. a certificate
+                that does not verify; the reason is in the message).
         """
         if self.sock is not None:
             return
@@ -113,7 +118,14 @@ class Connection:
         except (OSError, ValueError) as exc:
             raise ConnectFailed(type(exc).__name__) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock, self.host, self.reused = sock, f"{host}:{port}", False
+        if self.tls is not None:
+            try:
+                sock = self.tls.wrap_socket(sock, server_hostname=host)
+            except (OSError, ValueError) as exc:  # ssl.SSLError (a bad certificate) is an OSError
+                sock.close()
+                raise ConnectFailed(f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"[:200]) from None
+        default_port = 443 if self.tls is not None else 80
+        self.sock, self.host, self.reused = sock, host if port == default_port else f"{host}:{port}", False
 
     def send(self, method: str, target: str, headers: dict[str, str], body: bytes = b"") -> None:
         """Write one request (``encode_request``) in one ``sendall``.

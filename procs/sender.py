@@ -43,7 +43,9 @@ size); an ORDER that finds no token waits in a FIFO outbox (ORDERs behind it wai
 only while the outbox is shorter than ``ctx.batch``).
 
 Params: ``input`` ("orders"), ``output`` ("exec"), ``journal_path`` ("<run_dir>/<name>.journal"),
-``venue_port_file`` ("<run_dir>/venue.rest.port") or ``base_url`` ("http://127.0.0.1:PORT"),
+``venue_port_file`` ("<run_dir>/venue.rest.port") or ``base_url`` ("https://api.bitget.com" for the live
+exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; plain
+"http://127.0.0.1:PORT" for a paper venue only),
 ``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
 (50), ``rate_limit_per_s`` (10), ``max_retries`` (3), ``retry_backoff_ms`` (20),
 ``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
@@ -60,6 +62,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import ssl
 import time
 from pathlib import Path
 from typing import Literal
@@ -93,6 +96,7 @@ class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     journal_path: str = ""
     venue_port_file: str = ""
     base_url: str = ""
+    ca_file: str = ""
     key_file: str = "secrets/paper.json"
     timeout_ms: int = msgspec.field(default=2000)
     poll_interval_ms: int = 50
@@ -141,13 +145,45 @@ class Lost(Exception):
     """The request may have reached the venue; no usable answer (timeout, connection lost)."""
 
 
+def parse_base_url(url: str, ca_file: str = "") -> tuple[tuple[str, int], "ssl.SSLContext | None"]:
+    """``base_url`` -> ((host, port), TLS context or None).
+
+    ``http://127.0.0.1:PORT`` (or ``localhost``): plain HTTP, for the paper venue only: a key never
+    crosses a network in clear. ``https://HOST[:PORT]`` (port 443 by default): TLS with the system's
+    trust store and hostname checking, or with ``ca_file`` as the only trusted CA when given.
+
+    Raises:
+        ConfigError: any other scheme, plain HTTP to a host other than the loopback, a missing or bad
+            port, or a ``ca_file`` that cannot be loaded.
+    """
+    scheme, sep, rest = url.partition("://")
+    hostport = rest.rstrip("/")
+    if not sep or "/" in hostport or "?" in hostport or not hostport:
+        raise ConfigError(f"sender: base_url must be https://HOST[:PORT] or http://127.0.0.1:PORT, not {url!r}")
+    host, colon, port_s = hostport.rpartition(":")
+    if not colon:
+        host, port_s = hostport, ""
+    if scheme == "http":
+        if host not in ("127.0.0.1", "localhost") or not port_s.isdigit():
+            raise ConfigError(f"sender: plain http is for the paper venue on 127.0.0.1 only (keys never travel "
+                              f"in clear); base_url must be http://127.0.0.1:PORT or https://..., not {url!r}")
+        return ("127.0.0.1", int(port_s)), None
+    if scheme != "https" or not host or (port_s and not port_s.isdigit()):
+        raise ConfigError(f"sender: base_url must be https://HOST[:PORT] or http://127.0.0.1:PORT, not {url!r}")
+    try:
+        tls = ssl.create_default_context(cafile=ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"sender: cannot load ca_file {ca_file!r}: {exc}") from None
+    return (host, int(port_s) if port_s else 443), tls
+
+
 class HttpTransport:
     """The sender's keep-alive connection to 127.0.0.1 (``pipeline.http1``: the request written in one
     ``sendall``), reopened when it drops. ``address()`` gives (host, port) at every (re)connection (the
     port file may appear late)."""
 
-    def __init__(self, address, timeout_s: float):
-        self.conn = http1.Connection(address, timeout_s)
+    def __init__(self, address, timeout_s: float, tls: "ssl.SSLContext | None" = None):
+        self.conn = http1.Connection(address, timeout_s, tls)
 
     def close(self) -> None:
         self.conn.close()
@@ -190,15 +226,14 @@ class SenderAgent(Agent):
             raise ConfigError("sender: no instruments configured")
         run_dir = Path(ctx.config.supervisor.run_dir)
         self.creds = load_credentials(p.key_file or None)  # ConfigError names the file, never a value
+        tls = None
         if p.base_url:
-            host, _, port = p.base_url.removeprefix("http://").rstrip("/").rpartition(":")
-            if host not in ("127.0.0.1", "localhost") or not port.isdigit():
-                raise ConfigError(f"sender: base_url must be http://127.0.0.1:PORT, not {p.base_url!r}")
-            address = lambda: ("127.0.0.1", int(port))  # noqa: E731
+            (host, port), tls = parse_base_url(p.base_url, p.ca_file)
+            address = lambda: (host, port)  # noqa: E731
         else:
             port_file = p.venue_port_file or str(run_dir / "venue.rest.port")
             address = lambda: ("127.0.0.1", read_port_file(port_file))  # noqa: E731
-        self.http = HttpTransport(address, p.timeout_ms / 1000.0)
+        self.http = HttpTransport(address, p.timeout_ms / 1000.0, tls)
         self.journal = Journal(p.journal_path or run_dir / f"{ctx.name}.journal")
         self.state = self.journal.open()
         self.orders = self.state.orders
@@ -218,6 +253,7 @@ class SenderAgent(Agent):
         self.rec_due = now
         self.rec_attempt = 0
         self.rec_t0 = now
+        self.last_http_error = ""  # the latest transport failure, for the logs (never carries a key)
         self.rep = np.zeros(1, EXEC_DTYPE)
         self._warm_order = ORDER_STRUCT.pack(min(self.instruments), OrderCmd.CANCEL_ALL, 0, 0, OrderOrigin.FAST, 0, 0.0,
                                              0.0, 0, 0)
@@ -352,9 +388,11 @@ class SenderAgent(Agent):
                 self.ctx.mark(ack_mark, ts)
         except NotSent as exc:
             self.stats["http_err"] += 1
+            self.last_http_error = str(exc)
             return rest.classify_transport_error(False, str(exc))
         except Lost as exc:
             self.stats["http_err"] += 1
+            self.last_http_error = str(exc)
             if str(exc) == "stale" and req.method == "GET":  # a keep-alive the venue had closed: once more
                 return self._call(req)
             return rest.classify_transport_error(True, str(exc))
@@ -765,7 +803,7 @@ class SenderAgent(Agent):
         if not ok:
             if self.rec_attempt == 0:
                 self.ctx.log.warning("sender_reconcile_waiting", open_orders=len(self.open),
-                                     http_errors=self.stats["http_err"])
+                                     http_errors=self.stats["http_err"], last_http_error=self.last_http_error)
             self.rec_attempt += 1
             self.rec_due = self.ctx.clock() + self._backoff_ns(self.rec_attempt)
             return False

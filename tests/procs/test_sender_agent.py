@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import collections
 import http.server
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -187,15 +190,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class VenueServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, venue: ContractVenue):
+    def __init__(self, venue: ContractVenue, tls=None):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.venue = venue
+        self.scheme = "http"
+        if tls is not None:  # an ssl.SSLContext (server side): the venue speaks HTTPS
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        host = "localhost" if self.scheme == "https" else "127.0.0.1"
+        return f"{self.scheme}://{host}:{self.server_address[1]}"
 
     def handle_error(self, request, client_address):  # a client gone mid-answer (killed, timed out): expected
         pass
@@ -319,6 +327,87 @@ def test_keep_warm_signs_and_encodes_but_sends_journals_and_reports_nothing(tmp_
     # and the next real cancel-all goes out as usual
     h.send(order(cmd=OrderCmd.CANCEL_ALL, oid=0))
     h.pump(lambda: ("POST", "cancel-symbol-order") in venue.requests, what="the cancel-all request")
+
+
+def self_signed(tmp_path: Path, name: str = "localhost") -> tuple[Path, Path]:
+    """A certificate for ``name`` (and 127.0.0.1) and its key, made by the openssl command line tool."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
+                    "-addext", f"subjectAltName=DNS:{name},IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+@pytest.fixture
+def tls_venue(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command line tool is needed to make a test certificate")
+    cert, key = self_signed(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    v = ContractVenue()
+    srv = VenueServer(v, tls=ctx)
+    v.url, v.cert = srv.url, cert
+    try:
+        yield v
+    finally:
+        srv.stop()
+
+
+def test_over_https_the_sender_checks_the_venues_certificate_then_trades(tmp_path, tls_venue):
+    h = start(tmp_path, tls_venue, ca_file=str(tls_venue.cert))
+    assert tls_venue.url.startswith("https://localhost:")
+    h.send(order(oid=21, price=100.0, size=0.02))
+    (r, _), = h.wait_for(ExecType.ACKED, 21)
+    assert fields(r)[:3] == (ExecType.ACKED, 0, 21) and client_oid(21) in tls_venue.orders
+
+
+def test_over_https_a_certificate_that_does_not_verify_means_nothing_is_sent(tmp_path, tls_venue):
+    h = Harness(tmp_path, tls_venue.url)  # the system trust store: the test certificate is not in it
+    h.send(order(oid=22))
+    h.settle(0.1)
+    assert h.agent.reconciling and h.ctx.stats["http_err"] >= 1 and not tls_venue.requests and not tls_venue.placed
+    waiting = h.log.named("sender_reconcile_waiting")
+    assert waiting and "CERTIFICATE_VERIFY_FAILED" in waiting[0]["last_http_error"]  # the user sees why
+    other, _ = self_signed(tmp_path / "other", "venue.example")  # trusted, but not the venue's certificate
+    h2 = Harness(tmp_path / "other", tls_venue.url, {"ca_file": str(other)})
+    h2.settle(0.1)
+    assert h2.agent.reconciling and h2.ctx.stats["http_err"] >= 1 and not tls_venue.requests
+
+
+@pytest.mark.parametrize("url,ok", [
+    ("http://127.0.0.1:8080", (("127.0.0.1", 8080), False)),
+    ("http://localhost:9/", (("127.0.0.1", 9), False)),
+    ("https://api.bitget.com", (("api.bitget.com", 443), True)),
+    ("https://api.bitget.com:8443/", (("api.bitget.com", 8443), True)),
+    ("http://api.bitget.com", None),  # a key in clear over a network
+    ("http://10.0.0.5:8080", None),
+    ("http://127.0.0.1", None),
+    ("ftp://127.0.0.1:21", None),
+    ("https://api.bitget.com/api/v2", None),
+    ("https://api.bitget.com:port", None),
+    ("api.bitget.com", None),
+])
+def test_base_url_is_https_anywhere_or_plain_http_to_the_loopback_only(url, ok):
+    from pipeline.errors import ConfigError
+    from procs.sender import parse_base_url
+
+    if ok is None:
+        with pytest.raises(ConfigError, match="base_url"):
+            parse_base_url(url)
+    else:
+        addr, tls = parse_base_url(url)
+        assert (addr, tls is not None) == ok
+        if tls is not None:
+            assert tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
+
+
+def test_a_ca_file_that_cannot_be_loaded_fails_the_start(tmp_path):
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ca_file"):
+        Harness(tmp_path, "https://localhost:1", {"ca_file": str(tmp_path / "none.pem")})
 
 
 def test_no_order_is_read_while_the_venue_cannot_be_reached(tmp_path, venue):
