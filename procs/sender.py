@@ -461,7 +461,7 @@ class SenderAgent(Agent):
         if prev is not None:
             self.stats["dups"] += 1
             self._report_state(ts, prev, ExecReason.DUPLICATE)
-            if prev.status in (PENDING, UNKNOWN) and not any(it[0] is OrderCmd.NEW and int(it[1]["order_id"]) == oid
+            if prev.status in (PENDING, UNKNOWN) and not any(it[0] is OrderCmd.NEW and it[1].order_id == oid
                                                              for it in self.outbox):
                 self.check.setdefault(oid, self.ctx.clock())
             return False

@@ -624,6 +624,24 @@ def test_the_client_side_rate_limit_holds_orders_until_tokens_come(tmp_path, ven
     assert venue.placed == [client_oid(i) for i in range(91, 96)]  # in order
 
 
+def test_a_replay_of_an_order_still_waiting_for_a_token_is_answered_duplicate_and_sent_once(tmp_path, venue):
+    now = [10**12]
+    h = Harness(tmp_path, venue.url, {"rate_limit_per_s": 1}, clock=lambda: now[0])
+    h.synced()
+    h.send(order(oid=97))
+    h.send(order(oid=98))  # no token left: journaled, waits in the outbox
+    h.settle(0.05)
+    assert venue.placed == [client_oid(97)]
+    h.send(order(oid=98))  # the same order again (a replay after a crash upstream)
+    h.settle(0.05)
+    assert h.ctx.stats["dups"] == 1 and h.ctx.stats.get("errors", 0) == 0
+    assert 98 not in h.agent.check  # no query scheduled: the original is still queued to be sent
+    now[0] += 1_100_000_000
+    h.pump(lambda: len(venue.placed) == 2)
+    h.settle(0.05)
+    assert venue.placed == [client_oid(97), client_oid(98)] and h.ctx.stats["sent"] == 2
+
+
 def test_token_bucket():
     b = TokenBucket(10, 10, 0)
     assert sum(b.take(0) for _ in range(20)) == 10
