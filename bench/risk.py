@@ -17,6 +17,9 @@ source stage (``EmergencySource`` below) writes one EMERGENCY SIGNAL into ``sig_
 CANCEL_ALL (cool-down 0), and the sender's latency tap stamps when the cancel-all request is written
 to the venue's socket. The figure is that stamp minus the SIGNAL's write time.
 
+(c) the sender's journal: one intent record appended and fsync'd, one every 5 ms, in the run
+directory (the disk the pipeline's journal is on): the floor under every new order's send.
+
 Writes ``bench/results/<UTC timestamp>-risk/results.json`` and ``report.md``; prints the table.
 Targets: decision per order p99 <= 20 µs; EMERGENCY-in to cancel-request-sent p50 <= 100 µs.
 """
@@ -24,6 +27,7 @@ Targets: decision per order p99 <= 20 µs; EMERGENCY-in to cancel-request-sent p
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +40,7 @@ from pipeline.config import InstrumentConfig
 from pipeline.messages import EXEC_DTYPE, INSTRUCTION_DTYPE, SIGNAL_DTYPE, Action, ExecType
 from pipeline.risk import OrderApproved, OrderDenied, RiskGateway, RiskLimits, encode_order
 
+REPO = Path(__file__).resolve().parents[1]
 TARGET_P99_US = 20.0
 TARGET_EMERGENCY_P50_US = 100.0
 INSTRUMENTS = [InstrumentConfig(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001),
@@ -132,6 +137,32 @@ def bench_signal(n: int) -> dict:
         gw.on_signal(payloads[i], clock.t)
         ns[i] = pc() - t0
     return report.percentiles_us(ns[n // 10:])
+
+
+def bench_journal(n: int, journal_dir: Path, pace_s: float = 0.005) -> dict:
+    """(c): the sender's journal: one intent record (as the sender writes before a place request)
+    appended and fsync'd, one every ``pace_s`` (an order every few ms), in ``journal_dir`` (the
+    repository's run directory by default: the disk the pipeline's journal is on)."""
+    from pipeline.journal import Journal
+
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    path = journal_dir / f"bench-journal-{os.getpid()}.journal"
+    j = Journal(path)
+    try:
+        j.open()
+        ns = np.zeros(n, np.int64)
+        pc = time.perf_counter_ns
+        for i in range(n):
+            time.sleep(pace_s)
+            rec = {"t": "intent", "oid": i + 1, "coid": f"c{i + 1}", "iid": 1, "sym": "BTCUSDT", "side": 1, "tif": 3,
+                   "px": 50_000.0, "sz": 0.0001, "oseq": i, "ts_ms": int(time.time() * 1000)}
+            t0 = pc()
+            j.append(rec, sync=True)
+            ns[i] = pc() - t0
+    finally:
+        j.close()
+        path.unlink(missing_ok=True)
+    return {**report.percentiles_us(ns[n // 10:]), "dir": str(journal_dir)}
 
 
 class EmergencySource(Agent):
@@ -245,19 +276,17 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
     ``spin``: the risk gateway and the sender each pinned to a core of their own (0 and 1) and
     busy-spinning, the venue and the source sharing those cores with ``auto`` placement; otherwise
     every process ``auto`` (cores shared, blocking waits)."""
-    import os
     import tempfile
 
     from pipeline.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, mark_code
     from pipeline.messages import OrderOrigin
 
-    repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="bench-risk-") as tmpname:
         tmp = Path(tmpname)
         (tmp / "lat").mkdir()
         cfg = tmp / "risk.toml"
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
-                                               key=repo / "secrets" / "paper.json", rate=rate,
+                                               key=REPO / "secrets" / "paper.json", rate=rate,
                                                risk_place=SPIN_PLACES[0] if spin else "",
                                                sender_place=SPIN_PLACES[1] if spin else ""))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
@@ -272,7 +301,7 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
     out = report.percentiles_us(lat[skip:].tolist()) if len(lat) > skip else {"p50_us": float("nan"), "p99_us": float("nan"), "n": 0}
     dec = risk["lat_ns"][risk["code"] >= 100]
     out["decision_p50_us"] = float(np.percentile(dec, 50) / 1000) if len(dec) else float("nan")
-    out.update(seconds=seconds, rate_per_s=rate)
+    out.update(seconds=seconds, rate_per_s=rate, spin=spin)
     return out
 
 
@@ -285,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     n = args.iterations or (5_000 if args.quick else 50_000)
     out_dir, machine = report.start("risk", args.out)
-    res = {"approved": bench_approved(n), "denied": bench_denied(n), "signal": bench_signal(n)}
+    res = {"approved": bench_approved(n), "denied": bench_denied(n), "signal": bench_signal(n),
+           "journal": bench_journal(100 if args.quick else 400, REPO / "run")}
     if not args.no_processes:
         res["emergency"] = bench_emergency(3.0 if args.quick else 8.0)
         res["emergency_spin"] = bench_emergency(3.0 if args.quick else 8.0, spin=True)
@@ -295,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     verdict = f"target p99 <= {TARGET_P99_US:g} µs: {'MET' if met else 'MISSED'}"
     rows = [("risk decision per order: INSTRUCTION -> planner -> every check -> ORDER payload (approved)", ap_, verdict),
             ("risk decision, denied (max position)", res["denied"], ""),
-            ("SIGNAL update (reference, sigma), no working orders", res["signal"], "")]
+            ("SIGNAL update (reference, sigma), no working orders", res["signal"], ""),
+            ("(c) sender journal: one intent record appended and fsync'd (one every 5 ms, on the run directory's "
+             "disk): the floor under every new order's send", res["journal"], "")]
     md = [f"# Risk decision benchmark {machine['date']}", "", report.machine_line(machine),
           f"{n} iterations each (first tenth dropped as warm-up); time.perf_counter_ns around the pure call.", "",
           "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]
