@@ -189,7 +189,9 @@ class RiskAgent(Agent):
 
     # ---------------------------------------------------------------------------------------- output
     def _handle(self, events) -> None:
-        st, gw, ctx = self.stats, self.gw, self.ctx
+        """Audit lines for every event, counters, and the ORDERs of the events that carry one."""
+        st, gw = self.stats, self.gw
+        orders = []
         for ev in events:
             try:
                 line = self.enc.encode(ev)
@@ -199,58 +201,75 @@ class RiskAgent(Agent):
             self.buf += line
             self.buf += b"\n"
             if ev.cmd:
-                # a new order's decision is on record before the order leaves, and a new order whose
-                # record could not be written does not leave; a cancel leaves first (it only reduces
-                # risk) and its line is written at the end of this do_work
-                if isinstance(ev, OrderApproved) and not self._flush():
-                    st["audit_blocked"] = st.get("audit_blocked", 0) + 1
-                    gw.forget_order(ev.instrument_id, ev.order_id)
-                    continue
-                if ctx.emit(self.out, Kind.ORDER, encode_order(ev), self._ts):
-                    ctx.mark(mark_code(MARK_DECIDED, getattr(ev, "origin", 0)), self._ts)
-                else:
-                    st["order_drops"] = st.get("order_drops", 0) + 1
-                    ctx.log.error("risk_order_dropped", ev=type(ev).__name__, instrument_id=getattr(ev, "instrument_id", 0),
-                                  order_id=getattr(ev, "order_id", 0))
-                    if isinstance(ev, OrderApproved):
-                        gw.forget_order(ev.instrument_id, ev.order_id)
-                    continue
-            if isinstance(ev, OrderApproved):
-                st["approved"] += 1
-            elif isinstance(ev, OrderDenied):
-                st["denied"] += 1
-                k = _DENY_KEYS[ev.reason]
-                st[k] = st.get(k, 0) + 1
-            elif isinstance(ev, CancelSent):
-                st["cancels"] += 1
-            elif isinstance(ev, CancelAllSent):
-                st["cancel_all"] += 1
-            elif isinstance(ev, InstructionExpired):
-                st["expired"] += 1
-            elif isinstance(ev, FillApplied):
-                st["fills"] += 1
-                bk = gw.books[ev.instrument_id]
-                st[f"pos_lots_{ev.instrument_id}"] = round(bk.position / bk.spec.lot, 3)
-            elif isinstance(ev, EmergencyReceived):
-                st["emerg"] += 1
-            elif isinstance(ev, MessageRejected):
-                st["rejected"] += 1
-                if st["rejected"] <= 10 or st["rejected"] % 1000 == 0:
-                    ctx.log.warning("risk_input_rejected", kind=ev.kind, why=ev.why, count=st["rejected"])
-            elif isinstance(ev, StateChanged):
-                st["state"] = ev.new
-                log = ctx.log.warning if ev.new != "ACTIVE" else ctx.log.info
-                log("risk_state", old=ev.old, new=ev.new, cause=ev.cause, latched=ev.latched)
-            elif isinstance(ev, Synced):
-                st["synced"] = 1
-                for iid, bk in gw.books.items():
-                    st[f"pos_lots_{iid}"] = round(bk.position / bk.spec.lot, 3)
-                ctx.log.info("risk_synced", positions={str(k): v for k, v in ev.positions.items()},
-                             open_orders=ev.open_orders, solicited=ev.solicited)
-            elif isinstance(ev, SyncStarted):
-                st["synced"] = 0
-                ctx.log.warning("risk_sync_started", solicited=ev.solicited)
+                orders.append(ev)
+            else:
+                self._count(ev)
+        if orders:
+            self._send(orders)
         st["open"] = gw.open_count
+
+    def _send(self, orders: list) -> None:
+        """Write the ORDERs of one decision together, so that the sender reads them in one batch (and
+        sends the new ones before the cancels). A new order's decision is on record before it leaves:
+        one audit write before the first, and new orders whose record could not be written do not
+        leave; an EMERGENCY's or a reprice's cancels without a new order leave at once, their audit
+        lines written at the end of this ``do_work`` (a cancel only reduces risk)."""
+        st, gw, ctx = self.stats, self.gw, self.ctx
+        audited = self._flush() if any(isinstance(ev, OrderApproved) for ev in orders) else True
+        for ev in orders:
+            if isinstance(ev, OrderApproved) and not audited:
+                st["audit_blocked"] = st.get("audit_blocked", 0) + 1
+                gw.forget_order(ev.instrument_id, ev.order_id)
+                continue
+            if ctx.emit(self.out, Kind.ORDER, encode_order(ev), self._ts):
+                ctx.mark(mark_code(MARK_DECIDED, getattr(ev, "origin", 0)), self._ts)
+            else:
+                st["order_drops"] = st.get("order_drops", 0) + 1
+                ctx.log.error("risk_order_dropped", ev=type(ev).__name__, instrument_id=getattr(ev, "instrument_id", 0),
+                              order_id=getattr(ev, "order_id", 0))
+                if isinstance(ev, OrderApproved):
+                    gw.forget_order(ev.instrument_id, ev.order_id)
+                continue
+            self._count(ev)
+
+    def _count(self, ev) -> None:
+        """The counters (and the log lines) of one event."""
+        st, gw, ctx = self.stats, self.gw, self.ctx
+        if isinstance(ev, OrderApproved):
+            st["approved"] += 1
+        elif isinstance(ev, OrderDenied):
+            st["denied"] += 1
+            k = _DENY_KEYS[ev.reason]
+            st[k] = st.get(k, 0) + 1
+        elif isinstance(ev, CancelSent):
+            st["cancels"] += 1
+        elif isinstance(ev, CancelAllSent):
+            st["cancel_all"] += 1
+        elif isinstance(ev, InstructionExpired):
+            st["expired"] += 1
+        elif isinstance(ev, FillApplied):
+            st["fills"] += 1
+            bk = gw.books[ev.instrument_id]
+            st[f"pos_lots_{ev.instrument_id}"] = round(bk.position / bk.spec.lot, 3)
+        elif isinstance(ev, EmergencyReceived):
+            st["emerg"] += 1
+        elif isinstance(ev, MessageRejected):
+            st["rejected"] += 1
+            if st["rejected"] <= 10 or st["rejected"] % 1000 == 0:
+                ctx.log.warning("risk_input_rejected", kind=ev.kind, why=ev.why, count=st["rejected"])
+        elif isinstance(ev, StateChanged):
+            st["state"] = ev.new
+            log = ctx.log.warning if ev.new != "ACTIVE" else ctx.log.info
+            log("risk_state", old=ev.old, new=ev.new, cause=ev.cause, latched=ev.latched)
+        elif isinstance(ev, Synced):
+            st["synced"] = 1
+            for iid, bk in gw.books.items():
+                st[f"pos_lots_{iid}"] = round(bk.position / bk.spec.lot, 3)
+            ctx.log.info("risk_synced", positions={str(k): v for k, v in ev.positions.items()},
+                         open_orders=ev.open_orders, solicited=ev.solicited)
+        elif isinstance(ev, SyncStarted):
+            st["synced"] = 0
+            ctx.log.warning("risk_sync_started", solicited=ev.solicited)
 
     def _flush(self) -> bool:
         """Write the buffered audit lines; False (counted, logged) when the write failed."""
