@@ -102,6 +102,7 @@ class Scenario:
     llm: bool = True
     faults: dict = field(default_factory=dict)  # venue params (stress)
     channels: tuple = ("books15", "trade")  # the feed's subscriptions ("books": snapshot + checksummed updates)
+    spin: tuple = ()  # processes pinned to cores 0, 1, ... in this order, busy-spinning with keep_warm_us = 200
 
 
 # ------------------------------------------------------------------------------------- config
@@ -273,6 +274,10 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = 96, deadline_ms = 
 """
     else:  # no slow path: fast writes sig_risk only; nothing writes instr (risk still reads it)
         text = text.replace('outputs = ["sig_risk", "sig_llm"]', 'outputs = ["sig_risk"]')
+    for core, name in enumerate(sc.spin):
+        head = f'name = "{name}"\n'
+        assert head in text, name
+        text = text.replace(head, head + f'core = {core}\nwait = "busy-spin"\nkeep_warm_us = 200\n', 1)
     return text + "\n" + _instruments(sc.instruments)
 
 
@@ -523,6 +528,8 @@ def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
              Scenario("mpq-1k", 1_000, transport="mp-queue", seconds=s)]
     plan += [Scenario("ring-1k-4inst", 1_000, instruments=4, seconds=s)]  # 1 and 16: ring-1k, sweep-1000
     plan += [Scenario("ring-1k-no-llm", 1_000, seconds=s, llm=False)]
+    # the order path's two last stages on a core each, spinning and kept warm; the other five share them
+    plan += [Scenario("ring-1k-spin", 1_000, seconds=s, spin=("risk", "sender"))]
     return plan
 
 

@@ -32,7 +32,8 @@ VALID again. No BOOK payload comes out of a book that is not VALID. (A ``books15
 its next push, which is a full snapshot; it queues no resync.)
 
 Output: ``BitgetBooks.apply`` packs a BOOK payload (``pipeline.messages.BOOK_DTYPE``, 504 bytes) in
-one ``struct.pack_into`` (``BOOK_STRUCT``, the same layout, pinned against the dtype by a test): the
+one ``struct.pack_into`` (``BOOK_STRUCTS[n_bids][n_asks]``: ``BOOK_STRUCT``, the same layout,
+pinned against the dtype by a test, with pad bytes where fewer than 15 levels leave zeros): the
 instrument id from the ``{instId: id}`` map given at construction, the top 15 levels a side best
 first as floats (zeros past ``n_bids`` / ``n_asks``), ``seq`` (0 when the venue sends none),
 ``exch_ts_ns`` = the entry's ``ts`` in ms * 1_000_000, and ``BOOK_FLAG_SNAPSHOT`` when the push was
@@ -41,8 +42,9 @@ a snapshot. ``fill_trades`` packs TRADE payloads (``TRADE_STRUCT`` == ``TRADE_DT
 Costs: the BOOK fill is list slicing plus that one ``pack_into`` (no Python loop over levels); a
 snapshot is installed by slicing the decoder's lists, which the book then owns (and mutates); an
 update is merged with one ``bisect`` per update level, the only per-level Python loop. A
-books1/5/15 push (one entry, no checksum) takes an inlined branch of ``BitgetBooks.apply``: the
-decoder's lists are kept as they are (``itertools.compress`` only when a size is 0) and its
+books1/5/15 push (one entry, no checksum) takes an inlined branch of ``BitgetBooks.apply``: the book
+just keeps the push (``SnapshotBook`` derives its lists from it only when asked), the payload is
+packed from the decoder's lists (``itertools.compress`` only when a size is 0), and the
 ``"price:size"`` strings are built only when asked for (``SnapshotBook.bid_lv``, checksums).
 Measured figures: ``python -m bench.feed`` (``make bench-feed``).
 """
@@ -81,7 +83,19 @@ assert BOOK_STRUCT.size == 504
 TRADE_STRUCT = struct.Struct("<HB5xQQdd")
 assert TRADE_STRUCT.size == 40
 
-_ZEROS = [0.0] * BOOK_LEVELS
+
+def _book_struct(nb: int, na: int) -> struct.Struct:
+    """BOOK_STRUCT for ``nb`` bids and ``na`` asks: the same layout, with pad bytes (packed as zero
+    bytes, i.e. 0.0) in place of the levels past ``n_bids`` / ``n_asks``."""
+    pb = f"{8 * (BOOK_LEVELS - nb)}x" if nb < BOOK_LEVELS else ""
+    pa = f"{8 * (BOOK_LEVELS - na)}x" if na < BOOK_LEVELS else ""
+    return struct.Struct(f"<HHHHQQ{nb}d{pb}{nb}d{pb}{na}d{pa}{na}d{pa}")
+
+
+#: BOOK_STRUCTS[nb][na]: ``_book_struct(nb, na)``; a payload is always one pack_into, zeros included
+BOOK_STRUCTS = [[_book_struct(nb, na) for na in range(BOOK_LEVELS + 1)] for nb in range(BOOK_LEVELS + 1)]
+assert all(st.size == BOOK_STRUCT.size for row in BOOK_STRUCTS for st in row)
+
 _NS_PER_MS = 1_000_000
 
 
@@ -266,13 +280,14 @@ def _merge(px: list, sz: list, lv: list, upx: list, usz: list, ulv: list) -> Non
 class SnapshotBook:
     """The ``books1`` / ``books5`` / ``books15`` book: each push replaces it (lists best first).
 
-    ``bid_px`` / ``bid_sz`` / ``ask_px`` / ``ask_sz`` hold the pushed levels without the empty
-    (size 0) ones; ``bid_lv`` / ``ask_lv`` (their original ``"price:size"`` strings) are built
-    from the last push only when asked for (control path, checksum), not on every push."""
+    The book keeps the last accepted push (``BookLevels``) as it is; ``bid_px`` / ``bid_sz`` /
+    ``ask_px`` / ``ask_sz`` and ``bid_lv`` / ``ask_lv`` (the original ``"price:size"`` strings) are
+    derived from it when asked for (control path, checksum), without the empty (size 0) levels, so
+    installing a push copies nothing: the hot path (``BitgetBooks.apply``) packs the BOOK payload
+    straight from the push's lists."""
 
     __slots__ = (
-        "instrument_id", "subscription", "state", "last_seq",
-        "bid_px", "bid_sz", "ask_px", "ask_sz", "_levels",
+        "instrument_id", "subscription", "state", "last_seq", "_levels",
         "checksums_verified", "checksum_mismatches", "seq_gaps",
     )
 
@@ -290,27 +305,50 @@ class SnapshotBook:
         """Forget everything (after a reconnect)."""
         self.state = BookState.AWAITING_SNAPSHOT
         self.last_seq = -1
-        self.bid_px, self.bid_sz, self.ask_px, self.ask_sz = [], [], [], []
         self._levels = None
+
+    def _side(self, bid: bool, field: str) -> list:
+        lv = self._levels
+        if lv is None:
+            return []
+        values = getattr(lv, field)
+        sizes = lv.bid_sz if bid else lv.ask_sz
+        return values if all(sizes) else list(compress(values, sizes))
+
+    @property
+    def bid_px(self) -> list:
+        """Bid prices of the last push, best first, empty levels left out (a list the caller may
+        not mutate: it can be the push's own)."""
+        return self._side(True, "bid_px")
+
+    @property
+    def bid_sz(self) -> list:
+        """Bid sizes, as ``bid_px``."""
+        return self._side(True, "bid_sz")
+
+    @property
+    def ask_px(self) -> list:
+        """Ask prices, as ``bid_px``."""
+        return self._side(False, "ask_px")
+
+    @property
+    def ask_sz(self) -> list:
+        """Ask sizes, as ``bid_px``."""
+        return self._side(False, "ask_sz")
 
     @property
     def bid_lv(self) -> list:
         """The bids' original ``"price:size"`` strings, best first (empty levels left out)."""
-        lv = self._levels
-        if lv is None:
-            return []
-        return list(compress(lv.bid_lv, lv.bid_sz)) if 0 in lv.bid_sz else lv.bid_lv
+        return self._side(True, "bid_lv")
 
     @property
     def ask_lv(self) -> list:
         """The asks' original ``"price:size"`` strings, best first (empty levels left out)."""
-        lv = self._levels
-        if lv is None:
-            return []
-        return list(compress(lv.ask_lv, lv.ask_sz)) if 0 in lv.ask_sz else lv.ask_lv
+        return self._side(False, "ask_lv")
 
     def apply(self, lv: BookLevels, snapshot: bool = True) -> Applied:
-        """Replace the book with this push unless it is stale or fails its checksum."""
+        """Replace the book with this push unless it is stale (``STALE``) or fails its non-zero
+        checksum (``CHECKSUM_MISMATCH``: the book turns INVALID until the next push)."""
         seq = lv.seq
         if 0 <= seq < self.last_seq:
             return _STALE
@@ -320,15 +358,6 @@ class SnapshotBook:
                 self.state = BookState.INVALID
                 return Applied.CHECKSUM_MISMATCH
             self.checksums_verified += 1
-        bp, bs = lv.bid_px, lv.bid_sz
-        ap, az = lv.ask_px, lv.ask_sz
-        if not all(bs):  # a size 0 (sizes are numbers: all() is the cheap "0 in")
-            bp = list(compress(bp, bs))
-            bs = list(compress(bs, bs))
-        if not all(az):
-            ap = list(compress(ap, az))
-            az = list(compress(az, az))
-        self.bid_px, self.bid_sz, self.ask_px, self.ask_sz = bp, bs, ap, az
         self._levels = lv
         if seq >= 0:
             self.last_seq = seq
@@ -420,8 +449,8 @@ class BitgetBooks:
 
     def apply(self, decoded: Decoded, out) -> Applied:
         """Apply a SNAPSHOT / UPDATE and, when the book is VALID after it, write its BOOK payload
-        into ``out`` (a writable buffer of at least 504 bytes: ``np.zeros(1, BOOK_DTYPE)``, a
-        claimed ring slot...). ``out`` is untouched unless the result is ``Applied.EMITTED``.
+        into ``out`` (a writable buffer of at least 504 bytes: the feed's ``bytearray(504)``,
+        ``np.zeros(1, BOOK_DTYPE)``, a claimed ring slot...). ``out`` is untouched unless the result is ``Applied.EMITTED``.
         Never raises on any ``Decoded`` the decoder produced."""
         entries = decoded.books
         kind = decoded.kind
@@ -437,7 +466,7 @@ class BitgetBooks:
                 return Applied.UNKNOWN_INSTRUMENT
         snapshot = decoded.snapshot
         if type(book) is SnapshotBook and len(entries) == 1:
-            # books1/5/15: one snapshot, packed straight from its (zero-size-free) lists
+            # books1/5/15: one snapshot, packed straight from the push's lists
             lv = entries[0]
             seq = lv.seq
             if lv.checksum or 0 <= seq < book.last_seq:  # to verify, or stale: the full method
@@ -445,26 +474,18 @@ class BitgetBooks:
                 if code is not _EMITTED:
                     self.applied[code] += 1
                     return code
-                bp, bs, ap, az = book.bid_px, book.bid_sz, book.ask_px, book.ask_sz
             else:  # SnapshotBook.apply without a checksum, inlined (the books15 hot path)
-                bp, bs, ap, az = lv.bid_px, lv.bid_sz, lv.ask_px, lv.ask_sz
-                if not all(bs):
-                    bp = list(compress(bp, bs))
-                    bs = list(compress(bs, bs))
-                if not all(az):
-                    ap = list(compress(ap, az))
-                    az = list(compress(az, az))
-                book.bid_px, book.bid_sz, book.ask_px, book.ask_sz = bp, bs, ap, az
                 book._levels = lv
                 if seq >= 0:
                     book.last_seq = seq
                 book.state = _VALID
-            nb = len(bp)
-            na = len(ap)
-            if nb > BOOK_LEVELS:
-                bp, bs, nb = bp[:BOOK_LEVELS], bs[:BOOK_LEVELS], BOOK_LEVELS
-            if na > BOOK_LEVELS:
-                ap, az, na = ap[:BOOK_LEVELS], az[:BOOK_LEVELS], BOOK_LEVELS
+            bp, bs, ap, az = lv.bid_px, lv.bid_sz, lv.ask_px, lv.ask_sz
+            if not all(bs):  # leave the empty levels out (sizes are numbers: all() is the cheap "0 in")
+                bp = list(compress(bp, bs))
+                bs = list(compress(bs, bs))
+            if not all(az):
+                ap = list(compress(ap, az))
+                az = list(compress(az, az))
         else:
             for lv in entries:
                 code = book.apply(lv, snapshot)
@@ -476,22 +497,18 @@ class BitgetBooks:
                     self.applied[code] += 1
                     return code
             bp, bs, ap, az = book.top()
-            nb = len(bp)
-            na = len(ap)
+        nb = len(bp)
+        na = len(ap)
+        if nb > BOOK_LEVELS:
+            bp, bs, nb = bp[:BOOK_LEVELS], bs[:BOOK_LEVELS], BOOK_LEVELS
+        if na > BOOK_LEVELS:
+            ap, az, na = ap[:BOOK_LEVELS], az[:BOOK_LEVELS], BOOK_LEVELS
         seq = lv.seq
-        if nb == BOOK_LEVELS and na == BOOK_LEVELS:
-            BOOK_STRUCT.pack_into(
-                out, 0,
-                book.instrument_id, BOOK_FLAG_SNAPSHOT if snapshot else 0, nb, na,
-                seq if seq >= 0 else 0, lv.ts_ms * _NS_PER_MS, *bp, *bs, *ap, *az,
-            )
-        else:
-            BOOK_STRUCT.pack_into(
-                out, 0,
-                book.instrument_id, BOOK_FLAG_SNAPSHOT if snapshot else 0, nb, na,
-                seq if seq >= 0 else 0, lv.ts_ms * _NS_PER_MS,
-                *bp, *_ZEROS[nb:], *bs, *_ZEROS[nb:], *ap, *_ZEROS[na:], *az, *_ZEROS[na:],
-            )
+        BOOK_STRUCTS[nb][na].pack_into(
+            out, 0,
+            book.instrument_id, BOOK_FLAG_SNAPSHOT if snapshot else 0, nb, na,
+            seq if seq >= 0 else 0, lv.ts_ms * _NS_PER_MS, *bp, *bs, *ap, *az,
+        )
         self.applied[_EMITTED_I] += 1
         return _EMITTED
 

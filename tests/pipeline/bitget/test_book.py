@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.bitget.book import (
     BOOK_STRUCT,
+    BOOK_STRUCTS,
     TRADE_STRUCT,
     Applied,
     BitgetBooks,
@@ -35,6 +36,21 @@ def test_book_struct_is_the_book_dtype_byte_for_byte():
     assert (rec["seq"], rec["exch_ts_ns"]) == (0x1122334455667788, 0x0A0B0C0D0E0F1011)
     assert rec["bid_px"].tolist() == values[0:15] and rec["bid_sz"].tolist() == values[15:30]
     assert rec["ask_px"].tolist() == values[30:45] and rec["ask_sz"].tolist() == values[45:60]
+
+
+@pytest.mark.parametrize("nb", [0, 1, 7, 14, 15])
+@pytest.mark.parametrize("na", [0, 2, 15])
+def test_padded_book_structs_pack_the_book_struct_bytes_with_zeros(nb, na):
+    bids = [(1000.0 - i, 1.0 + i) for i in range(nb)]
+    asks = [(1001.0 + i, 2.0 + i) for i in range(na)]
+    hdr = (7, BOOK_FLAG_SNAPSHOT, nb, na, 42, 1695710946294000000)
+    zb, za = [0.0] * (15 - nb), [0.0] * (15 - na)
+    ref = BOOK_STRUCT.pack(*hdr, *[p for p, _ in bids], *zb, *[s for _, s in bids], *zb,
+                           *[p for p, _ in asks], *za, *[s for _, s in asks], *za)
+    out = bytearray(b"\xff" * 504)  # stale bytes must be overwritten, the pads included
+    BOOK_STRUCTS[nb][na].pack_into(out, 0, *hdr, *[p for p, _ in bids], *[s for _, s in bids],
+                                   *[p for p, _ in asks], *[s for _, s in asks])
+    assert bytes(out) == ref
 
 
 def test_trade_struct_is_the_trade_dtype_byte_for_byte():
@@ -289,6 +305,25 @@ def test_books15_emits_every_push_as_a_snapshot():
         assert f.rec["flags"] == BOOK_FLAG_SNAPSHOT and f.rec["seq"] == seq
     assert f.push(depth_frame(BIDS0[:1], ASKS0, channel="books15", seq=6)) == Applied.EMITTED
     assert f.rec["n_bids"] == 1 and f.rec["bid_px"][1] == 0.0
+
+
+def test_books15_book_lists_are_the_last_push_without_its_empty_levels():
+    f = Feed()
+    book = None
+    for bids, asks in ((BIDS0, ASKS0), ([["100.5", "1"], ["100.4", "0"], ["100.3", "2"]], [["100.6", "0"], ["100.7", "3"]])):
+        assert f.push(depth_frame(bids, asks, channel="books15")) == Applied.EMITTED
+        book = f.books.book("books15", "BTCUSDT")
+        live_b = [(p, s) for p, s in bids if float(s)]
+        live_a = [(p, s) for p, s in asks if float(s)]
+        assert book.bids() == live_b and book.asks() == live_a
+        assert (book.bid_px, book.bid_sz) == ([float(p) for p, _ in live_b], [float(s) for _, s in live_b])
+        assert (book.ask_px, book.ask_sz) == ([float(p) for p, _ in live_a], [float(s) for _, s in live_a])
+        assert book.top() == (book.bid_px, book.bid_sz, book.ask_px, book.ask_sz)
+        assert (f.rec["n_bids"], f.rec["n_asks"]) == (len(live_b), len(live_a))
+        assert f.rec["bid_px"][: len(live_b)].tolist() == book.bid_px and not f.rec["bid_px"][len(live_b):].any()
+        assert f.rec["ask_sz"][: len(live_a)].tolist() == book.ask_sz and not f.rec["ask_sz"][len(live_a):].any()
+    f.books.reset()
+    assert (book.bids(), book.asks(), book.bid_px, book.ask_sz) == ([], [], [], [])
 
 
 def test_books15_drops_a_stale_push_without_invalidating():
