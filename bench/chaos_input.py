@@ -376,9 +376,6 @@ class FaultyLlmAgent(_LlmBase):
         ctx.params = dict(ctx.params)
         self.fault_file = Path(ctx.params.pop("fault_file"))
         self.slow_token_ms = float(ctx.params.pop("slow_token_ms", 300))
-        nice = int(ctx.params.pop("nice", 0))  # what-if knob (bench only): the hub at a lower CPU priority
-        if nice:
-            os.nice(nice)
         super().on_start(ctx)
         self.mode = "idle"
         self._base_p = self.hub.p
@@ -430,7 +427,8 @@ class FaultyLlmAgent(_LlmBase):
         return super().do_work()
 
 
-def llm_faults(ChaosPipeline, quick: bool, nice: int = 0) -> Row:
+def llm_faults(ChaosPipeline, quick: bool, nice: int = 10) -> Row:
+    """``nice``: the llm process's niceness (the default config's 10; 0 to see the hub at normal priority)."""
     phase_s = 3.0 if quick else 10.0
     slow_answer_s = 3.0 if quick else 30.0
     max_tokens = 96
@@ -451,7 +449,8 @@ module = "bench.chaos_input:FaultyLlmAgent"
 inputs = ["sig_llm"]
 outputs = ["instr"]
 wait = "back-off"
-params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, deadline_ms = 500, min_gap_ms = 200, min_ttl_ms = 100, max_ttl_ms = 250, fault_file = "{fault_file}", nice = {nice}, slow_token_ms = {1000 * slow_answer_s / max_tokens:.1f}, {breaker} }}
+nice = {nice}
+params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, deadline_ms = 500, min_gap_ms = 200, min_ttl_ms = 100, max_ttl_ms = 250, fault_file = "{fault_file}", slow_token_ms = {1000 * slow_answer_s / max_tokens:.1f}, {breaker} }}
 """)
 
         windows: dict[str, tuple[int, int]] = {}
@@ -470,7 +469,13 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
             fault_file.write_text("idle")  # let a generation in flight finish before the faults
             p.wait(lambda: p.stage("llm").get("fault") == "idle", 10, "the idle gap")
             time.sleep(1.0)
-            for mode in ("garbage", "timeout", "slow"):
+            for k, mode in enumerate(("garbage", "timeout", "slow")):
+                if k:  # an idle window between fault phases: each is judged against the idle on both sides
+                    fault_file.write_text("idle")
+                    p.wait(lambda: p.stage("llm").get("fault") == "idle", 10, "an idle window")
+                    t0 = time.monotonic_ns()
+                    time.sleep(phase_s)
+                    windows[f"idle{k}"] = (t0, time.monotonic_ns())
                 fault_file.write_text(mode)
                 p.wait(lambda: p.stage("llm").get("fault") == mode, 10, f"fault phase {mode}")
                 t0 = time.monotonic_ns()
@@ -485,6 +490,10 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
                 phases[mode] = {"breaker_open_after_s": opened, "breaker": st.get("breaker"),
                                 "rejects": {k: v for k, v in st.items() if k.startswith("rej_")}}
             fault_file.write_text("idle")
+            p.wait(lambda: p.stage("llm").get("fault") == "idle", 10, "the last idle window")
+            t0 = time.monotonic_ns()
+            time.sleep(phase_s)
+            windows["idle3"] = (t0, time.monotonic_ns())
             llm_stage = p.stage("llm")
             llm_pid = p.proc("llm")["pid"]
             events = log_events(p, "llm")
@@ -507,26 +516,36 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
                     and fa <= e.get("ts_ns", 0) < fb]
     opens = [e for e in events if e.get("event") == "llm_breaker" and e.get("new") == "open"]
     base = p99["idle"]
-    ratios = {m: p99[m] / base if base == base and base > 0 else float("nan") for m in ("garbage", "timeout", "slow")}
+    # each fault phase against the mean of the idle windows on its two sides (A/B/A: the machine's
+    # drift and noise over the run land on both), and, for the record, against the first idle window
+    around = {"garbage": ("idle", "idle1"), "timeout": ("idle1", "idle2"), "slow": ("idle2", "idle3")}
+    unloaded = {m: (p99[a] + p99[b]) / 2 for m, (a, b) in around.items()}
+    ratios = {m: p99[m] / unloaded[m] if unloaded[m] == unloaded[m] and unloaded[m] > 0 else float("nan")
+              for m in around}
+    vs_first = {m: p99[m] / base if base == base and base > 0 else float("nan") for m in around}
     checks = {
         "no INSTRUCTION written in a fault phase": instr.size == 0,
         "no LLM-origin ORDER decided or sent": llm_decided.size == 0 and llm_sent.size == 0 and not llm_approved,
         "breaker opened in every fault phase": all(ph["breaker_open_after_s"] is not None for ph in phases.values())
                                                and len(opens) >= 3,
-        "fast SIGNAL p99 within 10 % of idle": all(r <= 1.10 for r in ratios.values()),
+        "fast SIGNAL p99 within 10 % of idle (the idle windows around each phase)": all(r <= 1.10 for r in ratios.values()),
     }
     ok = all(checks.values())
-    fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x)" for m in ratios)
+    fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x of {unloaded[m]:.0f}; {vs_first[m]:.2f}x the first idle)"
+                    for m in ratios)
+    idles = ", ".join(f"{p99[w]:.0f}" for w in ("idle", "idle1", "idle2", "idle3"))
     return Row(scenario="llm_faults",
                injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (answer "
-                        f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase after an idle baseline",
+                        f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase, an idle window ({phase_s:.0f} s) before "
+                        f"and after each",
                did=f"INSTRUCTIONs in fault phases {instr.size}, LLM-origin orders {llm_decided.size}; breaker opened "
                    f"after " + ", ".join(f"{m} {ph['breaker_open_after_s'] if ph['breaker_open_after_s'] is None else round(ph['breaker_open_after_s'], 1)} s"
                                          for m, ph in phases.items())
                    + f" ({len(opens)} llm_breaker open events); llm pid {llm_pid}",
-               figure=f"fast SIGNAL p99: idle {base:.0f} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
-                      f"{p99['normal'] / base:.2f}x, {normal_instructions} instructions)",
+               figure=f"fast SIGNAL p99: idle windows {idles} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
+                      f"{p99['normal'] / base:.2f}x the first idle, {normal_instructions} instructions)",
                passed=ok, details={"checks": checks, "p99_us": p99, "signals": n_sig, "phases": phases,
+                                   "unloaded_p99_us": unloaded, "ratio_vs_first_idle": vs_first,
                                    "llm_stage": llm_stage})
 
 

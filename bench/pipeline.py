@@ -270,6 +270,7 @@ module = "procs.llm:LlmAgent"
 inputs = ["sig_llm"]
 outputs = ["instr"]
 wait = "back-off"
+nice = 10
 params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = 96, deadline_ms = 500, min_gap_ms = 200, min_ttl_ms = 100, max_ttl_ms = 250 }}
 """
     else:  # no slow path: fast writes sig_risk only; nothing writes instr (risk still reads it)

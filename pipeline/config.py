@@ -76,6 +76,9 @@ class ProcessConfig(_Strict):
     wait: WaitName = "auto"
     # busy-spin only: while idle, the runner calls the agent's keep_warm() at most this often (0 = never)
     keep_warm_us: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
+    # CPU niceness of the whole process (0 = normal; 1..19 = lower priority, inherited by its threads):
+    # a slow-path process yields a shared core to the fast path's processes
+    nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = 0
     heartbeat_timeout_ms: PositiveMs = 2_000
     ready_timeout_ms: PositiveMs = 30_000
     batch: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 256

@@ -134,6 +134,11 @@ class Runner:
         rec.set(PT.OFF_STARTED_NS, now)
         rec.set(PT.OFF_HEARTBEAT_NS, now)
         rec.set(PT.OFF_PHASE, PT.PHASE_STARTING)
+        if self.proc.nice:
+            try:  # before the agent starts any thread: its threads inherit it
+                os.setpriority(os.PRIO_PROCESS, 0, self.proc.nice)
+            except OSError as exc:
+                raise StartupError(f"cannot set nice {self.proc.nice}: {exc.strerror}") from None
         if self.core is not None:
             os.sched_setaffinity(0, {self.core})
             rec.set(PT.OFF_CORE_PLUS_ONE, self.core + 1)
@@ -149,7 +154,7 @@ class Runner:
         self.agent.on_start(self.ctx)
         rec.set(PT.OFF_READY_NS, self.clock())
         rec.set(PT.OFF_PHASE, PT.PHASE_READY)
-        self.log.info("ready", pid=os.getpid(), core=self.core, wait=self.wait,
+        self.log.info("ready", pid=os.getpid(), core=self.core, wait=self.wait, nice=os.getpriority(os.PRIO_PROCESS, 0),
                       inputs=list(self.proc.inputs), outputs=list(self.proc.outputs))
 
     def beat(self, now: int) -> None:

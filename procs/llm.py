@@ -90,7 +90,7 @@ class LlmAgent(Agent):
         self.hung = False
         self.min_gap_ns = p.min_gap_ms * 1_000_000
         self.next_start_ns = 0
-        self.pending: tuple[np.void, int] | None = None
+        self.pending: tuple[bytes, int] | None = None  # the newest SIGNAL_CTX not yet asked about
         self.next_id = 1
         self._table, self._risk_rec = self._attach_risk_record(p.risk_process)
         self.stats = ctx.stats
@@ -132,14 +132,15 @@ class LlmAgent(Agent):
         if len(payload) != _CTX_BYTES:
             self._bump("rejected")
             return
-        sig = np.frombuffer(bytes(payload), SIGNAL_CTX_DTYPE, 1)[0]
-        if int(sig["instrument_id"]) not in self.instruments:
+        if int.from_bytes(payload[:2], "little") not in self.instruments:  # instrument_id, u16 at offset 0
             self._bump("unknown_instrument")
             return
         self.stats["signals"] += 1
         if self.pending is not None:
             self.stats["conflated"] += 1
-        self.pending = (sig, ts_origin_ns)
+        # a copy of the bytes only: most signals are replaced by a newer one before a generation can
+        # start, so the record is decoded when one does (this thread yields the core to the fast path)
+        self.pending = (bytes(payload), ts_origin_ns)
 
     def do_work(self) -> int:
         got = self.inp.poll(self._on, self.ctx.batch)
@@ -155,8 +156,9 @@ class LlmAgent(Agent):
             self._hung()
         self._note(self.breaker.poll())
         if self.pending is not None and not self.worker.busy and self.ctx.clock() >= self.next_start_ns:
-            sig, ts = self.pending
+            raw, ts = self.pending
             self.pending = None
+            sig = np.frombuffer(raw, SIGNAL_CTX_DTYPE, 1)[0]
             if self.breaker.allow():
                 now = self.ctx.clock()
                 self.next_start_ns = now + self.min_gap_ns

@@ -40,3 +40,28 @@ class Warmable(Agent):
         self.ctx.stats["warm"] += 1
         if self.fail:
             raise RuntimeError("warm-up broke")
+
+
+class ThreadedIdle(Agent):
+    """Starts one helper thread in on_start (it waits forever) and publishes its native id
+    (``thread_tid``); never has work."""
+
+    def on_start(self, ctx):
+        import threading
+
+        started = threading.Event()
+        self._stop = threading.Event()
+
+        def run():
+            ctx.stats["thread_tid"] = threading.get_native_id()
+            started.set()
+            self._stop.wait()
+
+        threading.Thread(target=run, daemon=True).start()
+        started.wait(5)
+
+    def do_work(self) -> int:
+        return 0
+
+    def on_close(self):
+        self._stop.set()

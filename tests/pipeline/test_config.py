@@ -46,7 +46,11 @@ def test_unknown_field_in_supervisor_rejected():
     (ring("a", payload=70000), "$.rings[0].max_payload_bytes", "<= 65535"),
     (RING_A + process("p", "Idle", extra="heartbeat_timeout_ms = 0\n"), "$.processes[0].heartbeat_timeout_ms", ">= 1"),
     (RING_A + process("p", "Idle", extra="restart = { max_restarts = -1 }\n"), "$.processes[0].restart.max_restarts", ">= 0"),
-], ids=["poll_interval_ms", "max_payload_bytes", "heartbeat_timeout_ms", "max_restarts"])
+    (RING_A + process("p", "Idle", extra="nice = -5\n"), "$.processes[0].nice", ">= 0"),  # would need privileges
+    (RING_A + process("p", "Idle", extra="nice = 20\n"), "$.processes[0].nice", "<= 19"),
+    (RING_A + process("p", "Idle", extra="keep_warm_us = -1\n"), "$.processes[0].keep_warm_us", ">= 0"),
+], ids=["poll_interval_ms", "max_payload_bytes", "heartbeat_timeout_ms", "max_restarts", "nice_negative", "nice_20",
+        "keep_warm_us"])
 def test_out_of_bounds_value_rejected_with_its_path(text, path, bound):
     msg = rejected(text)
     assert path in msg and bound in msg, msg

@@ -125,3 +125,25 @@ def test_keep_warm_runs_only_for_busy_spin_stages_that_ask_and_a_failing_one_is_
     assert ignored and ignored[0]["why"] == "wait is blocking, not busy-spin"
     assert [e["error"] for e in pipe.log("broken") if e["event"] == "keep_warm_disabled"] == ["RuntimeError: warm-up broke"]
     assert pipe.down() == 0
+
+
+def _nice_of(pid: int, tid: int | None = None) -> int:
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    with open(path) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_nice_lowers_the_whole_process_priority_threads_included(pipe):
+    pipe.write_config(process("slow", "tests.pipeline.agents:ThreadedIdle", extra=BACK_OFF + "nice = 7\n")
+                      + process("fast", "tests.pipeline.agents:ThreadedIdle", extra=BACK_OFF))
+    pipe.up()
+    procs = wait_until(lambda: (p := pipe.procs()) and all(p[n]["stage"].get("thread_tid") for n in p) and p,
+                       10, 0.05, "the agents' threads")
+    slow, fast = procs["slow"], procs["fast"]
+    assert _nice_of(slow["pid"]) == 7 and _nice_of(slow["pid"], slow["stage"]["thread_tid"]) == 7
+    assert _nice_of(fast["pid"]) == 0 and _nice_of(fast["pid"], fast["stage"]["thread_tid"]) == 0
+    ready = [e for e in pipe.log("slow") if e["event"] == "ready"]
+    assert ready and ready[-1]["nice"] == 7
+    assert pipe.down() == 0
