@@ -8,12 +8,16 @@ Measured on this machine, on ``books15`` frames of the synthetic venue model (on
     the 128 features into the bound input, ``run_with_iobinding``, synchronize), p50 / p99 (target
     p50 <= 15 µs);
 (c) the usual single-process loop on the same frames: ``orjson.loads`` of the frame, a Python loop
-    over the 15 levels a side filling a 128-wide float32 array, ``InferenceSession.run`` on it;
+    over the 15 levels a side filling a 128-wide float32 array, ``InferenceSession.run`` on it, back
+    to back (hot caches); (c') the same loop with one frame every 20 ms, the pace of (d);
 (d) end to end across real processes: the supervisor runs the paper venue (synthetic, ``books15``,
     one book a 20 ms step), feed, features, fast (CPU provider) and ``bench.sink:LatencySink`` on
-    ``sig_risk``, for ``--seconds`` (10; 4 with ``--quick``); the sink records now - ts_origin_ns (the
-    feed's frame-received stamp) of every SIGNAL; p50 / p99 after the first second, the ratio to (c),
-    and MET / MISSED for "end-to-end p50 <= single-process loop p50".
+    ``sig_risk``, for ``--seconds`` (10; 4 with ``--quick``); the fast stage's latency tap gives
+    frame received (the feed's ``ts_origin_ns``) -> SIGNAL written, the feed's and the feature
+    stage's taps the BOOK and FEATURES points, the sink the SIGNAL read; p50 / p99 after the first
+    second; (d') the same with features on core 0 and fast on core 1, busy-spinning with
+    ``keep_warm_us = 200``; the ratios to (c) and (c'), and MET / MISSED for "the better end-to-end
+    p50 <= the loop's p50" against each.
 
 Writes ``bench/results/<UTC timestamp>-fast/results.json`` and ``report.md``; prints the table.
 """
@@ -104,7 +108,10 @@ def naive_loop(frame: bytes, sess, in_name: str, out_names: list[str]) -> np.nda
     return sess.run(out_names, {in_name: x})[0]
 
 
-def bench_naive(model: Path, frames: list[bytes], passes: int) -> dict:
+def bench_naive(model: Path, frames: list[bytes], passes: int, period_s: float = 0.0) -> dict:
+    """(c): ``naive_loop`` over ``frames``, ``passes`` times, back to back; (c') with ``period_s`` > 0:
+    one frame every ``period_s`` (the venue's 20 ms step), the process sleeping in between: the same
+    arrival pace as (d)."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
@@ -115,6 +122,8 @@ def bench_naive(model: Path, frames: list[bytes], passes: int) -> dict:
     ns = []
     for _ in range(passes):
         for f in frames:
+            if period_s:
+                time.sleep(period_s)
             t0 = clock()
             naive_loop(f, sess, in_name, out_names)
             ns.append(clock() - t0)
@@ -232,25 +241,6 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict
         return res
 
 
-def bench_naive_paced(model: Path, frames: list[bytes], period_s: float = 0.02) -> dict:
-    """(c'): the loop of (c) on the same frames, one every ``period_s`` (the venue's 20 ms step), the
-    process sleeping in between: the same arrival pace as (d)."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    in_name, out_names = sess.get_inputs()[0].name, [sess.get_outputs()[0].name]
-    for f in frames[:20]:
-        naive_loop(f, sess, in_name, out_names)
-    clock = time.perf_counter_ns
-    ns = []
-    for f in frames:
-        time.sleep(period_s)
-        t0 = clock()
-        naive_loop(f, sess, in_name, out_names)
-        ns.append(clock() - t0)
-    return report.percentiles_us(ns)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small counts (smoke run)")
@@ -274,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         compute(st, b, rows[i], i + 1)
     res = {"features": bench_features(payloads, passes), "classifier": bench_classifier(model, rows, passes),
            "naive_loop": bench_naive(model, frames, passes)}
-    res["naive_paced"] = bench_naive_paced(model, frames[: 50 if args.quick else 200])
+    res["naive_paced"] = bench_naive(model, frames[: 50 if args.quick else 200], 1, period_s=0.02)
     if not args.no_e2e:
         secs = args.seconds or (4.0 if args.quick else 10.0)
         res["end_to_end"] = bench_end_to_end(model, secs)
