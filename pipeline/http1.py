@@ -71,9 +71,9 @@ class SendFailed(Exception):
 class ReceiveFailed(Exception):
     """No complete answer: timeout, connection reset or closed, malformed response.
 
-    ``stale`` is True when a reused keep-alive connection turned out to be closed by the server
-    before it answered (the request was most likely never seen; the caller decides whether a retry is
-    safe)."""
+    ``stale`` is True when a reused keep-alive connection turned out to be closed or reset by the
+    server before it answered (the request was most likely never seen; the caller decides whether a
+    retry is safe)."""
 
     def __init__(self, why: str, stale: bool = False):
         super().__init__(why)
@@ -162,7 +162,8 @@ class Connection:
             resp.begin()
             body = resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            stale = self.reused and isinstance(exc, http.client.RemoteDisconnected)
+            # closed (RemoteDisconnected) or reset before a byte of answer, on a reused connection
+            stale = self.reused and isinstance(exc, ConnectionResetError)
             self.close()
             raise ReceiveFailed("stale" if stale else type(exc).__name__, stale=stale) from None
         finally:
