@@ -187,6 +187,8 @@ class LlmAgent(Agent):
         if self.hung:  # already counted against the breaker when it hung; its late answer is dropped
             self.hung = False
             self._bump("rej_hung")
+            self.ctx.log.warning("llm_answer_rejected", reason="hung", finish=out.finish,
+                                 feature_seq=int(job.sig["feature_seq"]))
             return
         st = self.stats
         st["prompt_tok"] += out.prompt_tokens
@@ -205,6 +207,11 @@ class LlmAgent(Agent):
                 st["instr_drops"] += 1
         else:
             self._bump("rej_" + out.reason)
+            n = st["rejected_answers"] = st.get("rejected_answers", 0) + 1
+            if n <= 10 or n % 100 == 0:  # the first ten, then every hundredth: a broken model cannot flood the log
+                self.ctx.log.warning("llm_answer_rejected", reason=out.reason, detail=out.detail[:200],
+                                     finish=out.finish, feature_seq=int(job.sig["feature_seq"]),
+                                     text=out.text[:120], count=n)
         self._note(self.breaker.record(success=ok, on_time=out.on_time, anomaly=out.reason in CONTENT_REASONS))
 
     def _note(self, t) -> None:

@@ -163,6 +163,9 @@ def test_an_open_breaker_drops_signals_runs_nothing_and_says_so():
         q.append((Kind.SIGNAL, sig_bytes(s), s))
         settle(agent)
     assert ctx.stats["rej_truncated"] == 2 and ctx.stats["breaker"] == "closed"
+    logged = ctx.log.named("llm_answer_rejected")  # every rejection counted and logged (the first ten, then 1/100)
+    assert [(e["reason"], e["feature_seq"], e["count"]) for e in logged] == [("truncated", 1, 1), ("truncated", 2, 2)]
+    assert ctx.stats["rejected_answers"] == 2
     clk.t += 3 * 10**9
     agent.do_work()
     assert ctx.stats["breaker"] == "open"
