@@ -54,8 +54,8 @@ from pathlib import Path
 import numpy as np
 
 from bench import report
-from pipeline.agent import (LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, MARK_ORDER_SENT, MARK_VENUE_ACK,
-                            mark_code)
+from pipeline.agent import (LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, MARK_INTENT_SYNCED, MARK_ORDER_READ,
+                            MARK_ORDER_SENT, MARK_VENUE_ACK, mark_code)
 from pipeline.config import load_config
 from pipeline.control import request
 from pipeline.errors import ControlError
@@ -77,6 +77,8 @@ STAGES = [
     ("features", "-> FEATURES written (features)", "features", Kind.FEATURES),
     ("signal", "-> SIGNAL written (fast)", "fast", Kind.SIGNAL),
     ("decision", "-> order decision, fast path (risk wrote the ORDER)", "risk", _fast(MARK_DECIDED)),
+    ("order_read", "-> new order read by the sender, fast path", "sender", _fast(MARK_ORDER_READ)),
+    ("intent_synced", "-> its journal intent written and fsync'd (sender), fast path", "sender", _fast(MARK_INTENT_SYNCED)),
     ("order_sent", "-> order request sent, fast path (sender)", "sender", _fast(MARK_ORDER_SENT)),
     ("cancel_sent", "-> cancel request sent, fast path (EMERGENCY, reprice)", "sender", _fast(MARK_CANCEL_SENT)),
     ("venue_ack", "-> venue ack read, fast path (sender)", "sender", _fast(MARK_VENUE_ACK)),

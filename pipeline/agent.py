@@ -40,8 +40,10 @@ MARK_ORDER_SENT = 1  # the sender wrote an order request to the venue's socket
 MARK_VENUE_ACK = 2  # the sender read the venue's answer to an order request
 MARK_CANCEL_SENT = 3  # the sender wrote a cancel / cancel-all request
 MARK_DECIDED = 4  # the risk gateway wrote an ORDER (new or cancel) of this origin
+MARK_ORDER_READ = 5  # the sender read a NEW order from its ring (it starts the duplicate check)
+MARK_INTENT_SYNCED = 6  # the sender's journal intent of a NEW order is written and fsync'd
 MARK_NAMES = {MARK_ORDER_SENT: "order_sent", MARK_VENUE_ACK: "venue_ack", MARK_CANCEL_SENT: "cancel_sent",
-              MARK_DECIDED: "decided"}
+              MARK_DECIDED: "decided", MARK_ORDER_READ: "order_read", MARK_INTENT_SYNCED: "intent_synced"}
 
 
 def mark_code(event: int, origin: int = 0) -> int:

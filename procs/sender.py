@@ -71,7 +71,8 @@ import msgspec
 import numpy as np
 
 from pipeline import http1
-from pipeline.agent import MARK_CANCEL_SENT, MARK_ORDER_SENT, MARK_VENUE_ACK, Agent, mark_code
+from pipeline.agent import (MARK_CANCEL_SENT, MARK_INTENT_SYNCED, MARK_ORDER_READ, MARK_ORDER_SENT, MARK_VENUE_ACK,
+                            Agent, mark_code)
 from pipeline.bitget import rest
 from pipeline.bitget.rest import Outcome, Result
 from pipeline.bitget.signing import load_credentials
@@ -456,6 +457,7 @@ class SenderAgent(Agent):
 
     def _admit_new(self, o, ts: int) -> bool:
         """Duplicate check, validation and the fsync'd intent; False when answered here."""
+        self.ctx.mark(mark_code(MARK_ORDER_READ, o.origin), ts)
         oid, iid = o.order_id, o.instrument_id
         prev = self.orders.get(oid)
         if prev is not None:
@@ -480,6 +482,7 @@ class SenderAgent(Agent):
                    "tif": o.tif, "px": o.price, "sz": o.size,
                    "oseq": o.origin_seq, "ts_ms": self._wall()})
         self.origin_ts[oid] = ts
+        self.ctx.mark(mark_code(MARK_INTENT_SYNCED, o.origin), ts)
         return True
 
     def _report_state(self, ts: int, o: OrderEntry, reason: ExecReason) -> None:
