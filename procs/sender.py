@@ -247,6 +247,7 @@ class SenderAgent(Agent):
         self.check: dict[int, int] = {}  # order id -> when to query it next
         self._batch: list = []  # ORDER messages of one poll, executed NEW first
         self.origin_ts: dict[int, int] = {}  # order id -> the NEW's ts_origin_ns (this process's orders)
+        self.bodies: dict[int, str] = {}  # order id -> its place-order body, from admission until answered
         self.last_tid = self.state.last_trade_id
         self.open = {oid for oid, o in self.orders.items() if not o.terminal}  # non-terminal order ids
         self.next_poll = now
@@ -470,8 +471,7 @@ class SenderAgent(Agent):
         inst = self.instruments[iid]
         coid = client_oid(oid)
         try:
-            rest.place_body(inst.symbol, o.side, o.tif, o.price, o.size, coid,
-                            inst.tick_size, inst.lot_size)
+            body = rest.place_body(inst.symbol, o.side, o.tif, o.price, o.size, coid, inst.tick_size, inst.lot_size)
         except ValueError as exc:
             self.stats["malformed"] += 1
             self.ctx.log.warning("sender_bad_order", order_id=oid, error=str(exc))
@@ -482,6 +482,7 @@ class SenderAgent(Agent):
                    "tif": o.tif, "px": o.price, "sz": o.size,
                    "oseq": o.origin_seq, "ts_ms": self._wall()})
         self.origin_ts[oid] = ts
+        self.bodies[oid] = body  # the request's body, made once (the intent holds the same fields)
         self.ctx.mark(mark_code(MARK_INTENT_SYNCED, o.origin), ts)
         return True
 
@@ -564,9 +565,13 @@ class SenderAgent(Agent):
 
     # ------------------------------------------------------------------------------------ place
     def _place(self, o: OrderEntry, origin: int = 0, ts: int = 0) -> Result:
-        inst = self.instruments[o.iid]
-        req = rest.build_place(self.creds, self._wall(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
-                               inst.tick_size, inst.lot_size)
+        body = self.bodies.get(o.oid)
+        if body is not None:
+            req = rest.build_place_with_body(self.creds, self._wall(), body)
+        else:  # not admitted by this process (never happens on the hot path): from the journaled intent
+            inst = self.instruments[o.iid]
+            req = rest.build_place(self.creds, self._wall(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
+                                   inst.tick_size, inst.lot_size)
         self._crash("journal")
         self.stats["sent"] += 1
         res = self._call(req, crash_point="send", sent_mark=mark_code(MARK_ORDER_SENT, origin),
@@ -577,6 +582,7 @@ class SenderAgent(Agent):
 
     def _place_done(self, item, res: Result) -> None:
         o = self.orders[item[1].order_id]
+        self.bodies.pop(o.oid, None)
         ts = item[2]
         if res.ok:
             vid = str(res.data.get("orderId", "")) if isinstance(res.data, dict) else ""

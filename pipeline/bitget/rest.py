@@ -186,8 +186,13 @@ def place_body(symbol: str, side: int, tif: int, price: float, size: float, clie
 def build_place(creds: Credentials, ts_ms: int, symbol: str, side: int, tif: int, price: float, size: float,
                 client_oid: str, tick_size: float, lot_size: float) -> Request:
     """POST place-order. Raises ValueError as ``place_body``."""
-    return _signed(creds, ts_ms, "POST", PLACE_PATH, "",
-                   place_body(symbol, side, tif, price, size, client_oid, tick_size, lot_size))
+    return build_place_with_body(creds, ts_ms, place_body(symbol, side, tif, price, size, client_oid, tick_size,
+                                                          lot_size))
+
+
+def build_place_with_body(creds: Credentials, ts_ms: int, body: str) -> Request:
+    """POST place-order with a body ``place_body`` already made (and so validated)."""
+    return _signed(creds, ts_ms, "POST", PLACE_PATH, "", body)
 
 
 def build_cancel(creds: Credentials, ts_ms: int, symbol: str, *, client_oid: str | None = None,
