@@ -339,7 +339,7 @@ class ExecReason(enum.IntEnum):
     TIMEOUT = 4  # no answer in time (UNKNOWN until queried)
     DUPLICATE = 5  # an order with this client id was already journaled
     NOT_FOUND = 6  # cancel of an order the venue does not know
-    HALTED = 7  # the sender is not sending (reconciling or stopping)
+    HALTED = 7  # the sender is not sending (reconciling, stopping, or its journal cannot make the intent durable)
     MALFORMED = 8  # the ORDER did not decode
 
 

@@ -11,7 +11,8 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
 1. NEW: an ``order_id`` already in the journal is NOT sent again: the answer is the order's current
    state with reason DUPLICATE (ACKED with leaves while it works, FILLED / CANCELLED / REJECTED when
    terminal, UNKNOWN while the outcome is being queried). Otherwise an ``intent`` record is written to
-   the journal and fsync'd, and only then is place-order sent.
+   the journal and fsync'd, and only then is place-order sent (an intent whose write or fsync fails is
+   not sent: REJECTED with reason HALTED, ``journal_errors`` counted, ``sender_journal_failed`` logged).
 2. The answer is classified (``pipeline.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
    ``reject`` journaled, REJECTED (BAD_SIGNATURE for 40009, else VENUE_REJECTED; 43118, a clientOid
    the venue already has, is queried instead); RETRYABLE -> retried after ``retry_backoff_ms * 2**n``
@@ -54,7 +55,7 @@ point of a place; the marker file "<journal>.crashed" makes it once).
 
 Counters (``ctx.stats``): sent, acked, rejected, fills, cancels, unknown, retries, dups, rl (rate
 limited after retries), rl_wait (waits for a token), jbytes, rec_ms, rec_n, torn, polls, http_err,
-malformed, never_sent, out_drops, open (orders not terminal).
+malformed, never_sent, out_drops, journal_errors, open (orders not terminal).
 """
 
 from __future__ import annotations
@@ -478,9 +479,16 @@ class SenderAgent(Agent):
             self._report(ts, ExecType.REJECTED, None, reason=ExecReason.MALFORMED, iid=iid, order_id=oid,
                          side=o.side, price=o.price, size=o.size)
             return False
-        self._jot({"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": o.side,
-                   "tif": o.tif, "px": o.price, "sz": o.size,
-                   "oseq": o.origin_seq, "ts_ms": self._wall()})
+        try:
+            self._jot({"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": o.side,
+                       "tif": o.tif, "px": o.price, "sz": o.size,
+                       "oseq": o.origin_seq, "ts_ms": self._wall()})
+        except OSError as exc:  # not durable, so not sent: answered, so the gateway does not count it working
+            self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1
+            self.ctx.log.error("sender_journal_failed", order_id=oid, error=f"{type(exc).__name__}: {exc.strerror}")
+            self._report(ts, ExecType.REJECTED, None, reason=ExecReason.HALTED, iid=iid, order_id=oid,
+                         side=o.side, price=o.price, size=o.size)
+            return False
         self.origin_ts[oid] = ts
         self.bodies[oid] = body  # the request's body, made once (the intent holds the same fields)
         self.ctx.mark(mark_code(MARK_INTENT_SYNCED, o.origin), ts)

@@ -449,6 +449,27 @@ def test_the_sender_fsyncs_the_intent_before_the_place_request_and_journals_the_
     assert calls[4:] == ["write intent", "fsync", "venue place", "write ack"]
 
 
+def test_an_intent_that_cannot_be_made_durable_is_not_sent_and_is_answered_rejected(tmp_path, venue):
+    h = start(tmp_path, venue)
+    j = h.agent.journal
+    fsync = j._fsync
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    j._fsync = broken
+    ts = h.send(order(oid=15))
+    (r, rts), = h.wait_for(ExecType.REJECTED, 15)
+    assert rts == ts and int(r["reason"]) == ExecReason.HALTED and float(r["leaves"]) == 0.0
+    assert not venue.placed and ("POST", "place-order") not in venue.requests
+    assert h.ctx.stats["journal_errors"] == 1 and h.ctx.stats.get("errors", 0) == 0 and h.ctx.stats["sent"] == 0
+    assert [e["order_id"] for e in h.log.named("sender_journal_failed")] == [15]
+    j._fsync = fsync  # the disk is back: the next order goes out as usual
+    h.send(order(oid=16))
+    h.wait_for(ExecType.ACKED, 16)
+    assert venue.placed == [client_oid(16)]
+
+
 def test_fills_are_polled_journaled_and_reported_with_leaves_then_the_position(tmp_path, venue):
     h = start(tmp_path, venue)
     h.send(order(oid=12, price=100.0, size=0.03))
