@@ -200,9 +200,6 @@ lot_size = 0.0001
 """
 
 
-SPIN_PLACES = ('core = 0\nwait = "busy-spin"\nkeep_warm_us = 200', 'core = 1\nwait = "busy-spin"\nkeep_warm_us = 200')
-
-
 def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict:
     """(d): frame received -> SIGNAL written, from the fast stage's latency tap (and, as before, the
     sink's read of it). ``spin``: features on core 0 and fast on core 1, each busy-spinning with
@@ -217,8 +214,8 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict
         cfg = t / "bench.toml"
         (t / "lat").mkdir()
         cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid() % 100000}", run=t / "run", logs=t / "logs", model=model,
-                                     sink=sink, features_place=SPIN_PLACES[0] if spin else "",
-                                     fast_place=SPIN_PLACES[1] if spin else ""))
+                                     sink=sink, features_place=report.spin_place(0) if spin else "",
+                                     fast_place=report.spin_place(1) if spin else ""))
         warm = 1.0
         proc = report.run_pipeline_for(cfg, seconds + warm + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
         read = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)

@@ -280,7 +280,7 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = 96, deadline_ms = 
     for core, name in enumerate(sc.spin):
         head = f'name = "{name}"\n'
         assert head in text, name
-        text = text.replace(head, head + f'core = {core}\nwait = "busy-spin"\nkeep_warm_us = 200\n', 1)
+        text = text.replace(head, head + report.spin_place(core), 1)
     return text + "\n" + _instruments(sc.instruments)
 
 

@@ -47,6 +47,11 @@ def write(out_dir: Path, results: dict, md: list[str]) -> None:
     print(f"\nwritten to {out_dir}")
 
 
+def spin_place(core: int, keep_warm_us: int = 200) -> str:
+    """The TOML lines of a ``[[processes]]`` entry that pin it to ``core``, busy-spinning, kept warm."""
+    return f'core = {core}\nwait = "busy-spin"\nkeep_warm_us = {keep_warm_us}\n'
+
+
 def run_pipeline_for(cfg: Path, seconds: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m pipeline up --run-for seconds`` on ``cfg`` (output captured), then ``down`` whatever
     happened, so no process or segment outlives the bench."""

@@ -267,9 +267,6 @@ lot_size = 0.0001
 """
 
 
-SPIN_PLACES = ('core = 0\nwait = "busy-spin"\nkeep_warm_us = 200', 'core = 1\nwait = "busy-spin"\nkeep_warm_us = 200')
-
-
 def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -> dict:
     """(b): EMERGENCY SIGNAL written -> cancel-all request sent, through venue, risk and sender processes.
 
@@ -287,8 +284,8 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
         cfg = tmp / "risk.toml"
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
                                                key=REPO / "secrets" / "paper.json", rate=rate,
-                                               risk_place=SPIN_PLACES[0] if spin else "",
-                                               sender_place=SPIN_PLACES[1] if spin else ""))
+                                               risk_place=report.spin_place(0) if spin else "",
+                                               sender_place=report.spin_place(1) if spin else ""))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
         proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"
