@@ -18,25 +18,9 @@ from tests.pipeline._support import BACK_OFF, process, ring, wait_until
 from tests.procs.agents import read_payloads
 from tests.pipeline.llm.support import tiny_model
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
+from tests.procs.test_features_agent import ListInput
 
 LIMITS = dict(max_position_lots=10, max_offset_ticks=20, min_ttl_ms=100, max_ttl_ms=10_000)
-
-
-class QueueInput:
-    """An input port over a list the test appends (kind, payload, ts_origin_ns) to."""
-
-    def __init__(self):
-        self.msgs: list = []
-        self.pos = 0
-
-    def poll(self, handler, limit):
-        n = 0
-        while self.pos < len(self.msgs) and n < limit:
-            kind, payload, ts = self.msgs[self.pos]
-            handler(self.pos, ts, kind, memoryview(payload))
-            self.pos += 1
-            n += 1
-        return n
 
 
 class Clock:
@@ -52,7 +36,7 @@ def start(params, *, clock=None):
     proc = ProcessConfig(name="llm", module="procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"],
                          params={"model_path": tiny_model(), "n_ctx": 2048, **params})
     kw = {"clock": clock} if clock else {}
-    ctx = AgentContext(config=cfg, process=proc, inputs={"sig_llm": QueueInput()},
+    ctx = AgentContext(config=cfg, process=proc, inputs={"sig_llm": ListInput([])},
                        outputs={"instr": RecordingPort()}, log=ListLog(), **kw)
     agent = LlmAgent()
     agent.on_start(ctx)

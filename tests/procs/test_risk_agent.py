@@ -13,13 +13,14 @@ import pytest
 from pipeline.agent import Agent, AgentContext
 from pipeline.config import ProcessConfig, parse_config
 from pipeline.errors import ConfigError
-from pipeline.messages import (EXEC_DTYPE, INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd,
-                               ControlReason, ExecType, Kind, Label, OrderCmd, Side, order_id_for, pack_control)
+from pipeline.messages import (INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd, ExecType, Kind, Label,
+                               OrderCmd, Side, order_id_for)
 from procs.risk import RiskAgent
 from tests.pipeline._support import BACK_OFF, process, read_log, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 from tests.procs.agents import read_payloads
 from tests.procs.test_features_agent import ListInput
+from tests.pipeline.test_risk import ctl, ex  # the EXEC_REPORT and CONTROL builders of the core's tests
 
 MID = 50_000.0  # BTCUSDT of INSTRUMENTS: tick 0.1, lot 0.0001 -> one lot is 5 of notional
 
@@ -43,17 +44,6 @@ def instr(issued_ns, *, seq=1, target=4, action=Action.BUY, iid=1, ttl_ms=5_000)
     r["instrument_id"], r["action"], r["target_lots"], r["signal_seq"] = iid, action, target, seq
     r["issued_ns"], r["ttl_ms"], r["instruction_id"] = issued_ns, ttl_ms, seq
     return r.tobytes()
-
-
-def ex(et, *, oid=0, side=0, price=0.0, size=0.0, leaves=0.0, iid=1) -> bytes:
-    r = np.zeros(1, EXEC_DTYPE)
-    r["instrument_id"], r["exec_type"], r["side"], r["order_id"] = iid, et, side, oid
-    r["price"], r["size"], r["leaves"] = price, size, leaves
-    return r.tobytes()
-
-
-def ctl(cmd) -> bytes:
-    return pack_control(cmd, ControlReason.OPERATOR, 1)
 
 
 def orders(port) -> list[np.void]:
