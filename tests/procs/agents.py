@@ -42,15 +42,10 @@ def read_payloads(path, dtype) -> list[tuple[int, int, np.void]]:
     return [(int(k), int(ts), np.frombuffer(bytes.fromhex(h), dtype, 1)[0]) for k, ts, h in rows]
 
 
-class BookCounter(Agent):
+class BookCounter(PayloadSink):
     """Reads the md ring; appends one line per message to ``params.out``:
     ``BOOK iid seq n_bids n_asks best_bid best_ask ts_origin_ns read_ns`` or
     ``TRADE iid trade_id price size ts_origin_ns read_ns`` (``read_ns``: monotonic when read)."""
-
-    def on_start(self, ctx):
-        self.ctx = ctx
-        self.inp = next(iter(ctx.inputs.values()))
-        self.fd = os.open(ctx.params["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def _on(self, seq, ts, kind, payload):
         now = time.monotonic_ns()
@@ -64,14 +59,6 @@ class BookCounter(Agent):
         else:
             line = f"OTHER {kind} {ts} {now}\n"
         os.write(self.fd, line.encode())
-
-    def do_work(self) -> int:
-        n = self.inp.poll(self._on, self.ctx.batch)
-        self.ctx.received(n)
-        return n
-
-    def on_close(self):
-        os.close(self.fd)
 
 
 class BookSource(Agent):
