@@ -19,12 +19,16 @@ Wire layout of a request (ASCII; every line ends CR LF)::
     {"symbol":"BTCUSDT",...}                         body, UTF-8
 
 One request at a time: ``send`` then ``receive`` (no pipelining). Keep-alive: the connection is
-reused until the server says ``Connection: close``, an error occurs, or ``close`` is called.
+reused until the server says ``Connection: close``, an error occurs, or ``close`` is called. Before a
+request goes out on a reused connection, the connection is checked (a zero-timeout ``select``): one
+the server has closed while it sat idle (its idle timeout) is replaced by a fresh one first, so the
+request is not written into a dead socket, whose outcome the caller could not know.
 """
 
 from __future__ import annotations
 
 import http.client
+import select
 import socket
 import ssl
 
@@ -135,6 +139,8 @@ class Connection:
             HeaderError: as ``encode_request`` (nothing sent).
             SendFailed: the connection broke during the write (the connection is closed).
         """
+        if self.sock is not None and not self._idle_and_open():
+            self.close()
         if self.sock is None:
             self.connect()
         else:
@@ -146,6 +152,30 @@ class Connection:
             self.close()
             raise SendFailed(type(exc).__name__) from None
         self._method = method
+
+    def _idle_and_open(self) -> bool:
+        """False when the server has closed or reset this idle connection, or sent bytes nobody asked
+        for: either way it must not carry the next request."""
+        sock = self.sock
+        try:
+            readable = select.select([sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+        if not readable:
+            return True
+        if self.tls is None:
+            return False  # end of file, a reset, or unasked-for bytes
+        # TLS 1.3 servers send session tickets after the handshake: readable, but no application data
+        try:
+            sock.setblocking(False)
+            sock.recv(1)
+        except ssl.SSLWantReadError:
+            return True
+        except OSError:
+            return False
+        finally:
+            sock.settimeout(self.timeout_s)
+        return False
 
     def receive(self) -> tuple[int, bytes]:
         """The answer to the last ``send``: (status, body). The connection is closed afterwards when the

@@ -265,6 +265,14 @@ class Journal:
         self.state.apply(rec)
         return len(line)
 
+    def sync(self) -> None:
+        """Make every record written so far durable (one fsync: a group commit of un-synced appends).
+
+        Raises:
+            OSError: the fsync failed (records since the last successful sync may not be durable).
+        """
+        self._fsync(self.fd)
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

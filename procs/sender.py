@@ -11,7 +11,7 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
 1. NEW: an ``order_id`` already in the journal is NOT sent again: the answer is the order's current
    state with reason DUPLICATE (ACKED with leaves while it works, FILLED / CANCELLED / REJECTED when
    terminal, UNKNOWN while the outcome is being queried). Otherwise an ``intent`` record is written to
-   the journal and fsync'd, and only then is place-order sent (an intent whose write or fsync fails is
+   the journal and fsync'd (with the batch's other intents), and only then is place-order sent (an intent whose write or fsync fails is
    not sent: REJECTED with reason HALTED, ``journal_errors`` counted, ``sender_journal_failed`` logged).
 2. The answer is classified (``pipeline.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
    ``reject`` journaled, REJECTED (BAD_SIGNATURE for 40009, else VENUE_REJECTED; 43118, a clientOid
@@ -39,6 +39,13 @@ becomes ``never_sent`` and is reported REJECTED NOT_FOUND; fills after the last 
 fetched and journaled; then the state report above goes out unsolicited. A venue that cannot be reached
 keeps the sender reconciling (retried every ``retry_backoff_ms * 2**n`` up to 1 s).
 
+Concurrency: the intents of one batch of ORDERs are written, then fsync'd once (a group commit),
+before any of them is sent. Place and cancel requests go out in rounds (``_gather`` / ``_fly``) over
+``connections`` keep-alive connections: every request of a round is written, one per connection,
+before any answer is read; a round never holds a CANCEL with its order's NEW, nor a CANCEL_ALL with
+an order of that instrument (those wait for the next round, so a cancel never overtakes its order).
+Queries, polls and reconciliation use the first connection, one request at a time.
+
 Place and cancel requests pass a client-side token bucket (``rate_limit_per_s``, burst of the same
 size); an ORDER that finds no token waits in a FIFO outbox (ORDERs behind it wait too; the ring is read
 only while the outbox is shorter than ``ctx.batch``).
@@ -49,7 +56,7 @@ exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; 
 "http://127.0.0.1:PORT" for a paper venue only),
 ``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
 (50), ``rate_limit_per_s`` (10), ``max_retries`` (3), ``retry_backoff_ms`` (20),
-``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
+``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (4; 1..16), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
 only, effective only when the environment has ``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at that
 point of a place; the marker file "<journal>.crashed" makes it once).
 
@@ -66,7 +73,7 @@ import signal
 import ssl
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
@@ -88,6 +95,7 @@ CRASH_ENV = "SHMPIPE_TEST_CRASH"
 _ORDER_BYTES = ORDER_DTYPE.itemsize
 _NS_PER_MS = 1_000_000
 FILL_PAGE = 100  # a fills answer this long may have more after it
+MAX_CONNECTIONS = 16
 
 
 class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -107,6 +115,7 @@ class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     retry_backoff_ms: int = 20
     reconcile_grace_ms: int = 0
     crash_after: Literal["", "journal", "send", "ack"] = ""
+    connections: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONNECTIONS)] = 4
 
 
 class TokenBucket:
@@ -235,7 +244,10 @@ class SenderAgent(Agent):
         else:
             port_file = p.venue_port_file or str(run_dir / "venue.rest.port")
             address = lambda: ("127.0.0.1", read_port_file(port_file))  # noqa: E731
-        self.http = HttpTransport(address, p.timeout_ms / 1000.0, tls)
+        # place / cancel requests of one round go out on separate keep-alive connections; queries,
+        # polls and reconciliation use the first one
+        self.pool = [HttpTransport(address, p.timeout_ms / 1000.0, tls) for _ in range(p.connections)]
+        self.http = self.pool[0]
         self.journal = Journal(p.journal_path or run_dir / f"{ctx.name}.journal")
         self.state = self.journal.open()
         self.orders = self.state.orders
@@ -247,6 +259,7 @@ class SenderAgent(Agent):
         self.outbox: collections.deque = collections.deque()  # [cmd, ORDER record, ts, attempts, due_ns, done]
         self.check: dict[int, int] = {}  # order id -> when to query it next
         self._batch: list = []  # ORDER messages of one poll, executed NEW first
+        self._unsynced: list[tuple[int, int, int]] = []  # (order id, origin, ts) of intents written, not fsync'd
         self.origin_ts: dict[int, int] = {}  # order id -> the NEW's ts_origin_ns (this process's orders)
         self.bodies: dict[int, str] = {}  # order id -> its place-order body, from admission until answered
         self.last_tid = self.state.last_trade_id
@@ -274,7 +287,8 @@ class SenderAgent(Agent):
                      last_trade_id=self.last_tid)
 
     def on_close(self) -> None:
-        self.http.close()
+        for conn in self.pool:
+            conn.close()
         self.journal.close()
 
     # ------------------------------------------------------------------------------------ duty cycle
@@ -309,6 +323,8 @@ class SenderAgent(Agent):
                         self.stats["errors"] = self.stats.get("errors", 0) + 1
                         self.ctx.log.error("sender_order_failed", error=f"{type(exc).__name__}: {exc}"[:300])
                 batch.clear()
+                self._commit_intents()  # one fsync for the batch's new orders, before any of them is sent
+                work += self._run_outbox(self.ctx.clock())
                 if read_batch is not None:
                     self.inp.commit()  # a crash before this line sees the whole batch again
         work += self._resolve(now)
@@ -359,11 +375,15 @@ class SenderAgent(Agent):
         return self.wall_ms()
 
     def _jot(self, rec: dict) -> None:
-        """Journal one record. Only an intent is fsync'd (before its send); every other record is
-        written (it survives this process dying) and made durable by the next intent's fsync, which
-        flushes the file up to it. A machine crash can lose only that un-fsync'd tail, and it holds
-        no intent: what it knew (acks, fills, cancels) is recovered by querying the venue on restart."""
-        self.stats["jbytes"] += self.journal.append(rec, sync=rec["t"] == "intent")
+        """Journal one record, written, not fsync'd: intents are made durable together by
+        ``_commit_intents`` before any of them is sent; every other record (it survives this process
+        dying) becomes durable with the next commit's fsync, which flushes the file up to it. A machine
+        crash can lose only that un-fsync'd tail, and it holds no intent that was sent: what it knew
+        (acks, fills, cancels) is recovered by querying the venue on restart.
+
+        Raises:
+            OSError: the write failed (nothing applied)."""
+        self.stats["jbytes"] += self.journal.append(rec, sync=False)
         o = self.orders.get(rec["oid"])
         if o is not None and not o.terminal:
             self.open.add(o.oid)
@@ -376,19 +396,18 @@ class SenderAgent(Agent):
             self.crash_marker.write_text(point)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _call(self, req: rest.Request, crash_point: str = "", *, sent_mark: int = 0, ack_mark: int = 0,
-              ts: int = 0) -> Result:
-        """One request and its answer. ``sent_mark`` / ``ack_mark``: latency-tap codes stamped (for the
-        bench) when the request is written and when the answer is read, against ``ts`` (the ORDER's origin)."""
+    def _call(self, req: rest.Request) -> Result:
+        """One request on the first connection and its answer (queries, polls, reconciliation, a
+        cancel-all of every instrument)."""
+        res = self._send(self.http, req)
+        return res if res is not None else self._receive(self.http, req)
+
+    def _send(self, conn: HttpTransport, req: rest.Request, crash_point: str = "", *, sent_mark: int = 0,
+              ts: int = 0) -> Result | None:
+        """Write ``req`` on ``conn``: None once it has left, else the failure's Result. ``sent_mark``: the
+        latency-tap code stamped (for the bench) against ``ts`` (the ORDER's origin) once it has left."""
         try:
-            self.http.send(req)
-            if sent_mark:
-                self.ctx.mark(sent_mark, ts)
-            if crash_point:
-                self._crash(crash_point)
-            status, body = self.http.receive()
-            if ack_mark:
-                self.ctx.mark(ack_mark, ts)
+            conn.send(req)
         except NotSent as exc:
             self.stats["http_err"] += 1
             self.last_http_error = str(exc)
@@ -396,9 +415,27 @@ class SenderAgent(Agent):
         except Lost as exc:
             self.stats["http_err"] += 1
             self.last_http_error = str(exc)
-            if str(exc) == "stale" and req.method == "GET":  # a keep-alive the venue had closed: once more
-                return self._call(req)
             return rest.classify_transport_error(True, str(exc))
+        if sent_mark:
+            self.ctx.mark(sent_mark, ts)
+        if crash_point:
+            self._crash(crash_point)
+        return None
+
+    def _receive(self, conn: HttpTransport, req: rest.Request, *, ack_mark: int = 0, ts: int = 0) -> Result:
+        """The answer to ``req``, sent on ``conn``, classified. ``ack_mark``: as ``sent_mark``, once read.
+        A GET whose reused keep-alive the venue had closed is sent once more on a fresh connection."""
+        try:
+            status, body = conn.receive()
+        except Lost as exc:
+            self.stats["http_err"] += 1
+            self.last_http_error = str(exc)
+            if str(exc) == "stale" and req.method == "GET":
+                res = self._send(conn, req)
+                return res if res is not None else self._receive(conn, req)
+            return rest.classify_transport_error(True, str(exc))
+        if ack_mark:
+            self.ctx.mark(ack_mark, ts)
         return rest.classify_response(status, body)
 
     def _report(self, ts: int, etype: ExecType, o: OrderEntry | None, *, reason: ExecReason = ExecReason.NONE,
@@ -453,12 +490,12 @@ class SenderAgent(Agent):
             return
         if cmd is OrderCmd.NEW and not self._admit_new(o, ts):
             return
-        item = [cmd, o, ts, 0, 0, []]  # command, ORDER record, ts_origin_ns, attempts, due_ns, done
-        if self.outbox or not self._execute(item, self.ctx.clock()):
-            self.outbox.append(item)
+        # command, ORDER record, ts_origin_ns, attempts, due_ns, instruments done (CANCEL_ALL)
+        self.outbox.append([cmd, o, ts, 0, 0, []])
 
     def _admit_new(self, o, ts: int) -> bool:
-        """Duplicate check, validation and the fsync'd intent; False when answered here."""
+        """Duplicate check, validation and the intent written (fsync'd by ``_commit_intents``); False
+        when answered here."""
         self.ctx.mark(mark_code(MARK_ORDER_READ, o.origin), ts)
         oid, iid = o.order_id, o.instrument_id
         prev = self.orders.get(oid)
@@ -491,8 +528,41 @@ class SenderAgent(Agent):
             return False
         self.origin_ts[oid] = ts
         self.bodies[oid] = body  # the request's body, made once (the intent holds the same fields)
-        self.ctx.mark(mark_code(MARK_INTENT_SYNCED, o.origin), ts)
+        self._unsynced.append((oid, o.origin, ts))
         return True
+
+    def _commit_intents(self) -> None:
+        """One fsync for every intent written since the last commit (a group commit: a burst of new
+        orders pays for one, not one each), before any of them is sent. When the fsync fails, none of
+        them is sent: each is journaled ``never_sent`` (best effort; a restart that finds only the
+        intent reconciles it with the venue, which never saw it), answered REJECTED (HALTED), counted
+        in ``journal_errors`` and logged."""
+        group = self._unsynced
+        if not group:
+            return
+        self._unsynced = []
+        try:
+            self.journal.sync()
+        except OSError as exc:
+            failed = {oid for oid, _, _ in group}
+            self.outbox = collections.deque(it for it in self.outbox
+                                            if not (it[0] is OrderCmd.NEW and it[1].order_id in failed))
+            error = f"{type(exc).__name__}: {exc.strerror}"
+            for oid, _, ts in group:
+                self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1
+                self.ctx.log.error("sender_journal_failed", order_id=oid, error=error)
+                self.bodies.pop(oid, None)
+                try:
+                    self._jot({"t": "never_sent", "oid": oid})
+                except OSError:  # the disk is gone: in memory only
+                    self.state.apply({"t": "never_sent", "oid": oid})
+                    self.open.discard(oid)
+                    self.origin_ts.pop(oid, None)
+                self._report(ts, ExecType.REJECTED, self.orders[oid], reason=ExecReason.HALTED, leaves=0.0)
+            return
+        mark = self.ctx.mark
+        for _, origin, ts in group:
+            mark(mark_code(MARK_INTENT_SYNCED, origin), ts)
 
     def _report_state(self, ts: int, o: OrderEntry, reason: ExecReason) -> None:
         st = o.status
@@ -509,50 +579,143 @@ class SenderAgent(Agent):
 
     # ------------------------------------------------------------------------------------ outbox
     def _run_outbox(self, now: int) -> int:
+        """Execute queued commands in FIFO order, a round at a time (``_gather``, ``_fly``); a command
+        that cannot share a round (SYNC, a CANCEL of an order no longer working, a CANCEL_ALL of every
+        instrument) runs alone, synchronously. Stops at a command not yet due (a retry's back-off, a
+        rate-limit token): the ones behind it wait. Returns how many were answered."""
         n = 0
         while self.outbox and n < self.ctx.batch:
-            item = self.outbox[0]
-            if item[4] > now or not self._execute(item, now):
+            head = self.outbox[0]
+            if head[4] > now:
+                break
+            flight = self._gather(now)
+            if flight:
+                n += self._fly(flight, now)
+                continue
+            if head[4] > now or not self._execute(head, now):
                 break
             self.outbox.popleft()
             n += 1
         return n
 
+    def _gather(self, now: int) -> list:
+        """The next round: the longest run of queued commands from the head that may be in flight
+        together, one per connection, each holding a rate-limit token. A run ends at the first command
+        that is not due, not a single request (SYNC, CANCEL_ALL of every instrument, a CANCEL whose
+        order no longer works), or that must wait for one already in the round: a CANCEL of an order
+        whose NEW is in it (a cancel never overtakes its order), any order of an instrument with a
+        CANCEL_ALL in it, a CANCEL_ALL of an instrument with an order in it (a cancel-all must not race
+        the orders queued before or after it). Empty when the head cannot go now."""
+        flight = []
+        oids: set[int] = set()
+        iids: set[int] = set()
+        alls: set[int] = set()
+        for item in self.outbox:
+            if len(flight) == len(self.pool) or item[4] > now:
+                break
+            cmd, o = item[0], item[1]
+            iid = o.instrument_id
+            if cmd is OrderCmd.NEW or cmd is OrderCmd.CANCEL:
+                oid = o.order_id
+                if cmd is OrderCmd.CANCEL:
+                    entry = self.orders.get(oid)
+                    if entry is None or entry.terminal:
+                        break
+                if oid in oids or iid in alls:
+                    break
+                oids.add(oid)
+                iids.add(iid)
+            elif cmd is OrderCmd.CANCEL_ALL and iid:
+                if iid in iids or iid in alls:
+                    break
+                alls.add(iid)
+            else:
+                break
+            if not self.bucket.take(now):
+                item[4] = self.bucket.ready_at(now)
+                self.stats["rl_wait"] += 1
+                break
+            flight.append(item)
+        return flight
+
+    def _fly(self, flight: list, now: int) -> int:
+        """One round: every request written, each on its own keep-alive connection, before any answer
+        is read (the venue works on them together; a burst of new orders costs one round trip, not one
+        each); then the answers read in the same order and acted on: placements first, then one fills
+        poll when a cancel succeeded (fills before a cancel are reported before it), then the cancels.
+        A retryable failure stays queued, in place, with its back-off. Returns how many are done."""
+        sent = []
+        for conn, item in zip(self.pool, flight):
+            cmd, o, ts = item[0], item[1], item[2]
+            if cmd is OrderCmd.NEW:
+                self._crash("journal")
+                self.stats["sent"] += 1
+                req = self._place_request(self.orders[o.order_id])
+                res = self._send(conn, req, "send", sent_mark=mark_code(MARK_ORDER_SENT, o.origin), ts=ts)
+            elif cmd is OrderCmd.CANCEL:
+                entry = self.orders[o.order_id]
+                req = rest.build_cancel(self.creds, self._wall(), self.instruments[entry.iid].symbol,
+                                        client_oid=entry.coid)
+                res = self._send(conn, req, sent_mark=mark_code(MARK_CANCEL_SENT, o.origin), ts=ts)
+            else:
+                req = rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[o.instrument_id].symbol)
+                res = self._send(conn, req, sent_mark=mark_code(MARK_CANCEL_SENT, o.origin), ts=ts)
+            sent.append((item, conn, req, res))
+        answered = []
+        for item, conn, req, res in sent:
+            if item[0] is OrderCmd.NEW:
+                if res is None:
+                    res = self._receive(conn, req, ack_mark=mark_code(MARK_VENUE_ACK, item[1].origin), ts=item[2])
+                if res.ok:
+                    self._crash("ack")
+            elif res is None:
+                res = self._receive(conn, req)
+            answered.append((item, res))
+        done = set()
+        for item, res in answered:
+            if item[0] is OrderCmd.NEW and self._after(item, res, now, self._place_done):
+                done.add(id(item))
+        polled = any(res.ok for item, res in answered if item[0] is not OrderCmd.NEW) and self._poll_fills(
+            self.ctx.clock())
+        for item, res in answered:
+            cmd = item[0]
+            if cmd is OrderCmd.CANCEL:
+                entry = self.orders[item[1].order_id]
+                if self._after(item, res, now, lambda it, r: self._cancel_done(it, r, entry, polled)):
+                    done.add(id(item))
+            elif cmd is OrderCmd.CANCEL_ALL:
+                iid = item[1].instrument_id
+                if self._after(item, res, now, lambda it, r: self._cancel_all_done(it[2], iid, r, polled)):
+                    done.add(id(item))
+        keep = [item for item in (self.outbox.popleft() for _ in flight) if id(item) not in done]
+        self.outbox.extendleft(reversed(keep))
+        return len(done)
+
     def _execute(self, item, now: int) -> bool:
-        """Try one queued command; True when done (answered), False to wait (``item[4]`` = due)."""
+        """Run one command that cannot share a round, synchronously; True when done (answered), False
+        to wait (``item[4]`` = due)."""
         cmd, o, ts = item[0], item[1], item[2]
         if cmd is OrderCmd.SYNC:
             self._state_report(ts)
             return True
-        if cmd is OrderCmd.CANCEL:
+        if cmd is not OrderCmd.CANCEL_ALL:  # a CANCEL of an order unknown or no longer working
             entry = self.orders.get(o.order_id)
-            if entry is None or entry.terminal:
-                self._report(ts, ExecType.REJECTED, entry, reason=ExecReason.NOT_FOUND, leaves=0.0,
-                             iid=o.instrument_id, order_id=o.order_id)
-                return True
-        if not self.bucket.take(now):
-            item[4] = self.bucket.ready_at(now)
-            self.stats["rl_wait"] += 1
-            return False
-        origin = o.origin
-        if cmd is OrderCmd.NEW:
-            res = self._place(self.orders[o.order_id], origin, ts)
-            return self._after(item, res, now, self._place_done)
-        cancel_mark = mark_code(MARK_CANCEL_SENT, origin)
-        if cmd is OrderCmd.CANCEL:
-            inst = self.instruments[entry.iid]
-            res = self._call(rest.build_cancel(self.creds, self._wall(), inst.symbol, client_oid=entry.coid),
-                             sent_mark=cancel_mark, ts=ts)
-            return self._after(item, res, now, lambda it, r: self._cancel_done(it, r, entry))
-        # CANCEL_ALL: one instrument, or every one (instrument 0); one token per request
+            self._report(ts, ExecType.REJECTED, entry, reason=ExecReason.NOT_FOUND, leaves=0.0,
+                         iid=o.instrument_id, order_id=o.order_id)
+            return True
+        # CANCEL_ALL of every instrument (instrument 0): one request and one token per instrument
+        cancel_mark = mark_code(MARK_CANCEL_SENT, o.origin)
         iids = [o.instrument_id] if o.instrument_id else sorted(self.instruments)
         done_iids = item[5]
-        for k, iid in enumerate(i for i in iids if i not in done_iids):
-            if k and not self.bucket.take(now):
+        for iid in [i for i in iids if i not in done_iids]:
+            if not self.bucket.take(now):
                 item[4] = self.bucket.ready_at(now)
+                self.stats["rl_wait"] += 1
                 return False
-            res = self._call(rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[iid].symbol),
-                             sent_mark=cancel_mark, ts=ts)
+            req = rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[iid].symbol)
+            res = self._send(self.http, req, sent_mark=cancel_mark, ts=ts)
+            if res is None:
+                res = self._receive(self.http, req)
             if res.outcome is Outcome.RETRYABLE and item[3] < self.p.max_retries:
                 item[3] += 1
                 self.stats["retries"] += 1
@@ -572,21 +735,14 @@ class SenderAgent(Agent):
         return True
 
     # ------------------------------------------------------------------------------------ place
-    def _place(self, o: OrderEntry, origin: int = 0, ts: int = 0) -> Result:
+    def _place_request(self, o: OrderEntry) -> rest.Request:
         body = self.bodies.get(o.oid)
         if body is not None:
-            req = rest.build_place_with_body(self.creds, self._wall(), body)
-        else:  # not admitted by this process (never happens on the hot path): from the journaled intent
-            inst = self.instruments[o.iid]
-            req = rest.build_place(self.creds, self._wall(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
-                                   inst.tick_size, inst.lot_size)
-        self._crash("journal")
-        self.stats["sent"] += 1
-        res = self._call(req, crash_point="send", sent_mark=mark_code(MARK_ORDER_SENT, origin),
-                         ack_mark=mark_code(MARK_VENUE_ACK, origin), ts=ts)
-        if res.ok:
-            self._crash("ack")
-        return res
+            return rest.build_place_with_body(self.creds, self._wall(), body)
+        # not admitted by this process (never happens on the hot path): from the journaled intent
+        inst = self.instruments[o.iid]
+        return rest.build_place(self.creds, self._wall(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
+                                inst.tick_size, inst.lot_size)
 
     def _place_done(self, item, res: Result) -> None:
         o = self.orders[item[1].order_id]
@@ -625,10 +781,11 @@ class SenderAgent(Agent):
         self.check[o.oid] = self.ctx.clock() + self.poll_ns
 
     # ------------------------------------------------------------------------------------ cancel
-    def _cancel_done(self, item, res: Result, o: OrderEntry) -> None:
+    def _cancel_done(self, item, res: Result, o: OrderEntry, fills_polled: bool) -> None:
         ts = item[2]
         if res.ok:
-            self._poll_fills(self.ctx.clock())
+            if not fills_polled:
+                self._poll_fills(self.ctx.clock())
             if not o.terminal:
                 self._jot({"t": "cancel", "oid": o.oid})
                 self.stats["cancels"] += 1
@@ -647,7 +804,7 @@ class SenderAgent(Agent):
         self.ctx.log.warning("sender_cancel_failed", order_id=o.oid, code=res.code, msg=res.msg)
         self._report(ts, ExecType.REJECTED, o, reason=reason)
 
-    def _cancel_all_done(self, ts: int, iid: int, res: Result) -> None:
+    def _cancel_all_done(self, ts: int, iid: int, res: Result, fills_polled: bool = False) -> None:
         if not res.ok:
             self.ctx.log.warning("sender_cancel_all_failed", instrument_id=iid, code=res.code, msg=res.msg)
             self._report(ts, ExecType.REJECTED, None, reason=ExecReason.VENUE_REJECTED, iid=iid)
@@ -656,7 +813,8 @@ class SenderAgent(Agent):
             coids = set(rest.parse_cancelled(res.data))
         except ValueError:
             coids = set()
-        self._poll_fills(self.ctx.clock())
+        if not fills_polled:
+            self._poll_fills(self.ctx.clock())
         for o in [self.orders[i] for i in sorted(self.open)]:
             if o.iid != iid or o.terminal:
                 continue

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import http.server
+import select
 import socket
 import threading
 
@@ -152,17 +153,53 @@ def _one_shot_server(reply: bytes | None):
     return srv.getsockname()
 
 
+def _keep_alive_server(plan: list[str]):
+    """Serve one connection per entry of ``plan``, in turn: read one request, then "answer-close" (answer
+    without ``Connection: close``, then close anyway: an idle timeout) or "read-close" (read a second
+    request and close without answering). Returns (address, list of requests read)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    seen: list[bytes] = []
+
+    def run():
+        for step in plan:
+            c, _ = srv.accept()
+            seen.append(c.recv(65536))
+            if step == "answer-close":
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            else:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                seen.append(c.recv(65536))
+            c.close()
+        srv.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return srv.getsockname(), seen
+
+
+def test_a_kept_alive_connection_the_server_closed_while_idle_is_replaced_before_the_next_request():
+    addr, seen = _keep_alive_server(["answer-close", "answer-close"])
+    conn = http1.Connection(lambda: addr, timeout_s=2.0)
+    conn.send("POST", "/first", {}, b"1")
+    assert conn.receive() == (200, b"ok")
+    first = conn.sock
+    assert select.select([first], [], [], 2.0)[0]  # the server's close has arrived
+    conn.send("POST", "/second", {}, b"2")  # not written into the dead socket: a fresh connection
+    assert conn.sock is not first and not conn.reused
+    assert conn.receive() == (200, b"ok")
+    assert [r.split(b" ")[1] for r in seen] == [b"/first", b"/second"]
+
+
 def test_a_server_that_closes_without_answering_a_reused_connection_is_stale():
-    addr = _one_shot_server(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    addr, seen = _keep_alive_server(["read-close"])
     conn = http1.Connection(lambda: addr, timeout_s=2.0)
     conn.send("GET", "/first", {})
     assert conn.receive() == (200, b"ok")
-    with pytest.raises((http1.ReceiveFailed, http1.SendFailed)) as exc:
-        conn.send("GET", "/second", {})  # the server closed after the first answer: EOF or a reset
+    conn.send("GET", "/second", {})  # open when it leaves; the server reads it and closes
+    with pytest.raises(http1.ReceiveFailed) as exc:
         conn.receive()
-    if isinstance(exc.value, http1.ReceiveFailed):
-        assert exc.value.stale
-    assert conn.sock is None
+    assert exc.value.stale and conn.sock is None and len(seen) == 2
 
 
 def test_no_answer_in_time_is_receive_failed_not_stale():

@@ -54,6 +54,7 @@ class ContractVenue:
         self.requests: list[tuple[str, str]] = []
         self.faults: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self.on_place = None  # called with the clientOid before the order is accepted
+        self.gate = None  # called with the endpoint as a request arrives, outside the lock (may block)
         self.next_vid = 5000
         self.next_tid = 100
 
@@ -83,6 +84,8 @@ class ContractVenue:
     # --- the contract
     def handle(self, method: str, path: str, query: str, body: bytes, headers) -> tuple[int, dict] | None:
         endpoint = path.rsplit("/", 1)[-1]
+        if self.gate is not None:
+            self.gate(endpoint)
         with self.lock:
             self.requests.append((method, endpoint))
             action = self.faults[endpoint].popleft() if self.faults[endpoint] else None
@@ -468,6 +471,98 @@ def test_an_intent_that_cannot_be_made_durable_is_not_sent_and_is_answered_rejec
     h.send(order(oid=16))
     h.wait_for(ExecType.ACKED, 16)
     assert venue.placed == [client_oid(16)]
+
+
+def test_a_burst_of_new_orders_pays_one_fsync_and_goes_out_together_one_connection_each(tmp_path, venue):
+    """Group commit and one round: the four intents are written, fsync'd once, then the four
+    place-order requests are all at the venue at the same time (a barrier there releases only when
+    four are waiting: a sender that waited for each answer before the next request would break it)."""
+    h = start(tmp_path, venue, connections=4)
+    calls = []
+    j = h.agent.journal
+    write, fsync = j._write, j._fsync
+    j._write = lambda fd, b: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b))[1]
+    j._fsync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
+    barrier = threading.Barrier(4, timeout=2.0)
+    venue.gate = lambda endpoint: endpoint == "place-order" and barrier.wait()
+    for oid in (51, 52, 53, 54):
+        h.send(order(oid=oid, iid=1 + oid % 2))
+    for oid in (51, 52, 53, 54):
+        h.wait_for(ExecType.ACKED, oid)
+    assert not barrier.broken and sorted(venue.placed) == [client_oid(i) for i in (51, 52, 53, 54)]
+    assert calls == ["write intent"] * 4 + ["fsync"] + ["write ack"] * 4
+    assert h.ctx.stats["sent"] == 4 and h.ctx.stats["acked"] == 4 and h.ctx.stats["http_err"] == 0
+
+
+def test_with_one_connection_the_same_burst_goes_out_one_request_at_a_time(tmp_path, venue):
+    h = start(tmp_path, venue, connections=1)
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def gate(endpoint):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.005)
+        with lock:
+            inside[0] -= 1
+
+    venue.gate = gate
+    for oid in (55, 56, 57):
+        h.send(order(oid=oid))
+    for oid in (55, 56, 57):
+        h.wait_for(ExecType.ACKED, oid)
+    assert most == [1] and venue.placed == [client_oid(i) for i in (55, 56, 57)]
+
+
+def test_a_cancel_never_overtakes_its_order_and_a_cancel_all_waits_for_that_instruments_orders(tmp_path, venue):
+    """One batch: NEW 61 and NEW 62 (instrument 1), CANCEL 61, NEW 63 (instrument 2), CANCEL_ALL of
+    instrument 1. The places go out together; the cancel of 61 and the cancel-all only after the
+    places of their orders are answered, so each finds its orders at the venue."""
+    h = start(tmp_path, venue, connections=4)
+    venue.gate = lambda endpoint: endpoint == "place-order" and time.sleep(0.05)  # slow places: a race would show
+    n0 = len(venue.requests)
+    for payload in (order(oid=61), order(oid=62), order(cmd=OrderCmd.CANCEL, oid=61),
+                    order(oid=63, iid=2), order(cmd=OrderCmd.CANCEL_ALL, oid=0, iid=1)):
+        h.send(payload)
+    h.wait_for(ExecType.CANCELLED, 61)
+    h.wait_for(ExecType.CANCELLED, 62)
+    h.wait_for(ExecType.ACKED, 63)
+    posts = [e for m, e in venue.requests[n0:] if m == "POST"]
+    assert sorted(posts[:3]) == ["place-order"] * 3 and posts[3:] == ["cancel-order", "cancel-symbol-order"]
+    assert not h.reports(ExecType.REJECTED)
+    assert {c: venue.orders[client_oid(i)]["status"] for c, i in (("61", 61), ("62", 62), ("63", 63))} == {
+        "61": "cancelled", "62": "cancelled", "63": "live"}
+
+
+def test_when_the_group_fsync_fails_no_order_of_the_burst_is_sent_and_each_is_answered(tmp_path, venue):
+    h = start(tmp_path, venue)
+    j = h.agent.journal
+    fsync = j._fsync
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    j._fsync = broken
+    for oid in (71, 72):
+        h.send(order(oid=oid))
+    h.wait_for(ExecType.REJECTED, 71)
+    h.wait_for(ExecType.REJECTED, 72)
+    assert all(int(r["reason"]) == ExecReason.HALTED for r, _ in h.reports(ExecType.REJECTED))
+    assert not venue.placed and h.ctx.stats["journal_errors"] == 2 and h.ctx.stats["sent"] == 0
+    j._fsync = fsync
+    h.send(order(oid=73))
+    h.wait_for(ExecType.ACKED, 73)
+    st = Journal(tmp_path / "sender.journal").open()  # what a restart would find: never sent, not pending
+    assert (st.orders[71].status, st.orders[72].status, st.orders[73].status) == ("never_sent", "never_sent", "live")
+
+
+def test_connections_outside_1_to_16_fail_the_start(tmp_path, venue):
+    from pipeline.errors import ConfigError
+
+    for bad in (0, 17):
+        with pytest.raises(ConfigError, match="connections"):
+            Harness(tmp_path, venue.url, {"connections": bad})
 
 
 def test_fills_are_polled_journaled_and_reported_with_leaves_then_the_position(tmp_path, venue):
