@@ -40,11 +40,16 @@ fetched and journaled; then the state report above goes out unsolicited. A venue
 keeps the sender reconciling (retried every ``retry_backoff_ms * 2**n`` up to 1 s).
 
 Concurrency: the intents of one batch of ORDERs are written, then fsync'd once (a group commit),
-before any of them is sent. Place and cancel requests go out in rounds (``_gather`` / ``_fly``) over
-``connections`` keep-alive connections: every request of a round is written, one per connection,
-before any answer is read; a round never holds a CANCEL with its order's NEW, nor a CANCEL_ALL with
-an order of that instrument (those wait for the next round, so a cancel never overtakes its order).
-Queries, polls and reconciliation use the first connection, one request at a time.
+before any of them is sent. Place and cancel requests then go out without waiting for answers, one in
+flight per order connection (``connections`` keep-alive connections): the sender goes on reading its
+ring and starting requests, and reads each answer when it arrives (``_read_answers``; a zero-timeout
+select; unanswered past ``timeout_ms``: an unknown outcome). A request waits for one in flight when
+they must not race (``_must_wait``): a CANCEL for its order's NEW (a cancel never overtakes its
+order), an order of an instrument for that instrument's CANCEL_ALL, a CANCEL_ALL for that
+instrument's orders. Queries, polls and reconciliation use a connection of their own, one request at
+a time, waiting for the answer. While requests are in flight the idle wait on the ring is at most
+50 µs. An ORDER's batch is committed on the ring once its requests have started: a crash after that
+finds the order through its journaled intent (reconciliation), not through the ring.
 
 Place and cancel requests pass a client-side token bucket (``rate_limit_per_s``, burst of the same
 size); an ORDER that finds no token waits in a FIFO outbox (ORDERs behind it wait too; the ring is read
@@ -56,7 +61,7 @@ exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; 
 "http://127.0.0.1:PORT" for a paper venue only),
 ``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
 (50), ``rate_limit_per_s`` (10), ``max_retries`` (3), ``retry_backoff_ms`` (20),
-``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (4; 1..16), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
+``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (order connections: 4; 1..16), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
 only, effective only when the environment has ``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at that
 point of a place; the marker file "<journal>.crashed" makes it once).
 
@@ -69,6 +74,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import ssl
 import time
@@ -96,6 +102,7 @@ _ORDER_BYTES = ORDER_DTYPE.itemsize
 _NS_PER_MS = 1_000_000
 FILL_PAGE = 100  # a fills answer this long may have more after it
 MAX_CONNECTIONS = 16
+INFLIGHT_NAP_NS = 50_000  # while requests are in flight the idle wait is at most this: answers wait <= 50 µs
 
 
 class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -196,6 +203,11 @@ class HttpTransport:
     def __init__(self, address, timeout_s: float, tls: "ssl.SSLContext | None" = None):
         self.conn = http1.Connection(address, timeout_s, tls)
 
+    @property
+    def sock(self):
+        """The open socket (None when closed): what a select waits on while a request is in flight."""
+        return self.conn.sock
+
     def close(self) -> None:
         self.conn.close()
 
@@ -244,10 +256,13 @@ class SenderAgent(Agent):
         else:
             port_file = p.venue_port_file or str(run_dir / "venue.rest.port")
             address = lambda: ("127.0.0.1", read_port_file(port_file))  # noqa: E731
-        # place / cancel requests of one round go out on separate keep-alive connections; queries,
-        # polls and reconciliation use the first one
+        # place / cancel requests: one in flight per order connection; queries, polls and
+        # reconciliation: one at a time on their own connection, waiting for the answer
         self.pool = [HttpTransport(address, p.timeout_ms / 1000.0, tls) for _ in range(p.connections)]
-        self.http = self.pool[0]
+        self.free = list(range(p.connections - 1, -1, -1))  # order connections with nothing in flight
+        self.inflight: dict[int, tuple] = {}  # connection -> (outbox item, request, deadline ns), in send order
+        self.timeout_ns = p.timeout_ms * _NS_PER_MS
+        self.http = HttpTransport(address, p.timeout_ms / 1000.0, tls)
         self.journal = Journal(p.journal_path or run_dir / f"{ctx.name}.journal")
         self.state = self.journal.open()
         self.orders = self.state.orders
@@ -287,7 +302,17 @@ class SenderAgent(Agent):
                      last_trade_id=self.last_tid)
 
     def on_close(self) -> None:
-        for conn in self.pool:
+        """Read the answers still in flight (at most ``timeout_ms``), so that their outcomes are
+        journaled and reported rather than left to the next start's reconciliation; then close."""
+        deadline = time.monotonic() + self.timeout_ns / 1e9
+        while self.inflight and time.monotonic() < deadline:
+            socks = [s for s in (self.pool[k].sock for k in self.inflight) if s is not None]
+            try:
+                select.select(socks, [], [], 0.01)
+            except (OSError, ValueError):
+                pass
+            self._read_answers(self.ctx.clock())
+        for conn in (*self.pool, self.http):
             conn.close()
         self.journal.close()
 
@@ -298,7 +323,8 @@ class SenderAgent(Agent):
             if now < self.rec_due:
                 return 0
             return 1 if self._reconcile(now) else 0
-        work = self._run_outbox(now)
+        work = self._read_answers(now)
+        work += self._run_outbox(now)
         room = self.ctx.batch - len(self.outbox)
         if room > 0:
             batch = self._batch
@@ -353,6 +379,8 @@ class SenderAgent(Agent):
         reconciliation attempt, the next fill poll while orders work, an unknown outcome to query."""
         now = self.ctx.clock()
         due = now + timeout_ns
+        if self.inflight:  # answers come on sockets, orders on the ring: nap on the ring, briefly
+            due = min(due, now + INFLIGHT_NAP_NS, min(f[2] for f in self.inflight.values()))
         if self.reconciling:
             due = min(due, self.rec_due)
         if self.outbox:
@@ -502,8 +530,9 @@ class SenderAgent(Agent):
         if prev is not None:
             self.stats["dups"] += 1
             self._report_state(ts, prev, ExecReason.DUPLICATE)
-            if prev.status in (PENDING, UNKNOWN) and not any(it[0] is OrderCmd.NEW and it[1].order_id == oid
-                                                             for it in self.outbox):
+            if prev.status in (PENDING, UNKNOWN) and not any(
+                    it[0] is OrderCmd.NEW and it[1].order_id == oid
+                    for it in (*self.outbox, *(f[0] for f in self.inflight.values()))):
                 self.check.setdefault(oid, self.ctx.clock())
             return False
         inst = self.instruments[iid]
@@ -579,121 +608,130 @@ class SenderAgent(Agent):
 
     # ------------------------------------------------------------------------------------ outbox
     def _run_outbox(self, now: int) -> int:
-        """Execute queued commands in FIFO order, a round at a time (``_gather``, ``_fly``); a command
-        that cannot share a round (SYNC, a CANCEL of an order no longer working, a CANCEL_ALL of every
-        instrument) runs alone, synchronously. Stops at a command not yet due (a retry's back-off, a
-        rate-limit token): the ones behind it wait. Returns how many were answered."""
+        """Start queued commands in FIFO order, each place / cancel on a free order connection without
+        waiting for its answer (``_read_answers``). Stops at the head when it is not due (a retry's
+        back-off, a rate-limit token), when no connection is free, or when it must wait for a request
+        in flight (``_must_wait``): the commands behind it wait too. A command that is not one request
+        (SYNC, a CANCEL of an order no longer working, a CANCEL_ALL of every instrument) runs alone,
+        synchronously, once nothing is in flight. Returns how many were started or answered."""
         n = 0
-        while self.outbox and n < self.ctx.batch:
-            head = self.outbox[0]
+        outbox = self.outbox
+        while outbox and n < self.ctx.batch:
+            head = outbox[0]
             if head[4] > now:
                 break
-            flight = self._gather(now)
-            if flight:
-                n += self._fly(flight, now)
+            cmd, o = head[0], head[1]
+            single = cmd is OrderCmd.NEW or (cmd is OrderCmd.CANCEL_ALL and o.instrument_id) or (
+                cmd is OrderCmd.CANCEL and (e := self.orders.get(o.order_id)) is not None and not e.terminal)
+            if not single:
+                if self.inflight or not self._execute(head, now):
+                    break
+                outbox.popleft()
+                n += 1
                 continue
-            if head[4] > now or not self._execute(head, now):
+            if not self.free or self._must_wait(cmd, o):
                 break
-            self.outbox.popleft()
+            if not self.bucket.take(now):
+                head[4] = self.bucket.ready_at(now)
+                self.stats["rl_wait"] += 1
+                break
+            outbox.popleft()
+            self._start(head, now)
             n += 1
         return n
 
-    def _gather(self, now: int) -> list:
-        """The next round: the longest run of queued commands from the head that may be in flight
-        together, one per connection, each holding a rate-limit token. A run ends at the first command
-        that is not due, not a single request (SYNC, CANCEL_ALL of every instrument, a CANCEL whose
-        order no longer works), or that must wait for one already in the round: a CANCEL of an order
-        whose NEW is in it (a cancel never overtakes its order), any order of an instrument with a
-        CANCEL_ALL in it, a CANCEL_ALL of an instrument with an order in it (a cancel-all must not race
-        the orders queued before or after it). Empty when the head cannot go now."""
-        flight = []
-        oids: set[int] = set()
-        iids: set[int] = set()
-        alls: set[int] = set()
-        for item in self.outbox:
-            if len(flight) == len(self.pool) or item[4] > now:
-                break
-            cmd, o = item[0], item[1]
-            iid = o.instrument_id
-            if cmd is OrderCmd.NEW or cmd is OrderCmd.CANCEL:
-                oid = o.order_id
-                if cmd is OrderCmd.CANCEL:
-                    entry = self.orders.get(oid)
-                    if entry is None or entry.terminal:
-                        break
-                if oid in oids or iid in alls:
-                    break
-                oids.add(oid)
-                iids.add(iid)
-            elif cmd is OrderCmd.CANCEL_ALL and iid:
-                if iid in iids or iid in alls:
-                    break
-                alls.add(iid)
-            else:
-                break
-            if not self.bucket.take(now):
-                item[4] = self.bucket.ready_at(now)
-                self.stats["rl_wait"] += 1
-                break
-            flight.append(item)
-        return flight
+    def _must_wait(self, cmd: OrderCmd, o) -> bool:
+        """True when a request in flight must be answered first: a CANCEL's own order's NEW (a cancel
+        never overtakes its order), a CANCEL_ALL of its instrument (for a NEW or CANCEL), or any order
+        of the instrument (for a CANCEL_ALL: it must not race the orders queued before it)."""
+        iid = o.instrument_id
+        if cmd is OrderCmd.CANCEL_ALL:
+            return any(f[0][1].instrument_id == iid for f in self.inflight.values())
+        oid = o.order_id
+        for f in self.inflight.values():
+            other = f[0][1]
+            if other.order_id == oid and f[0][0] is not OrderCmd.CANCEL_ALL:
+                return True
+            if f[0][0] is OrderCmd.CANCEL_ALL and other.instrument_id == iid:
+                return True
+        return False
 
-    def _fly(self, flight: list, now: int) -> int:
-        """One round: every request written, each on its own keep-alive connection, before any answer
-        is read (the venue works on them together; a burst of new orders costs one round trip, not one
-        each); then the answers read in the same order and acted on: placements first, then one fills
-        poll when a cancel succeeded (fills before a cancel are reported before it), then the cancels.
-        A retryable failure stays queued, in place, with its back-off. Returns how many are done."""
-        sent = []
-        for conn, item in zip(self.pool, flight):
-            cmd, o, ts = item[0], item[1], item[2]
-            if cmd is OrderCmd.NEW:
-                self._crash("journal")
-                self.stats["sent"] += 1
-                req = self._place_request(self.orders[o.order_id])
-                res = self._send(conn, req, "send", sent_mark=mark_code(MARK_ORDER_SENT, o.origin), ts=ts)
-            elif cmd is OrderCmd.CANCEL:
-                entry = self.orders[o.order_id]
-                req = rest.build_cancel(self.creds, self._wall(), self.instruments[entry.iid].symbol,
-                                        client_oid=entry.coid)
-                res = self._send(conn, req, sent_mark=mark_code(MARK_CANCEL_SENT, o.origin), ts=ts)
+    def _start(self, item, now: int) -> None:
+        """Write ``item``'s request on a free order connection; in flight until ``_read_answers`` reads its
+        answer (a request that could not be written is answered at once)."""
+        cmd, o, ts = item[0], item[1], item[2]
+        if cmd is OrderCmd.NEW:
+            req = self._place_request(self.orders[o.order_id])
+            mark, crash_point = mark_code(MARK_ORDER_SENT, o.origin), "send"
+            self._crash("journal")
+            self.stats["sent"] += 1
+        elif cmd is OrderCmd.CANCEL:
+            entry = self.orders[o.order_id]
+            req = rest.build_cancel(self.creds, self._wall(), self.instruments[entry.iid].symbol, client_oid=entry.coid)
+            mark, crash_point = mark_code(MARK_CANCEL_SENT, o.origin), ""
+        else:
+            req = rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[o.instrument_id].symbol)
+            mark, crash_point = mark_code(MARK_CANCEL_SENT, o.origin), ""
+        k = self.free.pop()
+        conn = self.pool[k]
+        res = self._send(conn, req, crash_point, sent_mark=mark, ts=ts)
+        if res is None:
+            self.inflight[k] = (item, req, now + self.timeout_ns)
+        else:
+            self.free.append(k)
+            self._answered(item, res, now)
+
+    def _read_answers(self, now: int) -> int:
+        """Read the answers that have arrived (a zero-timeout select over the connections in flight)
+        and act on them, in the order their requests were sent; a request unanswered past
+        ``timeout_ms`` is an unknown outcome (its connection is closed). Returns how many."""
+        inflight = self.inflight
+        if not inflight:
+            return 0
+        socks = {k: self.pool[k].sock for k in inflight}
+        try:
+            ready = set(select.select([s for s in socks.values() if s is not None], [], [], 0)[0])
+        except (OSError, ValueError):  # a socket closed under us: read each (it fails and says why)
+            ready = set(socks.values())
+        n = 0
+        for k in list(inflight):
+            item, req, deadline = inflight[k]
+            conn = self.pool[k]
+            if socks[k] in ready or socks[k] is None:
+                ack = mark_code(MARK_VENUE_ACK, item[1].origin) if item[0] is OrderCmd.NEW else 0
+                res = self._receive(conn, req, ack_mark=ack, ts=item[2])
+            elif now >= deadline:
+                conn.close()
+                self.stats["http_err"] += 1
+                self.last_http_error = "timeout"
+                res = rest.classify_transport_error(True, "timeout")
             else:
-                req = rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[o.instrument_id].symbol)
-                res = self._send(conn, req, sent_mark=mark_code(MARK_CANCEL_SENT, o.origin), ts=ts)
-            sent.append((item, conn, req, res))
-        answered = []
-        for item, conn, req, res in sent:
-            if item[0] is OrderCmd.NEW:
-                if res is None:
-                    res = self._receive(conn, req, ack_mark=mark_code(MARK_VENUE_ACK, item[1].origin), ts=item[2])
-                if res.ok:
-                    self._crash("ack")
-            elif res is None:
-                res = self._receive(conn, req)
-            answered.append((item, res))
-        done = set()
-        for item, res in answered:
-            if item[0] is OrderCmd.NEW and self._after(item, res, now, self._place_done):
-                done.add(id(item))
-        polled = any(res.ok for item, res in answered if item[0] is not OrderCmd.NEW) and self._poll_fills(
-            self.ctx.clock())
-        for item, res in answered:
-            cmd = item[0]
-            if cmd is OrderCmd.CANCEL:
-                entry = self.orders[item[1].order_id]
-                if self._after(item, res, now, lambda it, r: self._cancel_done(it, r, entry, polled)):
-                    done.add(id(item))
-            elif cmd is OrderCmd.CANCEL_ALL:
-                iid = item[1].instrument_id
-                if self._after(item, res, now, lambda it, r: self._cancel_all_done(it[2], iid, r, polled)):
-                    done.add(id(item))
-        keep = [item for item in (self.outbox.popleft() for _ in flight) if id(item) not in done]
-        self.outbox.extendleft(reversed(keep))
-        return len(done)
+                continue
+            del inflight[k]
+            self.free.append(k)
+            self._answered(item, res, now)
+            n += 1
+        return n
+
+    def _answered(self, item, res: Result, now: int) -> None:
+        """Act on the answer to ``item``'s request; a retryable failure goes back to the head of the
+        outbox with its back-off."""
+        cmd, o = item[0], item[1]
+        if cmd is OrderCmd.NEW:
+            if res.ok:
+                self._crash("ack")
+            done = self._after(item, res, now, self._place_done)
+        elif cmd is OrderCmd.CANCEL:
+            entry = self.orders[o.order_id]
+            done = self._after(item, res, now, lambda it, r: self._cancel_done(it, r, entry))
+        else:
+            done = self._after(item, res, now, lambda it, r: self._cancel_all_done(it[2], o.instrument_id, r))
+        if not done:
+            self.outbox.appendleft(item)
 
     def _execute(self, item, now: int) -> bool:
-        """Run one command that cannot share a round, synchronously; True when done (answered), False
-        to wait (``item[4]`` = due)."""
+        """Run one command that is not a single request, synchronously (nothing is in flight); True
+        when done (answered), False to wait (``item[4]`` = due)."""
         cmd, o, ts = item[0], item[1], item[2]
         if cmd is OrderCmd.SYNC:
             self._state_report(ts)
@@ -750,9 +788,11 @@ class SenderAgent(Agent):
         ts = item[2]
         if res.ok:
             vid = str(res.data.get("orderId", "")) if isinstance(res.data, dict) else ""
+            known = o.status not in (PENDING, UNKNOWN)  # a fills poll while it was in flight saw it first
             self._jot({"t": "ack", "oid": o.oid, "vid": vid})
-            self.stats["acked"] += 1
-            self._report(ts, ExecType.ACKED, o)
+            if not known:
+                self.stats["acked"] += 1
+                self._report(ts, ExecType.ACKED, o)
             return
         if res.outcome is Outcome.REJECTED and res.code == rest.CODE_DUPLICATE_OID:
             self.check[o.oid] = self.ctx.clock()  # the venue has it: ask what it is
@@ -781,11 +821,10 @@ class SenderAgent(Agent):
         self.check[o.oid] = self.ctx.clock() + self.poll_ns
 
     # ------------------------------------------------------------------------------------ cancel
-    def _cancel_done(self, item, res: Result, o: OrderEntry, fills_polled: bool) -> None:
+    def _cancel_done(self, item, res: Result, o: OrderEntry) -> None:
         ts = item[2]
         if res.ok:
-            if not fills_polled:
-                self._poll_fills(self.ctx.clock())
+            self._poll_fills(self.ctx.clock())
             if not o.terminal:
                 self._jot({"t": "cancel", "oid": o.oid})
                 self.stats["cancels"] += 1
@@ -804,7 +843,7 @@ class SenderAgent(Agent):
         self.ctx.log.warning("sender_cancel_failed", order_id=o.oid, code=res.code, msg=res.msg)
         self._report(ts, ExecType.REJECTED, o, reason=reason)
 
-    def _cancel_all_done(self, ts: int, iid: int, res: Result, fills_polled: bool = False) -> None:
+    def _cancel_all_done(self, ts: int, iid: int, res: Result) -> None:
         if not res.ok:
             self.ctx.log.warning("sender_cancel_all_failed", instrument_id=iid, code=res.code, msg=res.msg)
             self._report(ts, ExecType.REJECTED, None, reason=ExecReason.VENUE_REJECTED, iid=iid)
@@ -813,8 +852,7 @@ class SenderAgent(Agent):
             coids = set(rest.parse_cancelled(res.data))
         except ValueError:
             coids = set()
-        if not fills_polled:
-            self._poll_fills(self.ctx.clock())
+        self._poll_fills(self.ctx.clock())
         for o in [self.orders[i] for i in sorted(self.open)]:
             if o.iid != iid or o.terminal:
                 continue
