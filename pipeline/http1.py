@@ -28,11 +28,16 @@ request is not written into a dead socket, whose outcome the caller could not kn
 from __future__ import annotations
 
 import http.client
+import re
 import select
 import socket
 import ssl
 
 _FORBIDDEN = ("\r", "\n", "\0")
+_PART_BAD = re.compile("[\r\n\0 ]")  # in the method, target or host
+_NAME_BAD = re.compile("[\r\n\0 :]")  # in a header name
+_VALUE_BAD = re.compile("[\r\n\0]")  # in a header value
+_RESERVED = frozenset(("host", "content-length"))  # header names encode_request writes itself
 
 
 class HeaderError(ValueError):
@@ -48,20 +53,31 @@ def encode_request(method: str, target: str, host: str, headers: dict[str, str],
         HeaderError: a CR, LF or NUL anywhere in the method, target, host, a header name or value; a
             space or colon in a header name; an empty header name; Host or Content-Length given.
     """
+    # one C-level pass over everything; the per-part checks below only run to name what is wrong
+    if (not (method and target and host) or _PART_BAD.search(method + target + host) is not None
+            or not all(headers) or _NAME_BAD.search("".join(headers)) is not None
+            or not _RESERVED.isdisjoint(map(str.lower, headers))
+            or _VALUE_BAD.search("".join(headers.values())) is not None):
+        _explain(method, target, host, headers)
+    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
+    lines.append(f"Content-Length: {len(body)}\r\n\r\n")
+    return "".join(lines).encode("latin-1") + body
+
+
+def _explain(method: str, target: str, host: str, headers: dict[str, str]) -> None:
+    """Raise the HeaderError that names the first bad part (``encode_request`` found one)."""
     for part in (method, target, host):
         if any(c in part for c in _FORBIDDEN) or " " in part or not part:
             raise HeaderError(f"bad request line part {part!r}")
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
     for name, value in headers.items():
         if not name or any(c in name for c in (*_FORBIDDEN, " ", ":")):
             raise HeaderError(f"bad header name {name!r}")
-        if name.lower() in ("host", "content-length"):
+        if name.lower() in _RESERVED:
             raise HeaderError(f"header {name!r} is written by encode_request")
         if any(c in value for c in _FORBIDDEN):
             raise HeaderError(f"header {name!r} has a CR, LF or NUL in its value")
-        lines.append(f"{name}: {value}\r\n")
-    lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-    return "".join(lines).encode("latin-1") + body
+    raise AssertionError("encode_request found a bad part that _explain does not")  # pragma: no cover
 
 
 class ConnectFailed(Exception):

@@ -9,6 +9,8 @@ import socket
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline import http1
 from pipeline.bitget import rest
@@ -47,6 +49,27 @@ def test_a_get_without_body_says_content_length_zero():
 def test_anything_that_would_split_the_request_is_refused(method, target, headers):
     with pytest.raises(http1.HeaderError):
         http1.encode_request(method, target, "127.0.0.1:1", headers, b"")
+
+
+_ALPHABET = "aZ09-/ :\r\n\0"
+_text = st.text(alphabet=_ALPHABET, max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(method=_text, target=_text, host=_text,
+       headers=st.dictionaries(st.one_of(_text, st.sampled_from(["Host", "HOST", "Content-Length"])), _text, max_size=4))
+def test_the_one_pass_check_refuses_exactly_what_the_rules_refuse(method, target, host, headers):
+    """encode_request checks everything in one pass, then names the culprit part by part: the two
+    agree on every input (a part, a header name or a header value, alone or mixed)."""
+    rules_ok = (all(p and not any(c in p for c in "\r\n\0 ") for p in (method, target, host))
+                and all(n and not any(c in n for c in "\r\n\0 :") and n.lower() not in ("host", "content-length")
+                        and not any(c in v for c in "\r\n\0") for n, v in headers.items()))
+    try:
+        raw = http1.encode_request(method, target, host, headers, b"")
+    except http1.HeaderError:
+        assert not rules_ok
+    else:
+        assert rules_ok and raw.startswith(f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n".encode("latin-1"))
 
 
 def test_a_signed_bitget_request_encodes_and_the_header_values_are_the_signed_ones():
