@@ -17,11 +17,8 @@ source stage (``EmergencySource`` below) writes one EMERGENCY SIGNAL into ``sig_
 CANCEL_ALL (cool-down 0), and the sender's latency tap stamps when the cancel-all request is written
 to the venue's socket. The figure is that stamp minus the SIGNAL's write time.
 
-(c) the sender's journal: one intent record appended and synced (``Journal``: written in place
-into the preallocated zero tail, then fdatasync), one every 5 ms, in the run directory (the disk the
-pipeline's journal is on): the floor under every new order's send. (c') its peer, interleaved with
-it record by record: the same line appended with O_APPEND and fsync'd (the usual way, and this
-journal's before preallocation).
+(c) the sender's journal: one intent record appended and fsync'd, one every 5 ms, in the run
+directory (the disk the pipeline's journal is on): the floor under every new order's send.
 
 Writes ``bench/results/<UTC timestamp>-risk/results.json`` and ``report.md``; prints the table.
 Targets: decision per order p99 <= 20 µs; EMERGENCY-in to cancel-request-sent p50 <= 100 µs.
@@ -142,44 +139,30 @@ def bench_signal(n: int) -> dict:
     return report.percentiles_us(ns[n // 10:])
 
 
-def bench_journal(n: int, journal_dir: Path, pace_s: float = 0.005) -> tuple[dict, dict]:
-    """(c) and (c'): one intent record (as the sender writes before a place request) made durable, one
-    every ``pace_s`` (an order every few ms), in ``journal_dir`` (the repository's run directory by
-    default: the disk the pipeline's journal is on); ``Journal.append`` and a plain O_APPEND write +
-    fsync of the same line, alternating, so that both see the same disk and load."""
-    from pipeline.journal import Journal, encode_record
+def bench_journal(n: int, journal_dir: Path, pace_s: float = 0.005) -> dict:
+    """(c): the sender's journal: one intent record (as the sender writes before a place request)
+    appended and fsync'd, one every ``pace_s`` (an order every few ms), in ``journal_dir`` (the
+    repository's run directory by default: the disk the pipeline's journal is on)."""
+    from pipeline.journal import Journal
 
     journal_dir.mkdir(parents=True, exist_ok=True)
     path = journal_dir / f"bench-journal-{os.getpid()}.journal"
-    plain_path = journal_dir / f"bench-journal-plain-{os.getpid()}.journal"
     j = Journal(path)
-    fd = -1
     try:
         j.open()
-        fd = os.open(plain_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         ns = np.zeros(n, np.int64)
-        plain = np.zeros(n, np.int64)
         pc = time.perf_counter_ns
         for i in range(n):
+            time.sleep(pace_s)
             rec = {"t": "intent", "oid": i + 1, "coid": f"c{i + 1}", "iid": 1, "sym": "BTCUSDT", "side": 1, "tif": 3,
                    "px": 50_000.0, "sz": 0.0001, "oseq": i, "ts_ms": int(time.time() * 1000)}
-            time.sleep(pace_s)
             t0 = pc()
             j.append(rec, sync=True)
             ns[i] = pc() - t0
-            time.sleep(pace_s)
-            t0 = pc()
-            os.write(fd, encode_record(rec))
-            os.fsync(fd)
-            plain[i] = pc() - t0
     finally:
         j.close()
-        if fd >= 0:
-            os.close(fd)
         path.unlink(missing_ok=True)
-        plain_path.unlink(missing_ok=True)
-    where = {"dir": str(journal_dir)}
-    return {**report.percentiles_us(ns[n // 10:]), **where}, {**report.percentiles_us(plain[n // 10:]), **where}
+    return {**report.percentiles_us(ns[n // 10:]), "dir": str(journal_dir)}
 
 
 class EmergencySource(Agent):
@@ -328,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     n = args.iterations or (5_000 if args.quick else 50_000)
     out_dir, machine = report.start("risk", args.out)
-    res = {"approved": bench_approved(n), "denied": bench_denied(n), "signal": bench_signal(n)}
-    res["journal"], res["journal_plain"] = bench_journal(100 if args.quick else 400, REPO / "run")
+    res = {"approved": bench_approved(n), "denied": bench_denied(n), "signal": bench_signal(n),
+           "journal": bench_journal(100 if args.quick else 400, REPO / "run")}
     if not args.no_processes:
         res["emergency"] = bench_emergency(3.0 if args.quick else 8.0)
         res["emergency_spin"] = bench_emergency(3.0 if args.quick else 8.0, spin=True)
@@ -340,10 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("risk decision per order: INSTRUCTION -> planner -> every check -> ORDER payload (approved)", ap_, verdict),
             ("risk decision, denied (max position)", res["denied"], ""),
             ("SIGNAL update (reference, sigma), no working orders", res["signal"], ""),
-            ("(c) sender journal: one intent record written into the preallocated file and fdatasync'd (one every "
-             "5 ms, on the run directory's disk): the floor under every new order's send", res["journal"],
-             f"{res['journal_plain']['p50_us'] / res['journal']['p50_us']:.2f}x lower p50 than (c')"),
-            ("(c') its peer, interleaved: the same line appended with O_APPEND and fsync'd", res["journal_plain"], "")]
+            ("(c) sender journal: one intent record appended and fsync'd (one every 5 ms, on the run directory's "
+             "disk): the floor under every new order's send", res["journal"], "")]
     md = [f"# Risk decision benchmark {machine['date']}", "", report.machine_line(machine),
           f"{n} iterations each (first tenth dropped as warm-up); time.perf_counter_ns around the pure call.", "",
           "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]

@@ -1,29 +1,13 @@
 """The order sender's journal: an append-only file of order events, fsync'd, replayed after a restart.
 
-File layout (declared once, here)::
-
-    +---------------------------+---------------------------+
-    | records: complete lines   | zero bytes (preallocated) |
-    +---------------------------+---------------------------+
-    0                           end                         file size (a multiple of CHUNK_BYTES)
-
-Line format::
+Line format (declared once, here)::
 
     CCCCCCCC {json object}\\n
 
 ``CCCCCCCC`` is the CRC-32 (zlib) of the JSON bytes in 8 lowercase hex digits; the JSON is an
 orjson object whose ``"t"`` names the record type. A line that lacks its newline, whose CRC does not
 match, or whose JSON does not parse is torn (a crash mid-write): replay ignores and counts it, and
-``Journal.open`` zeroes a torn tail so the next record starts on a clean line. No line holds a zero
-byte (orjson escapes U+0000), so the records end at the first zero byte.
-
-Why preallocated: an fsync after an append also commits the file's new size and block allocation to
-the file system's journal, and on the reference VM that costs ~30 µs more than flushing data written
-into blocks that already exist (and more under load, when the file system's journal thread waits for
-a CPU). The file is therefore grown in zero-filled, fsync'd chunks of ``CHUNK_BYTES`` (on open, and by
-``reserve`` when less than a quarter of a chunk is left), records are written in place with
-``pwrite``, and ``sync`` is an ``fdatasync``: it flushes the records, and no metadata has changed but
-the modification time, which it may skip.
+``Journal.open`` truncates a torn tail so the next record starts on a clean line.
 
 Records (``oid`` = our order id, u64; amounts are floats; ``ts_ms`` wall clock ms)::
 
@@ -37,7 +21,7 @@ Records (``oid`` = our order id, u64; amounts are floats; ``ts_ms`` wall clock m
     state      oid status vid                               reconciled from orderInfo (live /
                                                             partially_filled / filled / cancelled)
 
-The order sender syncs intents only: a sync flushes the whole file up to it, so every record
+The order sender fsyncs intents only: an fsync flushes the whole file up to it, so every record
 before an intent is as durable as the intent; only the tail after the last intent (acks, fills,
 cancels) can be lost to a machine crash, and the sender's reconciliation with the venue recovers it.
 
@@ -205,13 +189,9 @@ class JournalState:
 def replay(data: bytes, state: JournalState | None = None) -> tuple[JournalState, int]:
     """Replay journal bytes; returns (state, length of the clean prefix: every complete line).
 
-    The bytes end at the first zero byte (the preallocated tail). Torn or corrupt lines are counted in
-    ``state.torn`` and skipped.
+    Torn or corrupt lines are counted in ``state.torn`` and skipped.
     """
     st = state or JournalState()
-    z = data.find(b"\0")
-    if z >= 0:
-        data = data[:z]  # the preallocated zero tail (and a torn line's bytes, if any, before it)
     end = data.rfind(b"\n") + 1
     for line in data[:end].split(b"\n")[:-1]:
         rec = decode_line(line)
@@ -227,37 +207,30 @@ def replay(data: bytes, state: JournalState | None = None) -> tuple[JournalState
     return st, end
 
 
-CHUNK_BYTES = 1 << 20  # the file grows by this much, zero-filled and fsync'd
-_ZEROS = bytes(64 << 10)
-
-
 class Journal:
-    """The journal file: ``open`` replays it, ``append`` writes one record, ``sync`` makes every record
-    written so far durable (see the module docstring for the preallocated layout).
+    """The journal file: ``open`` replays it, ``append`` writes one record and fsyncs it.
 
-    ``write``, ``fsync`` and ``datasync`` default to ``os.pwrite`` / ``os.fsync`` / ``os.fdatasync``;
-    tests inject recorders. The file is created with mode 0600.
+    ``write`` and ``fsync`` default to ``os.write`` / ``os.fsync``; tests inject recorders.
+    The file is created with mode 0600 and written through an O_APPEND descriptor.
     """
 
-    def __init__(self, path: str | os.PathLike, *, write: Callable[[int, bytes, int], int] = os.pwrite,
-                 fsync: Callable[[int], None] = os.fsync, datasync: Callable[[int], None] = os.fdatasync):
+    def __init__(self, path: str | os.PathLike, *, write: Callable[[int, bytes], int] = os.write,
+                 fsync: Callable[[int], None] = os.fsync):
         self.path = Path(path)
         self._write = write
         self._fsync = fsync
-        self._datasync = datasync
         self.fd = -1
-        self.bytes = 0  # the end of the records: where the next one is written
-        self.size = 0  # the file's size: the records and the zero tail
+        self.bytes = 0
         self.state = JournalState()
 
     def open(self) -> JournalState:
-        """Replay the file (creating it), zero a torn tail, make room, open it for writing.
+        """Replay the file (creating it), truncate a torn tail, open it for appending.
 
         Raises:
-            OSError: the file cannot be created, read or written.
+            OSError: the file cannot be created, read or truncated.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             chunks = []
             while True:
@@ -267,65 +240,38 @@ class Journal:
                 chunks.append(b)
             data = b"".join(chunks)
             self.state, end = replay(data)
-            dirty = data.find(b"\0", end)
-            dirty = len(data) if dirty < 0 else dirty
-            if dirty > end:  # a torn line: zeroed, so that the next record starts on a clean line
-                os.pwrite(fd, bytes(dirty - end), end)
+            if end < len(data):
+                os.ftruncate(fd, end)
                 os.fsync(fd)
-        except BaseException:
+        finally:
             os.close(fd)
-            raise
-        self.fd, self.bytes, self.size = fd, end, len(data)
-        self.reserve()
+        self.bytes = end
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         return self.state
 
-    def reserve(self, need: int | None = None) -> bool:
-        """Grow the zero tail, by whole chunks, when less than ``need`` bytes (default: a quarter of
-        ``CHUNK_BYTES``) of it are left (zeros
-        written, then fsync'd: the new size and blocks are durable before a record lands there); True
-        when it grew. Cheap when there is room: the sender calls it when idle.
-
-        Raises:
-            OSError: the zeros could not be written or fsync'd.
-        """
-        if need is None:
-            need = CHUNK_BYTES // 4
-        if self.size - self.bytes >= need:
-            return False
-        new_size = ((self.bytes + need) // CHUNK_BYTES + 1) * CHUNK_BYTES
-        pos = self.size
-        while pos < new_size:
-            pos += os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), new_size - pos)], pos)
-        self._fsync(self.fd)
-        self.size = new_size
-        return True
-
     def append(self, rec: dict, *, sync: bool = True) -> int:
-        """Apply ``rec`` to the state, write its line, sync (unless ``sync`` is False); bytes written.
+        """Apply ``rec`` to the state, write its line, fsync (unless ``sync`` is False); bytes written.
 
         Raises:
-            OSError: the write or sync failed (the caller must not send).
+            OSError: the write or fsync failed (the caller must not send).
         """
         line = encode_record(rec)
-        if self.bytes + len(line) > self.size:
-            self.reserve(len(line))  # the tail is used up (the sender was never idle): grow it now
-        at = self.bytes
-        n = self._write(self.fd, line, at)
+        n = self._write(self.fd, line)
         while n < len(line):  # a short write to a regular file: finish it
-            n += self._write(self.fd, line[n:], at + n)
+            n += self._write(self.fd, line[n:])
         if sync:
-            self._datasync(self.fd)
+            self._fsync(self.fd)
         self.bytes += len(line)
         self.state.apply(rec)
         return len(line)
 
     def sync(self) -> None:
-        """Make every record written so far durable (one fdatasync: a group commit of unsynced appends).
+        """Make every record written so far durable (one fsync: a group commit of un-synced appends).
 
         Raises:
-            OSError: the sync failed (records since the last successful sync may not be durable).
+            OSError: the fsync failed (records since the last successful sync may not be durable).
         """
-        self._datasync(self.fd)
+        self._fsync(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:

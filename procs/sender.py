@@ -354,8 +354,6 @@ class SenderAgent(Agent):
                 if read_batch is not None:
                     self.inp.commit()  # a crash before this line sees the whole batch again
         work += self._resolve(now)
-        if not work:
-            self._reserve_journal()
         self.stats["open"] = len(self.open)
         if now >= self.next_poll:
             self.next_poll = now + self.poll_ns
@@ -401,16 +399,6 @@ class SenderAgent(Agent):
         return False
 
     # ------------------------------------------------------------------------------------ helpers
-    def _reserve_journal(self) -> None:
-        """When idle: grow the journal's preallocated tail if it runs low (``Journal.reserve``), so that
-        no intent pays for it. A failure is counted and logged; the next intent's write or sync then
-        fails too, and that order is answered REJECTED (HALTED), never sent."""
-        try:
-            self.journal.reserve()
-        except OSError as exc:
-            self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1
-            self.ctx.log.error("sender_journal_reserve_failed", error=f"{type(exc).__name__}: {exc.strerror}")
-
     def _wall(self) -> int:
         return self.wall_ms()
 

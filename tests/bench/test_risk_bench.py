@@ -21,7 +21,7 @@ def test_quick_run_reports_the_decision_and_the_emergency_path(tmp_path: Path) -
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=140)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "results.json").read_text())
-    for key in ("approved", "denied", "signal", "emergency", "emergency_spin", "journal", "journal_plain"):
+    for key in ("approved", "denied", "signal", "emergency", "emergency_spin", "journal"):
         assert 0 < doc[key]["p50_us"] <= doc[key]["p99_us"], (key, doc[key])
     for key in ("emergency", "emergency_spin"):  # default placement, then risk + sender spinning
         assert doc[key]["n"] >= 50, "one cancel-all request per EMERGENCY signal, stamped by the sender"

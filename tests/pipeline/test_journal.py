@@ -1,6 +1,6 @@
 """The order journal (pipeline/journal.py): records survive a reopen, a torn tail is detected, ignored
-and zeroed, the file is preallocated (records written in place, synced with fdatasync; the zero tail
-grown in fsync'd chunks), and the replay rebuilds order states and positions from the fills."""
+and truncated, every record is fsync'd right after its write, and the replay rebuilds order states and
+positions from the fills."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import stat
 
 import pytest
 
-from pipeline import journal as journal_mod
-from pipeline.journal import (CANCELLED, CHUNK_BYTES, FILLED, LIVE, NEVER_SENT, PARTIAL, PENDING, REJECTED, UNKNOWN,
-                              Journal, JournalState, Position, decode_line, encode_record, replay)
+from pipeline.journal import (CANCELLED, FILLED, LIVE, NEVER_SENT, PARTIAL, PENDING, REJECTED, UNKNOWN, Journal,
+                              JournalState, Position, decode_line, encode_record, replay)
 
 
 def intent(oid, side=1, sz=0.02, px=100.0, iid=1):
@@ -50,7 +49,7 @@ def test_write_then_reopen_replays_every_order_state(tmp_path):
     assert st.orders[1].coid == "tp0000000000000001" and st.records == 14 and st.torn == 0
 
 
-def test_a_torn_last_line_is_ignored_counted_and_zeroed_so_the_next_record_is_clean(tmp_path):
+def test_a_torn_last_line_is_ignored_counted_and_truncated_so_the_next_record_is_clean(tmp_path):
     path = tmp_path / "s.journal"
     j = Journal(path)
     j.open()
@@ -58,13 +57,12 @@ def test_a_torn_last_line_is_ignored_counted_and_zeroed_so_the_next_record_is_cl
     j.append({"t": "ack", "oid": 1, "vid": "v1"})
     j.close()
     whole = path.read_bytes()
-    end = whole.index(b"\0")
-    torn = encode_record(fill(1, 10, 0.01, 100.0))[:-7]  # a crash in the middle of the write, over the zeros
-    path.write_bytes(whole[:end] + torn + whole[end + len(torn):])
+    torn = encode_record(fill(1, 10, 0.01, 100.0))[:-7]  # a crash in the middle of the write
+    path.write_bytes(whole + torn)
     j2 = Journal(path)
     st = j2.open()
     assert st.torn == 1 and st.records == 2 and st.orders[1].status == LIVE and st.orders[1].filled == 0
-    assert path.read_bytes() == whole  # the torn bytes are zeros again
+    assert path.read_bytes() == whole  # the torn bytes are gone
     j2.append(fill(1, 11, 0.02, 100.0))
     j2.close()
     st3 = Journal(path).open()
@@ -77,64 +75,20 @@ def test_a_corrupt_line_in_the_middle_is_skipped_and_counted():
     assert st.torn == 1 and st.orders[1].status == LIVE and end == len(data)
 
 
-def test_a_synced_append_is_written_in_place_then_fdatasynced_before_it_returns(tmp_path):
+def test_every_record_is_fsynced_right_after_its_write_and_before_append_returns(tmp_path):
     calls = []
-    j = Journal(tmp_path / "s.journal",
-                write=lambda fd, b, at: (calls.append(("write", b[9:30], at)), os.pwrite(fd, b, at))[1],
-                fsync=lambda fd: calls.append(("fsync",)), datasync=lambda fd: calls.append(("datasync",)))
+    j = Journal(tmp_path / "s.journal", write=lambda fd, b: (calls.append(("write", b[9:30])), os.write(fd, b))[1],
+                fsync=lambda fd: calls.append(("fsync",)))
     j.open()
-    assert calls == [("fsync",)]  # the first chunk of zeros, made durable before any record
-    del calls[:]
-    n = j.append(intent(1))
+    j.append(intent(1))
     calls.append(("send",))  # what the sender does next
-    j.append({"t": "ack", "oid": 1, "vid": "v"}, sync=False)
-    j.sync()
-    assert [c[0] for c in calls] == ["write", "datasync", "send", "write", "datasync"]
-    assert calls[0][1].startswith(b'{"t":"intent"') and calls[0][2] == 0 and calls[3][2] == n
-
-
-def test_the_file_is_preallocated_and_grows_by_chunks_before_records_reach_its_end(tmp_path, monkeypatch):
-    monkeypatch.setattr(journal_mod, "CHUNK_BYTES", 4096)
-    path = tmp_path / "s.journal"
-    j = Journal(path)
-    j.open()
-    assert os.path.getsize(path) == 4096 and path.read_bytes() == bytes(4096)
-    line = len(encode_record(intent(1)))
-    k = 0
-    while j.size - j.bytes >= 1024:  # fill the first chunk to within a quarter of its end
-        assert not j.reserve()  # room enough: nothing to do
-        k += 1
-        j.append(intent(k), sync=False)
-    assert os.path.getsize(path) == 4096 and j.reserve()
-    assert os.path.getsize(path) == 8192 and j.size == 8192
-    while j.bytes + line <= 8192:  # the sender never idle: an append that does not fit grows the file itself
-        k += 1
-        j.append(intent(k), sync=False)
-    k += 1
-    j.append(intent(k))
-    assert os.path.getsize(path) == 12288 and j.bytes > 8192
-    j.close()
-    data = path.read_bytes()
-    assert data[:j.bytes].count(b"\n") == k and data[j.bytes:] == bytes(len(data) - j.bytes)
-    st = Journal(path).open()
-    assert st.records == k and st.torn == 0 and sorted(st.orders) == list(range(1, k + 1))
-
-
-def test_a_journal_written_without_a_zero_tail_replays_and_gains_one(tmp_path):
-    path = tmp_path / "s.journal"
-    lines = encode_record(intent(1)) + encode_record({"t": "ack", "oid": 1, "vid": "v1"})
-    path.write_bytes(lines + encode_record(intent(2))[:-5])  # an older file: records, then a torn line, no zeros
-    j = Journal(path)
-    st = j.open()
-    assert st.records == 2 and st.torn == 1 and os.path.getsize(path) == CHUNK_BYTES
-    j.append(intent(3))
-    j.close()
-    st2 = Journal(path).open()
-    assert st2.torn == 0 and sorted(st2.orders) == [1, 3] and path.read_bytes().startswith(lines + encode_record(intent(3)))
+    j.append({"t": "ack", "oid": 1, "vid": "v"})
+    assert [c[0] for c in calls] == ["write", "fsync", "send", "write", "fsync"]
+    assert calls[0][1].startswith(b'{"t":"intent"')
 
 
 def test_a_failed_write_raises_so_the_caller_does_not_send(tmp_path):
-    def broken(fd, b, at):
+    def broken(fd, b):
         raise OSError(28, "No space left on device")
 
     j = Journal(tmp_path / "s.journal", write=broken)

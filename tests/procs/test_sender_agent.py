@@ -27,7 +27,7 @@ import pytest
 from pipeline.agent import AgentContext
 from pipeline.bitget.signing import Credentials, verify, write_credentials_file
 from pipeline.config import ProcessConfig, parse_config
-from pipeline.journal import Journal
+from pipeline.journal import Journal, encode_record
 from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, Side, TimeInForce,
                                client_oid)
 from procs.sender import CRASH_ENV, SenderAgent, TokenBucket
@@ -443,9 +443,9 @@ def test_the_sender_fsyncs_the_intent_before_the_place_request_and_journals_the_
     h = start(tmp_path, venue)
     calls = []
     j = h.agent.journal
-    write, fsync = j._write, j._datasync
-    j._write = lambda fd, b, at: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b, at))[1]
-    j._datasync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
+    write, fsync = j._write, j._fsync
+    j._write = lambda fd, b: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b))[1]
+    j._fsync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
     venue.on_place = lambda coid: calls.append("venue place")
     h.send(order(oid=13))
     h.wait_for(ExecType.ACKED, 13)
@@ -458,19 +458,19 @@ def test_the_sender_fsyncs_the_intent_before_the_place_request_and_journals_the_
 def test_an_intent_that_cannot_be_made_durable_is_not_sent_and_is_answered_rejected(tmp_path, venue):
     h = start(tmp_path, venue)
     j = h.agent.journal
-    fsync = j._datasync
+    fsync = j._fsync
 
     def broken(fd):
         raise OSError(5, "Input/output error")
 
-    j._datasync = broken
+    j._fsync = broken
     ts = h.send(order(oid=15))
     (r, rts), = h.wait_for(ExecType.REJECTED, 15)
     assert rts == ts and int(r["reason"]) == ExecReason.HALTED and float(r["leaves"]) == 0.0
     assert not venue.placed and ("POST", "place-order") not in venue.requests
     assert h.ctx.stats["journal_errors"] == 1 and h.ctx.stats.get("errors", 0) == 0 and h.ctx.stats["sent"] == 0
     assert [e["order_id"] for e in h.log.named("sender_journal_failed")] == [15]
-    j._datasync = fsync  # the disk is back: the next order goes out as usual
+    j._fsync = fsync  # the disk is back: the next order goes out as usual
     h.send(order(oid=16))
     h.wait_for(ExecType.ACKED, 16)
     assert venue.placed == [client_oid(16)]
@@ -483,9 +483,9 @@ def test_a_burst_of_new_orders_pays_one_fsync_and_goes_out_together_one_connecti
     h = start(tmp_path, venue, connections=4)
     calls = []
     j = h.agent.journal
-    write, fsync = j._write, j._datasync
-    j._write = lambda fd, b, at: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b, at))[1]
-    j._datasync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
+    write, fsync = j._write, j._fsync
+    j._write = lambda fd, b: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b))[1]
+    j._fsync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
     barrier = threading.Barrier(4, timeout=2.0)
     venue.gate = lambda endpoint: endpoint == "place-order" and barrier.wait()
     for oid in (51, 52, 53, 54):
@@ -592,19 +592,19 @@ def test_a_stop_reads_the_answers_still_in_flight_before_closing(tmp_path, venue
 def test_when_the_group_fsync_fails_no_order_of_the_burst_is_sent_and_each_is_answered(tmp_path, venue):
     h = start(tmp_path, venue)
     j = h.agent.journal
-    fsync = j._datasync
+    fsync = j._fsync
 
     def broken(fd):
         raise OSError(5, "Input/output error")
 
-    j._datasync = broken
+    j._fsync = broken
     for oid in (71, 72):
         h.send(order(oid=oid))
     h.wait_for(ExecType.REJECTED, 71)
     h.wait_for(ExecType.REJECTED, 72)
     assert all(int(r["reason"]) == ExecReason.HALTED for r, _ in h.reports(ExecType.REJECTED))
     assert not venue.placed and h.ctx.stats["journal_errors"] == 2 and h.ctx.stats["sent"] == 0
-    j._datasync = fsync
+    j._fsync = fsync
     h.send(order(oid=73))
     h.wait_for(ExecType.ACKED, 73)
     st = Journal(tmp_path / "sender.journal").open()  # what a restart would find: never sent, not pending
@@ -825,11 +825,9 @@ def test_restart_reconciles_an_intent_the_venue_never_saw_and_an_order_filled_wh
     h.wait_for(ExecType.ACKED, 101)
     h.agent.on_close()
     venue.fill(client_oid(101), 0.02, 100.0)  # while the sender is down
-    j = Journal(tmp_path / "sender.journal")  # an intent whose send never happened, as a crash leaves it
-    j.open()
-    j.append({"t": "intent", "oid": 102, "coid": client_oid(102), "iid": 1, "sym": "BTCUSDT", "side": 2, "tif": 1,
-              "px": 101.0, "sz": 0.01, "oseq": 8, "ts_ms": 1})
-    j.close()
+    with open(tmp_path / "sender.journal", "ab") as f:  # an intent whose send never happened
+        f.write(encode_record({"t": "intent", "oid": 102, "coid": client_oid(102), "iid": 1, "sym": "BTCUSDT",
+                               "side": 2, "tif": 1, "px": 101.0, "sz": 0.01, "oseq": 8, "ts_ms": 1}))
     h2 = Harness(tmp_path, venue.url)
     h2.synced()
     (f, _), = h2.reports(ExecType.FILLED, 101)
