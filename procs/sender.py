@@ -21,7 +21,8 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
    is queried every ``poll_interval_ms`` until the venue knows it (or, after ``reconcile_grace_ms``
    from the intent, answers 43001: ``never_sent``, REJECTED NOT_FOUND). Never resent under a new id.
 3. CANCEL by clientOid: OK -> fills are polled first (fills before the cancel are reported before it),
-   then ``cancel`` journaled, CANCELLED (leaves 0). 43001: the order is queried and reported as the
+   then ``cancel`` journaled, CANCELLED (leaves 0); SYNC and a CANCEL that is answered locally wait
+   until those polls are done. 43001: the order is queried and reported as the
    venue has it. A CANCEL of an order not journaled or already terminal answers REJECTED NOT_FOUND; a
    refused or failed cancel answers REJECTED with the order's leaves (> 0: it still works).
    CANCEL_ALL (instrument 0: every instrument) -> cancel-symbol-order, each of ours it names CANCELLED;
@@ -46,9 +47,11 @@ ring and starting requests, and reads each answer when it arrives (``_read_answe
 select; unanswered past ``timeout_ms``: an unknown outcome). A request waits for one in flight when
 they must not race (``_must_wait``): a CANCEL for its order's NEW (a cancel never overtakes its
 order), an order of an instrument for that instrument's CANCEL_ALL, a CANCEL_ALL for that
-instrument's orders. Queries, polls and reconciliation use a connection of their own, one request at
-a time, waiting for the answer. While requests are in flight the idle wait on the ring is at most
-50 µs. An ORDER's batch is committed on the ring once its requests have started: a crash after that
+instrument's orders. Fill polls (the one a successful cancel needs before its CANCELLED, and the
+periodic poll of step 4) run on "the lane", a connection of their own, one request at a time, also
+without waiting (``_run_lane``: request generators sent each answer as it arrives). Order queries
+(unknown outcomes) and reconciliation use a third connection and wait for their answers. While
+requests are in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on the ring once its requests have started: a crash after that
 finds the order through its journaled intent (reconciliation), not through the ring.
 
 Place and cancel requests pass a client-side token bucket (``rate_limit_per_s``, burst of the same
@@ -102,6 +105,7 @@ _ORDER_BYTES = ORDER_DTYPE.itemsize
 _NS_PER_MS = 1_000_000
 FILL_PAGE = 100  # a fills answer this long may have more after it
 MAX_CONNECTIONS = 16
+_POLL, _FILLS = "poll", "fills"  # kinds of lane jobs
 INFLIGHT_NAP_NS = 50_000  # while requests are in flight the idle wait is at most this: answers wait <= 50 µs
 
 
@@ -263,6 +267,10 @@ class SenderAgent(Agent):
         self.inflight: dict[int, tuple] = {}  # connection -> (outbox item, request, deadline ns), in send order
         self.timeout_ns = p.timeout_ms * _NS_PER_MS
         self.http = HttpTransport(address, p.timeout_ms / 1000.0, tls)
+        # the lane: fill polls and the periodic poll, one request at a time, answers read as they come
+        self.lane = HttpTransport(address, p.timeout_ms / 1000.0, tls)
+        self.jobs: collections.deque = collections.deque()  # [request generator, callbacks, kind]
+        self.job: tuple | None = None  # (generator, request in flight, deadline ns, callbacks, kind)
         self.journal = Journal(p.journal_path or run_dir / f"{ctx.name}.journal")
         self.state = self.journal.open()
         self.orders = self.state.orders
@@ -305,14 +313,18 @@ class SenderAgent(Agent):
         """Read the answers still in flight (at most ``timeout_ms``), so that their outcomes are
         journaled and reported rather than left to the next start's reconciliation; then close."""
         deadline = time.monotonic() + self.timeout_ns / 1e9
-        while self.inflight and time.monotonic() < deadline:
+        while (self.inflight or self.job is not None or self.jobs) and time.monotonic() < deadline:
             socks = [s for s in (self.pool[k].sock for k in self.inflight) if s is not None]
+            if self.job is not None and self.lane.sock is not None:
+                socks.append(self.lane.sock)
             try:
                 select.select(socks, [], [], 0.01)
             except (OSError, ValueError):
                 pass
-            self._read_answers(self.ctx.clock())
-        for conn in (*self.pool, self.http):
+            now = self.ctx.clock()
+            self._read_answers(now)
+            self._run_lane(now)
+        for conn in (*self.pool, self.http, self.lane):
             conn.close()
         self.journal.close()
 
@@ -324,6 +336,7 @@ class SenderAgent(Agent):
                 return 0
             return 1 if self._reconcile(now) else 0
         work = self._read_answers(now)
+        work += self._run_lane(now)
         work += self._run_outbox(now)
         room = self.ctx.batch - len(self.outbox)
         if room > 0:
@@ -357,9 +370,9 @@ class SenderAgent(Agent):
         self.stats["open"] = len(self.open)
         if now >= self.next_poll:
             self.next_poll = now + self.poll_ns
-            if self._working():
-                self._poll(self.ctx.clock())
-                work += 1
+            if self._working() and not self._lane_has(_POLL):
+                self.jobs.append([self._poll_gen(now), None, _POLL])
+        work += self._run_lane(now)
         return work
 
     def keep_warm(self) -> None:
@@ -379,8 +392,9 @@ class SenderAgent(Agent):
         reconciliation attempt, the next fill poll while orders work, an unknown outcome to query."""
         now = self.ctx.clock()
         due = now + timeout_ns
-        if self.inflight:  # answers come on sockets, orders on the ring: nap on the ring, briefly
-            due = min(due, now + INFLIGHT_NAP_NS, min(f[2] for f in self.inflight.values()))
+        if self.inflight or self.job is not None or self.jobs:
+            # answers come on sockets, orders on the ring: nap on the ring, briefly
+            due = min(due, now + INFLIGHT_NAP_NS)
         if self.reconciling:
             due = min(due, self.rec_due)
         if self.outbox:
@@ -425,8 +439,8 @@ class SenderAgent(Agent):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _call(self, req: rest.Request) -> Result:
-        """One request on the first connection and its answer (queries, polls, reconciliation, a
-        cancel-all of every instrument)."""
+        """One request on the query connection and its answer, waiting for it (order queries,
+        reconciliation, a cancel-all of every instrument)."""
         res = self._send(self.http, req)
         return res if res is not None else self._receive(self.http, req)
 
@@ -613,7 +627,8 @@ class SenderAgent(Agent):
         back-off, a rate-limit token), when no connection is free, or when it must wait for a request
         in flight (``_must_wait``): the commands behind it wait too. A command that is not one request
         (SYNC, a CANCEL of an order no longer working, a CANCEL_ALL of every instrument) runs alone,
-        synchronously, once nothing is in flight. Returns how many were started or answered."""
+        synchronously, once nothing is in flight and no fill poll is pending. Returns how many were
+        started or answered."""
         n = 0
         outbox = self.outbox
         while outbox and n < self.ctx.batch:
@@ -623,8 +638,8 @@ class SenderAgent(Agent):
             cmd, o = head[0], head[1]
             single = cmd is OrderCmd.NEW or (cmd is OrderCmd.CANCEL_ALL and o.instrument_id) or (
                 cmd is OrderCmd.CANCEL and (e := self.orders.get(o.order_id)) is not None and not e.terminal)
-            if not single:
-                if self.inflight or not self._execute(head, now):
+            if not single:  # after every answer and fill poll before it
+                if self.inflight or self.job is not None or self.jobs or not self._execute(head, now):
                     break
                 outbox.popleft()
                 n += 1
@@ -824,11 +839,13 @@ class SenderAgent(Agent):
     def _cancel_done(self, item, res: Result, o: OrderEntry) -> None:
         ts = item[2]
         if res.ok:
-            self._poll_fills(self.ctx.clock())
-            if not o.terminal:
-                self._jot({"t": "cancel", "oid": o.oid})
-                self.stats["cancels"] += 1
-                self._report(ts, ExecType.CANCELLED, o, leaves=0.0)
+            def cancelled() -> None:  # after the fills: fills before the cancel are reported before it
+                if not o.terminal:
+                    self._jot({"t": "cancel", "oid": o.oid})
+                    self.stats["cancels"] += 1
+                    self._report(ts, ExecType.CANCELLED, o, leaves=0.0)
+
+            self._after_fills(cancelled)
             return
         if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER:
             self._query(o, ts)
@@ -852,7 +869,11 @@ class SenderAgent(Agent):
             coids = set(rest.parse_cancelled(res.data))
         except ValueError:
             coids = set()
-        self._poll_fills(self.ctx.clock())
+        self._after_fills(lambda: self._cancelled_all(ts, iid, coids))
+
+    def _cancelled_all(self, ts: int, iid: int, coids: set[str]) -> None:
+        """A cancel-all's outcome, once the fills before it are in: each of ours it names CANCELLED; a
+        working one it does not name is queried."""
         for o in [self.orders[i] for i in sorted(self.open)]:
             if o.iid != iid or o.terminal:
                 continue
@@ -947,24 +968,28 @@ class SenderAgent(Agent):
         """The working orders (acked, not terminal)."""
         return [o for o in map(self.orders.get, sorted(self.open)) if o.status in WORKING]
 
-    def _poll(self, now: int) -> None:
+    def _poll_gen(self, now: int):
+        """Lane job (``_run_lane``): unfilled-orders, then every new fill; a working order missing from
+        unfilled-orders is queried."""
         self.stats["polls"] += 1
-        res = self._call(rest.build_unfilled(self.creds, self._wall()))
+        res = yield rest.build_unfilled(self.creds, self._wall())
         if not res.ok:
             return
         try:
             open_coids = {v.clientOid for v in rest.parse_orders(res.data)}
         except ValueError:
             return
-        self._poll_fills(now)
+        yield from self._poll_fills_gen()
         for o in self._working():
             if o.coid not in open_coids:
                 self.check.setdefault(o.oid, now)
 
-    def _poll_fills(self, now: int) -> bool:
-        """Fetch every fill after the last trade id; True when the venue answered."""
+    def _poll_fills_gen(self):
+        """Fetch every fill after the last trade id (a request per page); returns True when the venue
+        answered. A generator: it yields each request and is sent its Result (``_run_sync`` waits for
+        each answer; the lane does not)."""
         while True:
-            res = self._call(rest.build_fills(self.creds, self._wall(), id_greater_than=self.last_tid or None))
+            res = yield rest.build_fills(self.creds, self._wall(), id_greater_than=self.last_tid or None)
             if not res.ok:
                 return False
             try:
@@ -976,6 +1001,78 @@ class SenderAgent(Agent):
             self._ingest(fills, None)
             if len(fills) < FILL_PAGE or self.last_tid == before:
                 return True
+
+    def _poll_fills(self, now: int) -> bool:
+        """``_poll_fills_gen``, waiting for each answer (reconciliation)."""
+        return self._run_sync(self._poll_fills_gen())
+
+    def _run_sync(self, gen):
+        """Drive a request generator on the query connection, waiting for each answer; its result."""
+        try:
+            req = next(gen)
+            while True:
+                req = gen.send(self._call(req))
+        except StopIteration as stop:
+            return stop.value
+
+    # ------------------------------------------------------------------------------------ the lane
+    def _lane_has(self, kind: str) -> bool:
+        return any(job[2] == kind for job in self.jobs) or (self.job is not None and self.job[4] == kind)
+
+    def _after_fills(self, then) -> None:
+        """Run ``then`` once a fills poll that starts after now has completed (on the lane): joins a
+        fills poll still queued, else queues one."""
+        if self.jobs and self.jobs[-1][2] == _FILLS:
+            self.jobs[-1][1].append(then)
+        else:
+            self.jobs.append([self._poll_fills_gen(), [then], _FILLS])
+
+    def _run_lane(self, now: int) -> int:
+        """The lane: request generators (fill polls, the periodic poll) run one request at a time on a
+        connection of their own, without waiting: each answer is read when it has arrived (a
+        zero-timeout select; unanswered past ``timeout_ms``: a transport failure), the generator is
+        sent it and yields its next request; when it returns, its callbacks run. Returns the number
+        of answers handled."""
+        n = 0
+        job = self.job
+        if job is not None:
+            gen, req, deadline, thens, kind = job
+            sock = self.lane.sock
+            try:
+                ready = sock is None or bool(select.select([sock], [], [], 0)[0])
+            except (OSError, ValueError):
+                ready = True
+            if ready:
+                res = self._receive(self.lane, req)
+            elif now >= deadline:
+                self.lane.close()
+                self.stats["http_err"] += 1
+                self.last_http_error = "timeout"
+                res = rest.classify_transport_error(True, "timeout")
+            else:
+                return 0
+            self.job = None
+            n = 1
+            self._advance(gen, res, thens, kind, now)
+        while self.job is None and self.jobs:
+            gen, thens, kind = self.jobs.popleft()
+            self._advance(gen, None, thens, kind, now)
+        return n
+
+    def _advance(self, gen, res: Result | None, thens, kind: str, now: int) -> None:
+        """Send ``res`` into ``gen`` (None: start it) and write the request it yields on the lane; a
+        request that cannot be written is answered with its failure at once."""
+        while True:
+            try:
+                req = next(gen) if res is None else gen.send(res)
+            except StopIteration:
+                for then in thens or ():
+                    then()
+                return
+            res = self._send(self.lane, req)
+            if res is None:
+                self.job = (gen, req, now + self.timeout_ns, thens, kind)
+                return
 
     def _ingest(self, fills: list[rest.VenueFill], ts: int | None) -> None:
         for f in fills:

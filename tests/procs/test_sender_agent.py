@@ -677,6 +677,29 @@ def test_cancel_reports_cancelled_and_a_cancel_of_an_unknown_order_is_not_found(
     assert Journal(tmp_path / "sender.journal").open().orders[31].status == "cancelled"
 
 
+def test_fill_polls_do_not_hold_up_new_orders_and_a_cancel_is_reported_after_the_fills_before_it(tmp_path, venue):
+    """The fills poll a successful cancel needs (and the periodic poll) run on a connection of their
+    own without blocking the sender: while the venue holds the fills answer, a new order goes out and
+    is acked; the CANCELLED comes once the fills are in, after the FILLED they carry."""
+    h = start(tmp_path, venue, poll_interval_ms=60_000)  # no periodic poll: only the cancel's
+    h.send(order(oid=86))
+    h.wait_for(ExecType.ACKED, 86)
+    venue.fill(client_oid(86), 0.01, 100.0)
+    arrived, release = threading.Event(), threading.Event()
+    venue.gate = lambda endpoint: endpoint == "fills" and (arrived.set(), release.wait(2.0))
+    h.send(order(OrderCmd.CANCEL, oid=86))
+    h.pump(arrived.is_set, what="the fills poll at the venue")
+    h.send(order(oid=87, iid=2))
+    try:
+        h.wait_for(ExecType.ACKED, 87, timeout=1.0)
+        assert not h.reports(ExecType.CANCELLED, 86) and not h.reports(ExecType.FILLED, 86)
+    finally:
+        release.set()
+    h.wait_for(ExecType.CANCELLED, 86)
+    kinds = [int(r["exec_type"]) for r, _ in h.reports(oid=86)]
+    assert kinds[-2:] == [ExecType.FILLED, ExecType.CANCELLED]
+
+
 def test_an_order_cancelled_at_the_venue_becomes_cancelled(tmp_path, venue):
     h = start(tmp_path, venue)
     h.send(order(oid=32))
@@ -846,6 +869,7 @@ def test_no_key_material_in_logs_stats_journal_or_reports(tmp_path, venue):
     h = start(tmp_path, venue)
     venue.fault("place-order", ("status", 401, "40009"))
     h.send(order(oid=111))
+    h.wait_for(ExecType.REJECTED, 111)
     h.send(order(oid=112))
     h.wait_for(ExecType.ACKED, 112)
     texts = [repr(h.log.events), orjson.dumps(h.ctx.stats).decode(), (tmp_path / "sender.journal").read_text(),
