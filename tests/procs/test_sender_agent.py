@@ -455,27 +455,6 @@ def test_the_sender_fsyncs_the_intent_before_the_place_request_and_journals_the_
     assert calls[4:] == ["write intent", "fsync", "venue place", "write ack"]
 
 
-def test_an_intent_that_cannot_be_made_durable_is_not_sent_and_is_answered_rejected(tmp_path, venue):
-    h = start(tmp_path, venue)
-    j = h.agent.journal
-    fsync = j._fsync
-
-    def broken(fd):
-        raise OSError(5, "Input/output error")
-
-    j._fsync = broken
-    ts = h.send(order(oid=15))
-    (r, rts), = h.wait_for(ExecType.REJECTED, 15)
-    assert rts == ts and int(r["reason"]) == ExecReason.HALTED and float(r["leaves"]) == 0.0
-    assert not venue.placed and ("POST", "place-order") not in venue.requests
-    assert h.ctx.stats["journal_errors"] == 1 and h.ctx.stats.get("errors", 0) == 0 and h.ctx.stats["sent"] == 0
-    assert [e["order_id"] for e in h.log.named("sender_journal_failed")] == [15]
-    j._fsync = fsync  # the disk is back: the next order goes out as usual
-    h.send(order(oid=16))
-    h.wait_for(ExecType.ACKED, 16)
-    assert venue.placed == [client_oid(16)]
-
-
 def test_a_burst_of_new_orders_pays_one_fsync_and_goes_out_together_one_connection_each(tmp_path, venue):
     """Group commit and one round: the four intents are written, fsync'd once, then the four
     place-order requests are all at the venue at the same time (a barrier there releases only when
@@ -589,7 +568,10 @@ def test_a_stop_reads_the_answers_still_in_flight_before_closing(tmp_path, venue
     assert Journal(tmp_path / "sender.journal").open().orders[85].status == "live"
 
 
-def test_when_the_group_fsync_fails_no_order_of_the_burst_is_sent_and_each_is_answered(tmp_path, venue):
+@pytest.mark.parametrize("oids", [(15,), (71, 72)])
+def test_intents_that_cannot_be_made_durable_are_not_sent_and_each_is_answered_rejected(tmp_path, venue, oids):
+    """One new order, or a burst sharing one fsync: when the fsync fails none is sent, each is answered
+    REJECTED (HALTED) with its own origin time, counted and logged; the journal says never sent."""
     h = start(tmp_path, venue)
     j = h.agent.journal
     fsync = j._fsync
@@ -598,17 +580,19 @@ def test_when_the_group_fsync_fails_no_order_of_the_burst_is_sent_and_each_is_an
         raise OSError(5, "Input/output error")
 
     j._fsync = broken
-    for oid in (71, 72):
-        h.send(order(oid=oid))
-    h.wait_for(ExecType.REJECTED, 71)
-    h.wait_for(ExecType.REJECTED, 72)
-    assert all(int(r["reason"]) == ExecReason.HALTED for r, _ in h.reports(ExecType.REJECTED))
-    assert not venue.placed and h.ctx.stats["journal_errors"] == 2 and h.ctx.stats["sent"] == 0
-    j._fsync = fsync
-    h.send(order(oid=73))
-    h.wait_for(ExecType.ACKED, 73)
+    sent = {oid: h.send(order(oid=oid)) for oid in oids}
+    for oid in oids:
+        (r, rts), = h.wait_for(ExecType.REJECTED, oid)
+        assert rts == sent[oid] and int(r["reason"]) == ExecReason.HALTED and float(r["leaves"]) == 0.0
+    assert not venue.placed and ("POST", "place-order") not in venue.requests
+    assert h.ctx.stats["journal_errors"] == len(oids) and h.ctx.stats.get("errors", 0) == 0 and h.ctx.stats["sent"] == 0
+    assert [e["order_id"] for e in h.log.named("sender_journal_failed")] == list(oids)
+    j._fsync = fsync  # the disk is back: the next order goes out as usual
+    h.send(order(oid=16))
+    h.wait_for(ExecType.ACKED, 16)
+    assert venue.placed == [client_oid(16)]
     st = Journal(tmp_path / "sender.journal").open()  # what a restart would find: never sent, not pending
-    assert (st.orders[71].status, st.orders[72].status, st.orders[73].status) == ("never_sent", "never_sent", "live")
+    assert [st.orders[oid].status for oid in oids] == ["never_sent"] * len(oids) and st.orders[16].status == "live"
 
 
 def test_connections_outside_1_to_16_fail_the_start(tmp_path, venue):
