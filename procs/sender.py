@@ -199,6 +199,19 @@ def parse_base_url(url: str, ca_file: str = "") -> tuple[tuple[str, int], "ssl.S
     return (host, int(port_s) if port_s else 443), tls
 
 
+def _readable(socks) -> set:
+    """Which of ``socks`` have something to read (a zero-timeout select); a closed one (None) counts as
+    readable, and all do when the select itself fails: reading then fails and says why."""
+    socks = tuple(socks)
+    try:
+        ready = set(select.select([s for s in socks if s is not None], [], [], 0)[0])
+    except (OSError, ValueError):
+        return set(socks)
+    if None in socks:
+        ready.add(None)
+    return ready
+
+
 class HttpTransport:
     """The sender's keep-alive connection to 127.0.0.1 (``pipeline.http1``: the request written in one
     ``sendall``), reopened when it drops. ``address()`` gives (host, port) at every (re)connection (the
@@ -389,7 +402,9 @@ class SenderAgent(Agent):
     def wait_for_work(self, timeout_ns: int) -> bool:
         """The runner's park when idle: on the ``orders`` ring (its blocking wait, where the transport
         has one), but never past the sender's own next timed work: a retry or rate-limit token due, a
-        reconciliation attempt, the next fill poll while orders work, an unknown outcome to query."""
+        reconciliation attempt, the next fill poll while orders work, an unknown outcome to query;
+        and for at most ``INFLIGHT_NAP_NS`` while an answer is awaited (the ring's wait cannot also
+        watch the sockets)."""
         now = self.ctx.clock()
         due = now + timeout_ns
         if self.inflight or self.job is not None or self.jobs:
@@ -704,29 +719,33 @@ class SenderAgent(Agent):
         if not inflight:
             return 0
         socks = {k: self.pool[k].sock for k in inflight}
-        try:
-            ready = set(select.select([s for s in socks.values() if s is not None], [], [], 0)[0])
-        except (OSError, ValueError):  # a socket closed under us: read each (it fails and says why)
-            ready = set(socks.values())
+        ready = _readable(socks.values())
         n = 0
         for k in list(inflight):
             item, req, deadline = inflight[k]
-            conn = self.pool[k]
-            if socks[k] in ready or socks[k] is None:
-                ack = mark_code(MARK_VENUE_ACK, item[1].origin) if item[0] is OrderCmd.NEW else 0
-                res = self._receive(conn, req, ack_mark=ack, ts=item[2])
-            elif now >= deadline:
-                conn.close()
-                self.stats["http_err"] += 1
-                self.last_http_error = "timeout"
-                res = rest.classify_transport_error(True, "timeout")
-            else:
+            ack = mark_code(MARK_VENUE_ACK, item[1].origin) if item[0] is OrderCmd.NEW else 0
+            res = self._answer(self.pool[k], req, deadline, now, socks[k] in ready, ack_mark=ack, ts=item[2])
+            if res is None:
                 continue
             del inflight[k]
             self.free.append(k)
             self._answered(item, res, now)
             n += 1
         return n
+
+    def _answer(self, conn: HttpTransport, req: rest.Request, deadline: int, now: int, ready: bool, *,
+                ack_mark: int = 0, ts: int = 0) -> Result | None:
+        """The answer to ``req``, in flight on ``conn``: read once ``ready`` (its socket is readable or
+        gone); a transport failure ("timeout", the connection closed) once ``deadline`` has passed;
+        None while still waiting."""
+        if ready:
+            return self._receive(conn, req, ack_mark=ack_mark, ts=ts)
+        if now < deadline:
+            return None
+        conn.close()
+        self.stats["http_err"] += 1
+        self.last_http_error = "timeout"
+        return rest.classify_transport_error(True, "timeout")
 
     def _answered(self, item, res: Result, now: int) -> None:
         """Act on the answer to ``item``'s request; a retryable failure goes back to the head of the
@@ -1038,18 +1057,8 @@ class SenderAgent(Agent):
         if job is not None:
             gen, req, deadline, thens, kind = job
             sock = self.lane.sock
-            try:
-                ready = sock is None or bool(select.select([sock], [], [], 0)[0])
-            except (OSError, ValueError):
-                ready = True
-            if ready:
-                res = self._receive(self.lane, req)
-            elif now >= deadline:
-                self.lane.close()
-                self.stats["http_err"] += 1
-                self.last_http_error = "timeout"
-                res = rest.classify_transport_error(True, "timeout")
-            else:
+            res = self._answer(self.lane, req, deadline, now, sock in _readable((sock,)))
+            if res is None:
                 return 0
             self.job = None
             n = 1
