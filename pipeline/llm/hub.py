@@ -10,7 +10,10 @@ processes: ``procs.llm.LlmAgent`` wraps it (and runs ``decide`` in a ``Generatio
    ``prompt_evaluated`` counts the tokens that really went through the model (the same rule as
    llama-cpp-python's prefix match);
 3. tokens are sampled under the GBNF grammar (``pipeline.llm.schema.grammar_text``) until EOS,
-   ``max_tokens``, the ``deadline_ns`` (checked after every token with the injected clock) or an abort;
+   ``max_tokens``, the ``deadline_ns`` (checked after every token with the injected clock), an abort,
+   or the first token after which the answer can no longer validate (a byte outside ASCII, or a first
+   non-blank byte other than ``{``: a model or grammar gone wrong stops at once instead of spending
+   ``max_tokens`` on garbage; under the grammar it never happens);
 4. the text goes through ``schema.validate``; the ``Outcome`` says what came out and why it was
    rejected, if it was.
 
@@ -106,7 +109,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     detail: str = ""
     text: str = ""
-    finish: str = ""  # stop | length | deadline | aborted | error
+    finish: str = ""  # stop | length | deadline | aborted | invalid | error
     prompt_tokens: int = 0
     prompt_evaluated: int = 0
     gen_tokens: int = 0
@@ -250,6 +253,8 @@ class LlmHub:
         reuse = reused_prefix(llm.input_ids, llm.n_tokens, toks, getattr(llm, "_requires_eval", True))
         out: list[int] = []
         finish = "length"
+        opened = False  # the answer's "{" has come
+        piece = llm.detokenize
         gen = llm.generate(toks, top_k=self.p.top_k, top_p=self.p.top_p, min_p=0.0, temp=self.p.temperature,
                            repeat_penalty=1.0, reset=True, grammar=self._grammar(iid))
         try:
@@ -258,6 +263,15 @@ class LlmHub:
                     finish = "stop"
                     break
                 out.append(tok)
+                b = piece([tok])
+                if not b.isascii():
+                    finish = "invalid"
+                    break
+                if not opened and (b := b.lstrip()):
+                    if b[0] != 0x7B:  # "{"
+                        finish = "invalid"
+                        break
+                    opened = True
                 if len(out) >= self.p.max_tokens:
                     break
                 if abort is not None and abort.is_set():
@@ -278,6 +292,9 @@ class LlmHub:
             return Outcome(reason="timeout", detail=f"deadline passed after {len(out)} tokens", **common)
         if finish == "aborted":
             return Outcome(reason="aborted", **common)
+        if finish == "invalid":
+            return Outcome(reason="invalid_json", detail=f"not a JSON object of ASCII: stopped after {len(out)} tokens",
+                           **common)
         got = schema.validate(text, instrument_id=iid, bounds=self.bounds, finished=finish == "stop")
         if isinstance(got, schema.Rejected):
             return Outcome(reason=got.reason, detail=got.detail, **common)

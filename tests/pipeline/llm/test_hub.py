@@ -73,6 +73,23 @@ def test_the_prefix_rule_matches_llama_cpp_python():
     assert reused_prefix([1, 2], 0, [1, 2]) == 0
 
 
+def test_without_the_grammar_garbage_stops_at_its_first_impossible_token():
+    """A model or grammar gone wrong (here: no grammar, temperature 5, every token allowed) does not
+    spend max_tokens on an answer that can no longer validate: the first non-ASCII byte, or a first
+    non-blank byte other than "{", ends the generation, rejected as invalid JSON."""
+    h = hub(temperature=5.0, top_k=0, top_p=1.0)
+    h._grammar = lambda iid: None
+    try:
+        outs = [h.decide(example_signal(40 + i), None, deadline_ns=FAR) for i in range(10)]
+    finally:
+        h.close()
+    for out in outs:
+        assert not out.ok and out.reason == "invalid_json" and out.finish == "invalid", (out.finish, out.text)
+        assert 1 <= out.gen_tokens < 96 and out.on_time
+        text = out.text.lstrip()
+        assert not text.isascii() or not text.startswith("{")  # it could not have validated
+
+
 def test_max_tokens_truncates_and_the_answer_is_rejected(tight):
     h = hub(max_tokens=12)
     try:
