@@ -11,8 +11,9 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
 1. NEW: an ``order_id`` already in the journal is NOT sent again: the answer is the order's current
    state with reason DUPLICATE (ACKED with leaves while it works, FILLED / CANCELLED / REJECTED when
    terminal, UNKNOWN while the outcome is being queried). Otherwise an ``intent`` record is written to
-   the journal and fsync'd (with the batch's other intents), and only then is place-order sent (an intent whose write or fsync fails is
-   not sent: REJECTED with reason HALTED, ``journal_errors`` counted, ``sender_journal_failed`` logged).
+   the journal and fsync'd (with the batch's other intents), and only then is place-order sent (an
+   intent whose write or fsync fails is not sent: REJECTED with reason HALTED, ``journal_errors``
+   counted, ``sender_journal_failed`` logged).
 2. The answer is classified (``pipeline.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
    ``reject`` journaled, REJECTED (BAD_SIGNATURE for 40009, else VENUE_REJECTED; 43118, a clientOid
    the venue already has, is queried instead); RETRYABLE -> retried after ``retry_backoff_ms * 2**n``
@@ -51,8 +52,9 @@ instrument's orders. Fill polls (the one a successful cancel needs before its CA
 periodic poll of step 4) run on "the lane", a connection of their own, one request at a time, also
 without waiting (``_run_lane``: request generators sent each answer as it arrives). Order queries
 (unknown outcomes) and reconciliation use a third connection and wait for their answers. While
-requests are in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on the ring once its requests have started: a crash after that
-finds the order through its journaled intent (reconciliation), not through the ring.
+requests are in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on
+the ring once its requests have started: a crash after that finds the order through its journaled
+intent (reconciliation), not through the ring.
 
 Place and cancel requests pass a client-side token bucket (``rate_limit_per_s``, burst of the same
 size); an ORDER that finds no token waits in a FIFO outbox (ORDERs behind it wait too; the ring is read
@@ -64,9 +66,10 @@ exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; 
 "http://127.0.0.1:PORT" for a paper venue only),
 ``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
 (50), ``rate_limit_per_s`` (10), ``max_retries`` (3), ``retry_backoff_ms`` (20),
-``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (order connections: 4; 1..16), ``crash_after`` ("" | "journal" | "send" | "ack"; tests
-only, effective only when the environment has ``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at that
-point of a place; the marker file "<journal>.crashed" makes it once).
+``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (order connections: 4; 1..16),
+``crash_after`` ("" | "journal" | "send" | "ack"; tests only, effective only when the environment has
+``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at that point of a place; the marker file
+"<journal>.crashed" makes it once).
 
 Counters (``ctx.stats``): sent, acked, rejected, fills, cancels, unknown, retries, dups, rl (rate
 limited after retries), rl_wait (waits for a token), jbytes, rec_ms, rec_n, torn, polls, http_err,

@@ -57,7 +57,8 @@ _text = st.text(alphabet=_ALPHABET, max_size=6)
 
 @settings(max_examples=400, deadline=None)
 @given(method=_text, target=_text, host=_text,
-       headers=st.dictionaries(st.one_of(_text, st.sampled_from(["Host", "HOST", "Content-Length"])), _text, max_size=4))
+       headers=st.dictionaries(st.one_of(_text, st.sampled_from(["Host", "HOST", "Content-Length"])), _text,
+                               max_size=4))
 def test_the_one_pass_check_refuses_exactly_what_the_rules_refuse(method, target, host, headers):
     """encode_request checks everything in one pass, then names the culprit part by part: the two
     agree on every input (a part, a header name or a header value, alone or mixed)."""

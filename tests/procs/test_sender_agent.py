@@ -914,7 +914,8 @@ def test_sigkill_around_the_send_leaves_no_duplicate_and_the_position_matches_th
         else:
             # the ORDER was not committed when the process died: it comes again and is answered, not resent
             wait_until(lambda: [r for r in rd.drain() if int(r["order_id"]) == oid
-                                and r["reason"] == ExecReason.DUPLICATE], 10, what="the DUPLICATE answer to the replayed ORDER")
+                                and r["reason"] == ExecReason.DUPLICATE], 10,
+                       what="the DUPLICATE answer to the replayed ORDER")
         if crash_after == "journal":
             assert not venue.placed and coid not in venue.orders
             assert rd.find(ExecType.REJECTED, oid)[0]["reason"] == ExecReason.NOT_FOUND
