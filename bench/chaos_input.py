@@ -20,7 +20,12 @@ injector), injects its fault, measures and judges:
   starts with a fresh breaker. Pass: no INSTRUCTION written and no
   LLM-origin ORDER decided (risk's latency tap and audit log) in any fault phase, the breaker opens
   (stage counter and an ``llm_breaker`` log event) in each, and the fast path's SIGNAL p99 (latency tap:
-  frame received -> SIGNAL written) of each fault phase is within 10 % of the idle phase's.
+  frame received -> SIGNAL written) under each fault is within 10 % of idle's, judged on short
+  windows (5 rounds of 2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s) pooled
+  per condition, so that the machine's drift over the run lands on every condition alike (10 s
+  phases A/B/A left a noise floor of 15-30 % between the run's own idle windows); a fresh breaker
+  in each window keeps the faulty LLM working the whole time, the harsher case. The long phases'
+  ratios are reported beside it.
 - ``risk_limits``: the llm stage is ``RiskInjector``: it writes INSTRUCTIONs into ``instr`` each built
   to breach one pre-trade check, and CONTROL HALT / REDUCE_ONLY / KILL_SWITCH / RESUME into its own
   control ring (``ctl_inj``, risk's ``control_input``), with lean quoting off. Pass: every instruction
@@ -369,8 +374,9 @@ except Exception:  # pragma: no cover
 class FaultyLlmAgent(_LlmBase):
     """``procs.llm.LlmAgent`` with a fault phase read from ``params.fault_file`` (checked every 50 ms):
     ``idle`` (signals drained, nothing generated), ``normal``, ``garbage`` (no grammar, temperature 5),
-    ``timeout`` (deadline 1 ms), ``slow`` (each token delayed ``slow_token_ms``). A phase change starts a
-    fresh circuit breaker and is logged (``fault_phase``). Test and bench use only."""
+    ``timeout`` (deadline 1 ms), ``slow`` (each token delayed ``slow_token_ms``). A phase change waits
+    for the generation in flight, starts a fresh circuit breaker and is logged (``fault_phase``). Test
+    and bench use only."""
 
     def on_start(self, ctx) -> None:
         ctx.params = dict(ctx.params)
@@ -378,6 +384,7 @@ class FaultyLlmAgent(_LlmBase):
         self.slow_token_ms = float(ctx.params.pop("slow_token_ms", 300))
         super().on_start(ctx)
         self.mode = "idle"
+        self._wanted: str | None = None  # a phase asked for, applied once no generation is in flight
         self._base_p = self.hub.p
         self._base_deadline_ns = self.deadline_ns
         self._base_grammar = self.hub._grammar
@@ -416,8 +423,17 @@ class FaultyLlmAgent(_LlmBase):
             self._next_check = now + 50_000_000
             with contextlib.suppress(OSError):
                 mode = self.fault_file.read_text().strip()
-                if mode and mode != self.mode:
-                    self._set_mode(mode)
+                self._wanted = mode if mode and mode != self.mode else None
+        if self._wanted is not None:
+            # a generation in flight runs with its own phase's settings to the end (switching the
+            # grammar or temperature under it would make a fault phase's job a healthy one): no new
+            # one starts, its result is still taken; then the new phase applies
+            if self.worker.busy:
+                self.next_start_ns = max(self.next_start_ns, now + 3_600_000_000_000)
+                return super().do_work()
+            self._set_mode(self._wanted)
+            self._wanted = None
+            self.next_start_ns = now
         if self.mode == "idle":
             got = self.inp.poll(lambda *a: None, self.ctx.batch)
             if got:
@@ -430,6 +446,7 @@ class FaultyLlmAgent(_LlmBase):
 def llm_faults(ChaosPipeline, quick: bool, nice: int = 10) -> Row:
     """``nice``: the llm process's niceness (the default config's 10; 0 to see the hub at normal priority)."""
     phase_s = 3.0 if quick else 10.0
+    cycles, sub_s = (2, 1.0) if quick else (5, 2.0)  # the interleaved windows the p99 is judged on
     slow_answer_s = 3.0 if quick else 30.0
     max_tokens = 96
     breaker = ("breaker = { trip_after_s = 0.5, min_samples = 3, cooldown_s = 60.0 }" if quick
@@ -454,6 +471,7 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
 """)
 
         windows: dict[str, tuple[int, int]] = {}
+        pooled: dict[str, list[tuple[int, int]]] = {m: [] for m in ("idle", "garbage", "timeout", "slow")}
         phases: dict[str, dict] = {}
         with latency_taps(lat), ChaosPipeline(rate=1000, llm=True, text_hook=hook, name="llm") as p:
             time.sleep(1.0)  # warm up
@@ -494,6 +512,17 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
             t0 = time.monotonic_ns()
             time.sleep(phase_s)
             windows["idle3"] = (t0, time.monotonic_ns())
+            # the judged p99: short windows, idle and each fault in turn, pooled per condition, so that
+            # the machine's drift over the run lands on every condition alike (a phase change starts a
+            # fresh breaker: in these windows the faulty LLM works all the time, the harsher case)
+            for _ in range(cycles):
+                for mode in ("idle", "garbage", "idle", "timeout", "idle", "slow"):
+                    fault_file.write_text(mode)
+                    p.wait(lambda: p.stage("llm").get("fault") == mode, 10, f"an interleaved {mode} window")
+                    t0 = time.monotonic_ns()
+                    time.sleep(sub_s)
+                    pooled[mode].append((t0, time.monotonic_ns()))
+            fault_file.write_text("idle")
             llm_stage = p.stage("llm")
             llm_pid = p.proc("llm")["pid"]
             events = log_events(p, "llm")
@@ -506,8 +535,22 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
     _, first = np.unique(sig["at_ns"] - sig["lat_ns"], return_index=True)  # non-HOLD: written twice, count once
     sig = sig[np.sort(first)]
     p99 = {m: p99_us(sig["lat_ns"][(sig["at_ns"] >= a) & (sig["at_ns"] < b)]) for m, (a, b) in windows.items()}
+
+    def in_any(spans):
+        at = sig["at_ns"]
+        mask = np.zeros(at.size, bool)
+        for a, b in spans:
+            mask |= (at >= a) & (at < b)
+        return mask
+
+    pooled_p99 = {m: p99_us(sig["lat_ns"][in_any(spans)]) for m, spans in pooled.items()}
+    pooled_n = {m: int(in_any(spans).sum()) for m, spans in pooled.items()}
+    idle_pooled = pooled_p99["idle"]
+    judged = {m: pooled_p99[m] / idle_pooled if idle_pooled == idle_pooled and idle_pooled > 0 else float("nan")
+              for m in ("garbage", "timeout", "slow")}
     n_sig = {m: int(((sig["at_ns"] >= a) & (sig["at_ns"] < b)).sum()) for m, (a, b) in windows.items()}
-    fa, fb = windows["garbage"][0], windows["slow"][1]
+    # from the first fault phase to the last interleaved window: only idle and fault windows, no healthy LLM
+    fa, fb = windows["garbage"][0], max(b for spans in pooled.values() for _, b in spans)
     llm_decided = risk[(risk["code"] == mark_code(MARK_DECIDED, OrderOrigin.LLM)) & (risk["at_ns"] >= fa) & (risk["at_ns"] < fb)]
     llm_sent = sender[(sender["code"] == mark_code(MARK_ORDER_SENT, OrderOrigin.LLM)) & (sender["at_ns"] >= fa)
                       & (sender["at_ns"] < fb)]
@@ -528,24 +571,28 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
         "no LLM-origin ORDER decided or sent": llm_decided.size == 0 and llm_sent.size == 0 and not llm_approved,
         "breaker opened in every fault phase": all(ph["breaker_open_after_s"] is not None for ph in phases.values())
                                                and len(opens) >= 3,
-        "fast SIGNAL p99 within 10 % of idle (the idle windows around each phase)": all(r <= 1.10 for r in ratios.values()),
+        "fast SIGNAL p99 within 10 % of idle (interleaved windows, pooled)": all(r <= 1.10 for r in judged.values()),
     }
     ok = all(checks.values())
     fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x of {unloaded[m]:.0f}; {vs_first[m]:.2f}x the first idle)"
                     for m in ratios)
+    judged_fig = ", ".join(f"{m} {pooled_p99[m]:.0f} us ({judged[m]:.2f}x)" for m in judged)
     idles = ", ".join(f"{p99[w]:.0f}" for w in ("idle", "idle1", "idle2", "idle3"))
     return Row(scenario="llm_faults",
                injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (answer "
                         f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase, an idle window ({phase_s:.0f} s) before "
-                        f"and after each",
+                        f"and after each; then {cycles} rounds of {sub_s:.0f} s windows idle, garbage, idle, timeout, "
+                        f"idle, slow (p99 judged on these, pooled per condition)",
                did=f"INSTRUCTIONs in fault phases {instr.size}, LLM-origin orders {llm_decided.size}; breaker opened "
                    f"after " + ", ".join(f"{m} {ph['breaker_open_after_s'] if ph['breaker_open_after_s'] is None else round(ph['breaker_open_after_s'], 1)} s"
                                          for m, ph in phases.items())
                    + f" ({len(opens)} llm_breaker open events); llm pid {llm_pid}",
-               figure=f"fast SIGNAL p99: idle windows {idles} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
+               figure=f"fast SIGNAL p99, interleaved and pooled: idle {idle_pooled:.0f} us, {judged_fig}; "
+                      f"long phases: idle windows {idles} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
                       f"{p99['normal'] / base:.2f}x the first idle, {normal_instructions} instructions)",
                passed=ok, details={"checks": checks, "p99_us": p99, "signals": n_sig, "phases": phases,
                                    "unloaded_p99_us": unloaded, "ratio_vs_first_idle": vs_first,
+                                   "pooled_p99_us": pooled_p99, "pooled_signals": pooled_n, "judged_ratio": judged,
                                    "llm_stage": llm_stage})
 
 
