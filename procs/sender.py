@@ -26,8 +26,8 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
    until those polls are done. 43001: the order is queried and reported as the
    venue has it. A CANCEL of an order not journaled or already terminal answers REJECTED NOT_FOUND; a
    refused or failed cancel answers REJECTED with the order's leaves (> 0: it still works).
-   CANCEL_ALL (instrument 0: every instrument) -> cancel-symbol-order, each of ours it names CANCELLED;
-   a refused one answers REJECTED with order_id 0.
+   CANCEL_ALL -> cancel-symbol-order (instrument 0: one per configured instrument, each its own
+   request), each of ours it names CANCELLED; a refused one answers REJECTED with order_id 0.
 4. While an order works, every ``poll_interval_ms``: unfilled-orders, then fills with
    ``idGreaterThan`` the last trade id; each new fill of ours is journaled, then FILLED (price, size,
    leaves, venue_ts_ns, fill_id = trade id); a working order missing from unfilled-orders is queried
@@ -458,7 +458,7 @@ class SenderAgent(Agent):
 
     def _call(self, req: rest.Request) -> Result:
         """One request on the query connection and its answer, waiting for it (order queries,
-        reconciliation, a cancel-all of every instrument)."""
+        reconciliation)."""
         res = self._send(self.http, req)
         return res if res is not None else self._receive(self.http, req)
 
@@ -550,8 +550,11 @@ class SenderAgent(Agent):
             return
         if cmd is OrderCmd.NEW and not self._admit_new(o, ts):
             return
-        # command, ORDER record, ts_origin_ns, attempts, due_ns, instruments done (CANCEL_ALL)
-        self.outbox.append([cmd, o, ts, 0, 0, []])
+        if cmd is OrderCmd.CANCEL_ALL and iid == 0:  # every instrument: one cancel-all each
+            for i in sorted(self.instruments):
+                self.outbox.append([cmd, o._replace(instrument_id=i), ts, 0, 0])
+            return
+        self.outbox.append([cmd, o, ts, 0, 0])  # command, ORDER record, ts_origin_ns, attempts, due_ns
 
     def _admit_new(self, o, ts: int) -> bool:
         """Duplicate check, validation and the intent written (fsync'd by ``_commit_intents``); False
@@ -643,10 +646,9 @@ class SenderAgent(Agent):
         """Start queued commands in FIFO order, each place / cancel on a free order connection without
         waiting for its answer (``_read_answers``). Stops at the head when it is not due (a retry's
         back-off, a rate-limit token), when no connection is free, or when it must wait for a request
-        in flight (``_must_wait``): the commands behind it wait too. A command that is not one request
-        (SYNC, a CANCEL of an order no longer working, a CANCEL_ALL of every instrument) runs alone,
-        synchronously, once nothing is in flight and no fill poll is pending. Returns how many were
-        started or answered."""
+        in flight (``_must_wait``): the commands behind it wait too. A command that is not a request
+        (SYNC, a CANCEL of an order no longer working) is answered once nothing is in flight and no
+        fill poll is pending. Returns how many were started or answered."""
         n = 0
         outbox = self.outbox
         while outbox and n < self.ctx.batch:
@@ -654,11 +656,12 @@ class SenderAgent(Agent):
             if head[4] > now:
                 break
             cmd, o = head[0], head[1]
-            single = cmd is OrderCmd.NEW or (cmd is OrderCmd.CANCEL_ALL and o.instrument_id) or (
+            single = cmd is OrderCmd.NEW or cmd is OrderCmd.CANCEL_ALL or (
                 cmd is OrderCmd.CANCEL and (e := self.orders.get(o.order_id)) is not None and not e.terminal)
             if not single:  # after every answer and fill poll before it
-                if self.inflight or self.job is not None or self.jobs or not self._execute(head, now):
+                if self.inflight or self.job is not None or self.jobs:
                     break
+                self._execute(head, now)
                 outbox.popleft()
                 n += 1
                 continue
@@ -766,39 +769,16 @@ class SenderAgent(Agent):
         if not done:
             self.outbox.appendleft(item)
 
-    def _execute(self, item, now: int) -> bool:
-        """Run one command that is not a single request, synchronously (nothing is in flight); True
-        when done (answered), False to wait (``item[4]`` = due)."""
+    def _execute(self, item, now: int) -> None:
+        """Answer a command that is not a request, once nothing is in flight: SYNC (the state report)
+        or a CANCEL of an order unknown or no longer working (REJECTED NOT_FOUND)."""
         cmd, o, ts = item[0], item[1], item[2]
         if cmd is OrderCmd.SYNC:
             self._state_report(ts)
-            return True
-        if cmd is not OrderCmd.CANCEL_ALL:  # a CANCEL of an order unknown or no longer working
-            entry = self.orders.get(o.order_id)
-            self._report(ts, ExecType.REJECTED, entry, reason=ExecReason.NOT_FOUND, leaves=0.0,
-                         iid=o.instrument_id, order_id=o.order_id)
-            return True
-        # CANCEL_ALL of every instrument (instrument 0): one request and one token per instrument
-        cancel_mark = mark_code(MARK_CANCEL_SENT, o.origin)
-        iids = [o.instrument_id] if o.instrument_id else sorted(self.instruments)
-        done_iids = item[5]
-        for iid in [i for i in iids if i not in done_iids]:
-            if not self.bucket.take(now):
-                item[4] = self.bucket.ready_at(now)
-                self.stats["rl_wait"] += 1
-                return False
-            req = rest.build_cancel_symbol(self.creds, self._wall(), self.instruments[iid].symbol)
-            res = self._send(self.http, req, sent_mark=cancel_mark, ts=ts)
-            if res is None:
-                res = self._receive(self.http, req)
-            if res.outcome is Outcome.RETRYABLE and item[3] < self.p.max_retries:
-                item[3] += 1
-                self.stats["retries"] += 1
-                item[4] = now + self._backoff_ns(item[3])
-                return False
-            self._cancel_all_done(ts, iid, res)
-            done_iids.append(iid)
-        return True
+            return
+        entry = self.orders.get(o.order_id)
+        self._report(ts, ExecType.REJECTED, entry, reason=ExecReason.NOT_FOUND, leaves=0.0,
+                     iid=o.instrument_id, order_id=o.order_id)
 
     def _after(self, item, res: Result, now: int, done) -> bool:
         if res.outcome is Outcome.RETRYABLE and item[3] < self.p.max_retries:
