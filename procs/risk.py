@@ -189,24 +189,33 @@ class RiskAgent(Agent):
 
     # ---------------------------------------------------------------------------------------- output
     def _handle(self, events) -> None:
-        """Audit lines for every event, counters, and the ORDERs of the events that carry one."""
-        st, gw = self.stats, self.gw
-        orders = []
+        """Audit lines for every event, counters, and the ORDERs of the events that carry one. A
+        decision whose ORDERs are cancels only (an EMERGENCY's, a reprice's) writes them before
+        encoding its audit lines: they reduce risk, and the lines leave with this ``do_work``'s flush
+        either way; one with a new order is audited first (``_send``)."""
+        orders = [ev for ev in events if ev.cmd]
+        if orders and not any(isinstance(ev, OrderApproved) for ev in orders):
+            self._send(orders)
+            self._audit(events)
+        else:
+            self._audit(events)
+            if orders:
+                self._send(orders)
+        for ev in events:
+            if not ev.cmd:
+                self._count(ev)
+        self.stats["open"] = self.gw.open_count
+
+    def _audit(self, events) -> None:
+        """One audit line per event into the buffer ``_flush`` writes."""
         for ev in events:
             try:
                 line = self.enc.encode(ev)
             except Exception as exc:  # never lose the decision itself: write what can be written
                 line = self.enc.encode({"ev": type(ev).__name__, "encode_error": repr(exc)})
-                st["errors"] = st.get("errors", 0) + 1
+                self.stats["errors"] = self.stats.get("errors", 0) + 1
             self.buf += line
             self.buf += b"\n"
-            if ev.cmd:
-                orders.append(ev)
-            else:
-                self._count(ev)
-        if orders:
-            self._send(orders)
-        st["open"] = gw.open_count
 
     def _send(self, orders: list) -> None:
         """Write the ORDERs of one decision together, so that the sender reads them in one batch (and

@@ -330,9 +330,15 @@ def test_keep_warm_signs_and_encodes_but_sends_journals_and_reports_nothing(tmp_
     h.settle(0.02)
     assert (list(venue.requests), (tmp_path / "sender.journal").read_bytes(), list(h.port.msgs)) == before[:3]
     assert {k: v for k, v in h.ctx.stats.items() if k != "polls"} == {k: v for k, v in before[3].items() if k != "polls"}
+    # the kernel's send path is kept warm through a private loopback TCP connection, not the venue's
+    a, b = h.agent._warm_pair
+    assert a.getpeername() == b.getsockname() and a.getsockname()[0] == "127.0.0.1"
+    assert venue.url.rsplit(":", 1)[1] not in (str(a.getpeername()[1]), str(b.getpeername()[1]))
     # and the next real cancel-all goes out as usual
     h.send(order(cmd=OrderCmd.CANCEL_ALL, oid=0))
     h.pump(lambda: ("POST", "cancel-symbol-order") in venue.requests, what="the cancel-all request")
+    h.agent.on_close()
+    assert a.fileno() == -1 and b.fileno() == -1  # closed with the sender
 
 
 def self_signed(tmp_path: Path, name: str = "localhost") -> tuple[Path, Path]:
