@@ -170,6 +170,19 @@ def _validate_geometry(slot_size: int, capacity: int, full_policy: str) -> int:
     return L.POLICY_CODES[full_policy]
 
 
+class _NoSemaphore:
+    """A private ring's stand-in for the wake-up semaphore: nobody parks on it, so nothing posts it."""
+
+    def acquire(self, timeout=None) -> None:
+        raise RuntimeError("a private ring has no wake-up semaphore: its reader cannot park")
+
+    def release(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 class Ring:
     """A mapped ring segment. Obtain one with ``Ring.create`` (the owner) or ``Ring.attach``.
 
@@ -229,6 +242,21 @@ class Ring:
             pass
         sem = posix_ipc.Semaphore(_sem_name(pname), posix_ipc.O_CREX, mode=SHM_MODE, initial_value=0)
         return cls(pname, mm, sem, slot_size, capacity, policy)
+
+    @classmethod
+    def private(cls, *, slot_size: int = 128, capacity: int = 2) -> "Ring":
+        """A ring in anonymous memory of this process only: no segment, no name in /dev/shm, nothing
+        to unlink, and no wake-up semaphore (its reader cannot park: ``Reader.wait`` raises
+        RuntimeError once it would). The runner's keep-warm writes and reads one message through
+        one, so that the ring's own code stays warm while a busy-spinning stage idles.
+
+        Raises:
+            ValueError: bad geometry.
+        """
+        policy = _validate_geometry(slot_size, capacity, "drop")
+        mm = mmap.mmap(-1, L.segment_bytes(slot_size, capacity))
+        L.GEOMETRY.pack_into(mm, 0, L.MAGIC, L.LAYOUT_VERSION, slot_size, capacity, policy, L.CONTROL_BYTES)
+        return cls("private", mm, _NoSemaphore(), slot_size, capacity, policy)
 
     @classmethod
     def attach(cls, name: str, *, slot_size: int | None = None, capacity: int | None = None, full_policy: str | None = None) -> "Ring":

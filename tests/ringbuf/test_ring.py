@@ -47,6 +47,26 @@ def test_create_then_attach_share_one_segment(ring_name):
         assert (m.seq, m.kind, m.ts_origin_ns, bytes(m.payload)) == (0, 4, 77, b"shared")
 
 
+def test_a_private_ring_lives_in_this_process_only_and_cannot_park():
+    before = set(os.listdir("/dev/shm"))
+    ring = Ring.private(slot_size=128, capacity=2)
+    try:
+        assert set(os.listdir("/dev/shm")) == before  # no segment, no semaphore
+        w, r = ring.writer(), ring.reader()
+        got = []
+        for i in range(5):  # wraps the two slots: every message written is read back intact
+            assert w.try_write(3, seq_bytes(i), 1_000 + i)
+            assert r.poll(lambda seq, ts, kind, payload: got.append((seq, ts, kind, bytes(payload))), 8) == 1
+        assert got == [(i, 1_000 + i, 3, seq_bytes(i)) for i in range(5)]
+        assert w.try_write(3, b"x", 1) and w.try_write(3, b"y", 2) and not w.try_write(3, b"z", 3)  # full: dropped
+        assert [bytes(m.payload) for m in r.try_read_batch(8)] == [b"x", b"y"]
+        r.commit()
+        with pytest.raises(RuntimeError, match="cannot park"):
+            r.wait(1_000_000, spins=0)
+    finally:
+        ring.close()
+
+
 def test_attach_with_matching_geometry_succeeds(ring_name):
     Ring.create(ring_name, slot_size=128, capacity=4, full_policy="backpressure").close()
     with Ring.attach(ring_name, slot_size=128, capacity=4, full_policy="backpressure") as ring:
