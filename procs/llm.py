@@ -23,7 +23,9 @@
 - a generation still running ``hang_grace_ms`` past its deadline (a call that yields no token never
   reaches the per-token deadline check) is hung: counted (``hung``) as a late failure for the breaker
   at once, and aborted; its answer, if it ever comes, is dropped (``rej_hung``);
-- breaker state changes are log events (``llm_breaker``: warning when it opens, info otherwise).
+- breaker state changes are log events (``llm_breaker``: warning when it opens, info otherwise);
+- idle (any ``wait`` but busy-spin), the stage sleeps ``idle_poll_ms`` (2) between looks at its ring,
+  or until the generation in flight finishes (``wait_for_work``), instead of the runner's back-off.
 
 Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
 score, signals, conflated, breaker_drops, generations, instructions, instr_drops, rej_<reason>,
@@ -32,6 +34,8 @@ gpu_mib (the weights' size when offloaded).
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -86,6 +90,7 @@ class LlmAgent(Agent):
         self.breaker = CircuitBreaker(p.breaker, ctx.clock)
         self.deadline_ns = p.deadline_ms * 1_000_000
         self.hang_grace_ns = p.hang_grace_ms * 1_000_000
+        self.idle_poll_ns = int(p.idle_poll_ms * 1_000_000)
         self.inflight: Job | None = None  # the job the worker runs
         self.hung = False
         self.min_gap_ns = p.min_gap_ms * 1_000_000
@@ -171,6 +176,18 @@ class LlmAgent(Agent):
                 self.stats["breaker_drops"] += 1
             work += 1
         return work
+
+    def wait_for_work(self, timeout_ns: int) -> bool:
+        """The runner's idle (every wait but busy-spin): sleep ``idle_poll_ms`` (at most ``timeout_ns``),
+        or until the generation in flight has finished, whichever comes first. Signals meanwhile wait
+        in the ring; the newest wins at the next look. Always True (the runner's park contract)."""
+        t = min(timeout_ns, self.idle_poll_ns) / 1e9
+        if t > 0:
+            if self.inflight is not None:
+                self.worker.wait(t)
+            else:
+                time.sleep(t)
+        return True
 
     def _hung(self) -> None:
         """The generation in flight is far past its deadline without returning: a late failure for

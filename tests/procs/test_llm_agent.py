@@ -308,3 +308,35 @@ def test_a_generation_stuck_past_its_deadline_counts_against_the_breaker_and_is_
     agent.do_work()
     assert ctx.stats["rej_hung"] == 1 and ctx.stats["instructions"] == 0 and not instructions(ctx.outputs["instr"])
     agent.on_close()
+
+
+def test_idle_the_stage_sleeps_between_looks_but_wakes_when_its_generation_finishes(monkeypatch):
+    """``wait_for_work`` (the runner's park unless busy-spinning): with a generation in flight it returns
+    as soon as the answer is there, not after ``idle_poll_ms``; the answer is then taken at once."""
+    import threading
+    import time
+
+    hubs = []
+    monkeypatch.setattr(LlmAgent, "hub_factory", staticmethod(lambda p, i, c: hubs.append(_StuckHub()) or hubs[0]))
+    agent, ctx = start({**LIMITS, "idle_poll_ms": 1000.0})
+    try:
+        assert agent.idle_poll_ns == 1_000_000_000
+        assert agent.wait_for_work(0) is True  # nothing in flight, no time left: back at once
+        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(1), 1))
+        agent.do_work()
+        assert hubs[0].entered.wait(5) and agent.inflight is not None
+        threading.Timer(0.05, agent.worker.abort.set).start()  # the generation ends 50 ms from now
+        t0 = time.monotonic()
+        assert agent.wait_for_work(10_000_000_000) is True
+        assert time.monotonic() - t0 < 0.9, "woke on the finished generation, not after idle_poll_ms (1 s)"
+        agent.do_work()
+        assert agent.inflight is None and ctx.stats["rej_aborted"] == 1
+    finally:
+        agent.on_close()
+
+
+def test_idle_poll_ms_must_be_positive():
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="idle_poll_ms"):
+        start({**LIMITS, "idle_poll_ms": 0})
