@@ -21,10 +21,13 @@ injector), injects its fault, measures and judges:
   LLM-origin ORDER decided (risk's latency tap and audit log) in any fault phase, the breaker opens
   (stage counter and an ``llm_breaker`` log event) in each, and the fast path's SIGNAL p99 (latency tap:
   frame received -> SIGNAL written) under each fault is within 10 % of idle's, judged on short
-  windows (10 rounds of 2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s) pooled
-  per condition, so that the machine's drift over the run lands on every condition alike (10 s
-  phases A/B/A left a noise floor of 15-30 % between the run's own idle windows; with 5 rounds,
-  three runs of one build gave garbage 0.99-1.11x and slow 0.85-1.21x); a fresh breaker
+  windows (10 rounds of 2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s), so
+  that the machine's drift over the run lands on every condition alike (10 s phases A/B/A left a
+  noise floor of 15-30 % between the run's own idle windows), as the median of each condition's
+  window p99s (``window_p99s``; the pooled p99 of all a condition's windows, reported beside it,
+  moves with one burst of host noise: in four runs of one build it put garbage at 0.94-1.11x,
+  timeout at 0.92-1.18x and slow at 0.85-1.21x, a different one over the limit each time); an A/A
+  control (idle against idle) is reported; a fresh breaker
   in each window keeps the faulty LLM working the whole time, the harsher case. The long phases'
   ratios are reported beside it.
 - ``risk_limits``: the llm stage is ``RiskInjector``: it writes INSTRUCTIONs into ``instr`` each built
@@ -116,6 +119,25 @@ def log_events(p, process: str) -> list[dict]:
 
 def p99_us(lat_ns: np.ndarray) -> float:
     return float(np.percentile(lat_ns, 99)) / 1000 if lat_ns.size else float("nan")
+
+
+def window_p99s(at_ns: np.ndarray, lat_ns: np.ndarray, spans: dict[str, list[tuple[int, int]]]) -> dict:
+    """The p99 judgement on interleaved windows: per condition, the p99 (µs) of each of its windows
+    (samples whose ``at_ns`` falls in it) and their median; per fault condition (every key but
+    ``idle``), that median over idle's (``ratio``); and an A/A control, idle's windows split
+    alternately into two halves, the ratio of their medians (``idle_aa``): how far two samples of the
+    same condition differ on this machine. The median of the windows' p99s is what is judged: a
+    burst of the host's noise in one window moves that window's p99, and the pooled p99 of a
+    condition with it, but not the median, while a load a fault adds shows in every window."""
+    per = {m: [p99_us(lat_ns[(at_ns >= a) & (at_ns < b)]) for a, b in sp] for m, sp in spans.items()}
+    med = {m: float(np.nanmedian(v)) if v and not all(x != x for x in v) else float("nan") for m, v in per.items()}
+    idle = med.get("idle", float("nan"))
+    ok = idle == idle and idle > 0
+    ratio = {m: med[m] / idle if ok else float("nan") for m in per if m != "idle"}
+    iv = per.get("idle", [])
+    a, b = iv[0::2], iv[1::2]
+    aa = float(np.nanmedian(a) / np.nanmedian(b)) if a and b else float("nan")
+    return {"windows_us": per, "median_us": med, "ratio": ratio, "idle_aa": aa}
 
 
 def replace_process(text: str, name: str, block: str) -> str:
@@ -513,7 +535,7 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
             t0 = time.monotonic_ns()
             time.sleep(phase_s)
             windows["idle3"] = (t0, time.monotonic_ns())
-            # the judged p99: short windows, idle and each fault in turn, pooled per condition, so that
+            # the judged p99: short windows, idle and each fault in turn (window_p99s), so that
             # the machine's drift over the run lands on every condition alike (a phase change starts a
             # fresh breaker: in these windows the faulty LLM works all the time, the harsher case)
             for _ in range(cycles):
@@ -547,8 +569,10 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
     pooled_p99 = {m: p99_us(sig["lat_ns"][in_any(spans)]) for m, spans in pooled.items()}
     pooled_n = {m: int(in_any(spans).sum()) for m, spans in pooled.items()}
     idle_pooled = pooled_p99["idle"]
-    judged = {m: pooled_p99[m] / idle_pooled if idle_pooled == idle_pooled and idle_pooled > 0 else float("nan")
-              for m in ("garbage", "timeout", "slow")}
+    pooled_ratio = {m: pooled_p99[m] / idle_pooled if idle_pooled == idle_pooled and idle_pooled > 0
+                    else float("nan") for m in ("garbage", "timeout", "slow")}
+    win = window_p99s(sig["at_ns"], sig["lat_ns"], pooled)
+    judged = win["ratio"]
     n_sig = {m: int(((sig["at_ns"] >= a) & (sig["at_ns"] < b)).sum()) for m, (a, b) in windows.items()}
     # from the first fault phase to the last interleaved window: only idle and fault windows, no healthy LLM
     fa, fb = windows["garbage"][0], max(b for spans in pooled.values() for _, b in spans)
@@ -572,28 +596,34 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
         "no LLM-origin ORDER decided or sent": llm_decided.size == 0 and llm_sent.size == 0 and not llm_approved,
         "breaker opened in every fault phase": all(ph["breaker_open_after_s"] is not None for ph in phases.values())
                                                and len(opens) >= 3,
-        "fast SIGNAL p99 within 10 % of idle (interleaved windows, pooled)": all(r <= 1.10 for r in judged.values()),
+        "fast SIGNAL p99 within 10 % of idle (median of the interleaved windows' p99s)":
+            all(r <= 1.10 for r in judged.values()),
     }
     ok = all(checks.values())
     fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x of {unloaded[m]:.0f}; {vs_first[m]:.2f}x the first idle)"
                     for m in ratios)
-    judged_fig = ", ".join(f"{m} {pooled_p99[m]:.0f} us ({judged[m]:.2f}x)" for m in judged)
+    judged_fig = ", ".join(f"{m} {win['median_us'][m]:.0f} us ({judged[m]:.2f}x)" for m in judged)
+    pooled_fig = ", ".join(f"{m} {pooled_ratio[m]:.2f}x" for m in pooled_ratio)
     idles = ", ".join(f"{p99[w]:.0f}" for w in ("idle", "idle1", "idle2", "idle3"))
     return Row(scenario="llm_faults",
                injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (answer "
                         f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase, an idle window ({phase_s:.0f} s) before "
                         f"and after each; then {cycles} rounds of {sub_s:.0f} s windows idle, garbage, idle, timeout, "
-                        f"idle, slow (p99 judged on these, pooled per condition)",
+                        f"idle, slow (judged: the median of each condition's window p99s)",
                did=f"INSTRUCTIONs in fault phases {instr.size}, LLM-origin orders {llm_decided.size}; breaker opened "
                    f"after " + ", ".join(f"{m} {ph['breaker_open_after_s'] if ph['breaker_open_after_s'] is None else round(ph['breaker_open_after_s'], 1)} s"
                                          for m, ph in phases.items())
                    + f" ({len(opens)} llm_breaker open events); llm pid {llm_pid}",
-               figure=f"fast SIGNAL p99, interleaved and pooled: idle {idle_pooled:.0f} us, {judged_fig}; "
+               figure=f"fast SIGNAL p99, median of the interleaved windows: idle {win['median_us']['idle']:.0f} us, "
+                      f"{judged_fig} (idle vs idle, alternate windows: {win['idle_aa']:.2f}x); pooled: idle "
+                      f"{idle_pooled:.0f} us, {pooled_fig}; "
                       f"long phases: idle windows {idles} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
                       f"{p99['normal'] / base:.2f}x the first idle, {normal_instructions} instructions)",
                passed=ok, details={"checks": checks, "p99_us": p99, "signals": n_sig, "phases": phases,
                                    "unloaded_p99_us": unloaded, "ratio_vs_first_idle": vs_first,
-                                   "pooled_p99_us": pooled_p99, "pooled_signals": pooled_n, "judged_ratio": judged,
+                                   "pooled_p99_us": pooled_p99, "pooled_signals": pooled_n, "pooled_ratio": pooled_ratio,
+                                   "judged_ratio": judged, "window_p99_us": win["windows_us"],
+                                   "window_median_p99_us": win["median_us"], "idle_aa_ratio": win["idle_aa"],
                                    "llm_stage": llm_stage})
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import socket
 
+import numpy as np
 import pytest
 
 from bench.chaos import ChaosPipeline, Row
 from bench.chaos_input import (SCENARIOS, fuzz_frames, key_material_hits, kill_switch, listening_sockets,
-                               llm_faults, malformed_frames, risk_limits, secrets_and_permissions)
+                               llm_faults, malformed_frames, p99_us, risk_limits, secrets_and_permissions,
+                               window_p99s)
 
 
 def _run(fn) -> Row:
@@ -115,3 +117,47 @@ def test_listener_scan_sees_a_wildcard_bind_and_a_loopback_one():
     finally:
         wild.close()
         local.close()
+
+
+def _samples(spans_ms: dict, lat_us_of) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One sample a millisecond in each window, latency ``lat_us_of(mode, window index, i)`` µs."""
+    at, lat, spans = [], [], {}
+    for mode, windows in spans_ms.items():
+        spans[mode] = []
+        for k, (a, b) in enumerate(windows):
+            spans[mode].append((a * 1_000_000, b * 1_000_000))
+            for i, t in enumerate(range(a, b)):
+                at.append(t * 1_000_000)
+                lat.append(lat_us_of(mode, k, i) * 1000)
+    return np.array(at, np.int64), np.array(lat, np.int64), spans
+
+
+WINDOWS = {"idle": [(0, 1000), (2000, 3000), (4000, 5000), (6000, 7000)],
+           "garbage": [(1000, 2000), (3000, 4000), (5000, 6000), (7000, 8000)]}
+
+
+def test_window_judgement_ignores_one_burst_window_and_sees_a_load_in_every_window():
+    def steady(mode, k, i):  # p99 of every window: 100 µs (the top 1 % at 100, the rest at 50)
+        return 100 if i % 100 == 0 else 50
+
+    def burst(mode, k, i):  # garbage's second window: a host stall makes its p99 ten times higher
+        return 1000 if (mode == "garbage" and k == 1 and i % 10 == 0) else steady(mode, k, i)
+
+    def loaded(mode, k, i):  # every garbage window 20 % slower
+        return steady(mode, k, i) * (1.2 if mode == "garbage" else 1.0)
+
+    got = window_p99s(*_samples(WINDOWS, burst))
+    assert got["windows_us"]["garbage"][1] == 1000.0 and got["ratio"]["garbage"] == pytest.approx(1.0)
+    # the pooled p99 of the same samples is moved by the one window: what the median is for
+    at, lat, spans = _samples(WINDOWS, burst)
+    g = np.zeros(at.size, bool)
+    for a, b in spans["garbage"]:
+        g |= (at >= a) & (at < b)
+    assert p99_us(lat[g]) / p99_us(lat[~g]) > 5
+    got = window_p99s(*_samples(WINDOWS, loaded))
+    assert got["ratio"]["garbage"] == pytest.approx(1.2) and got["idle_aa"] == pytest.approx(1.0)
+
+
+def test_window_judgement_of_no_samples_is_nan_not_a_pass():
+    got = window_p99s(np.array([], np.int64), np.array([], np.int64), {"idle": [(0, 1)], "slow": [(1, 2)]})
+    assert got["ratio"]["slow"] != got["ratio"]["slow"]  # nan: "<= 1.10" is False
