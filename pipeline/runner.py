@@ -13,7 +13,7 @@ named by ``module`` in the config, then runs the duty cycle::
         if n == 0: idle                # busy-spin | back-off | blocking: the agent's wait_for_work if it
                                        # has one, else park on the input ring, or on the doorbell of
                                        # several input rings (ringbuf.ring.wait_any); busy-spin with
-                                       # keep_warm_us > 0: at most that often, one message through a
+                                       # keep_warm_us > 0: at most that often, two messages through a
                                        # private ring (Ring.private), then agent.keep_warm()
 
 With ``SHMPIPE_LATENCY_DIR`` set, the context gets a ``LatencyTap`` dumped there on close (the bench).

@@ -247,8 +247,8 @@ class Ring:
     def private(cls, *, slot_size: int = 128, capacity: int = 2) -> "Ring":
         """A ring in anonymous memory of this process only: no segment, no name in /dev/shm, nothing
         to unlink, and no wake-up semaphore (its reader cannot park: ``Reader.wait`` raises
-        RuntimeError once it would). The runner's keep-warm writes and reads one message through
-        one, so that the ring's own code stays warm while a busy-spinning stage idles.
+        RuntimeError once it would). The runner's keep-warm writes and reads messages through one,
+        so that the ring's own code stays warm while a busy-spinning stage idles.
 
         Raises:
             ValueError: bad geometry.
