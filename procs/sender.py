@@ -49,10 +49,12 @@ select; unanswered past ``timeout_ms``: an unknown outcome). A request waits for
 they must not race (``_must_wait``): a CANCEL for its order's NEW (a cancel never overtakes its
 order), an order of an instrument for that instrument's CANCEL_ALL, a CANCEL_ALL for that
 instrument's orders. Fill polls (the one a successful cancel needs before its CANCELLED, and the
-periodic poll of step 4) run on "the lane", a connection of their own, one request at a time, also
-without waiting (``_run_lane``: request generators sent each answer as it arrives). Order queries
-(unknown outcomes) and reconciliation use a third connection and wait for their answers. While
-requests are in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on
+periodic poll of step 4) and order queries (unknown outcomes, a cancel's 43001, surprises: orderInfo,
+then the order's fills when the venue has more) run on "the lane", a connection of their own, one
+request at a time, also without waiting (``_run_lane``: request generators sent each answer as it
+arrives), so a venue slow to answer a query holds no new order and no cancel. Only reconciliation
+(before anything new is sent) uses a third connection and waits for its answers. While requests are
+in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on
 the ring once its requests have started: a crash after that finds the order through its journaled
 intent (reconciliation), not through the ring.
 
@@ -109,7 +111,7 @@ _ORDER_BYTES = ORDER_DTYPE.itemsize
 _NS_PER_MS = 1_000_000
 FILL_PAGE = 100  # a fills answer this long may have more after it
 MAX_CONNECTIONS = 16
-_POLL, _FILLS = "poll", "fills"  # kinds of lane jobs
+_POLL, _FILLS, _QUERY = "poll", "fills", "query"  # kinds of lane jobs
 INFLIGHT_NAP_NS = 50_000  # while requests are in flight the idle wait is at most this: answers wait <= 50 µs
 
 
@@ -310,6 +312,7 @@ class SenderAgent(Agent):
         self.wall_ms = lambda: time.time_ns() // _NS_PER_MS
         self.outbox: collections.deque = collections.deque()  # [cmd, ORDER record, ts, attempts, due_ns, done]
         self.check: dict[int, int] = {}  # order id -> when to query it next
+        self.querying: set[int] = set()  # order ids with an orderInfo query on the lane
         self._batch: list = []  # ORDER messages of one poll, executed NEW first
         self._unsynced: list[tuple[int, int, int]] = []  # (order id, origin, ts) of intents written, not fsync'd
         self.origin_ts: dict[int, int] = {}  # order id -> the NEW's ts_origin_ns (this process's orders)
@@ -436,8 +439,8 @@ class SenderAgent(Agent):
         """The runner's park when idle: on the ``orders`` ring (its blocking wait, where the transport
         has one), but never past the sender's own next timed work: a retry or rate-limit token due, a
         reconciliation attempt, the next fill poll while orders work, an unknown outcome to query;
-        and for at most ``INFLIGHT_NAP_NS`` while an answer is awaited (the ring's wait cannot also
-        watch the sockets)."""
+        and for at most ``INFLIGHT_NAP_NS`` while an answer (a query's included) is awaited or a lane
+        job is queued (the ring's wait cannot also watch the sockets)."""
         now = self.ctx.clock()
         due = now + timeout_ns
         if self.inflight or self.job is not None or self.jobs:
@@ -447,8 +450,9 @@ class SenderAgent(Agent):
             due = min(due, self.rec_due)
         if self.outbox:
             due = min(due, max(min(item[4] for item in self.outbox), now + 200_000))
-        if self.check:
-            due = min(due, min(self.check.values()))
+        owed = [t for oid, t in self.check.items() if oid not in self.querying]  # a query queued: the lane's
+        if owed:
+            due = min(due, min(owed))
         if self.open:
             due = min(due, self.next_poll)
         left = due - now
@@ -880,9 +884,11 @@ class SenderAgent(Agent):
             self._after_fills(cancelled)
             return
         if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER:
-            self._query(o, ts)
-            if not o.terminal and o.status not in (PENDING, UNKNOWN):
-                self._report(ts, ExecType.REJECTED, o, reason=ExecReason.NOT_FOUND)
+            def queried() -> None:  # the venue's view applied: a cancel of an order it still works failed
+                if not o.terminal and o.status not in (PENDING, UNKNOWN):
+                    self._report(ts, ExecType.REJECTED, o, reason=ExecReason.NOT_FOUND)
+
+            self.jobs.append([self._query_gen(o, ts), [queried], _QUERY])
             return
         if res.outcome is Outcome.UNKNOWN:
             self.check[o.oid] = self.ctx.clock() + self.poll_ns
@@ -918,15 +924,21 @@ class SenderAgent(Agent):
 
     # ------------------------------------------------------------------------------------ queries
     def _query(self, o: OrderEntry, ts: int) -> Result:
-        """orderInfo for ``o``; applies and reports what the venue says. Returns the result."""
-        res = self._call(rest.build_order_info(self.creds, self._wall(), client_oid=o.coid))
+        """``_query_gen`` waiting for each answer on the query connection (reconciliation)."""
+        return self._run_sync(self._query_gen(o, ts))
+
+    def _query_gen(self, o: OrderEntry, ts: int):
+        """orderInfo for ``o``; applies and reports what the venue says (with the order's fills when
+        the venue has more than we know). A request generator (``_run_sync`` or the lane); returns the
+        orderInfo Result."""
+        res = yield rest.build_order_info(self.creds, self._wall(), client_oid=o.coid)
         if res.ok:
             try:
                 found = [v for v in rest.parse_orders(res.data) if v.clientOid == o.coid]
             except ValueError:
                 found = []
             if found:
-                self._apply_venue(o, found[0], ts)
+                yield from self._apply_venue_gen(o, found[0], ts)
                 self.check.pop(o.oid, None)
             return res
         if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER and o.status in (PENDING, UNKNOWN):
@@ -944,7 +956,9 @@ class SenderAgent(Agent):
             self._report(ts, ExecType.CANCELLED, o, reason=ExecReason.NOT_FOUND, leaves=0.0)
         return res
 
-    def _apply_venue(self, o: OrderEntry, v: rest.VenueOrder, ts: int) -> None:
+    def _apply_venue_gen(self, o: OrderEntry, v: rest.VenueOrder, ts: int):
+        """Journal and report the venue's view ``v`` of ``o``: acked, its fills (fetched: a request
+        generator), cancelled or filled."""
         was = o.status
         if v.status not in (LIVE, PARTIAL, FILLED, CANCELLED):
             return
@@ -955,7 +969,7 @@ class SenderAgent(Agent):
                 self.stats["acked"] += 1
                 self._report(ts, ExecType.ACKED, o)
         if v.baseVolume > o.filled + 1e-12:
-            self._fetch_fills(o, ts)
+            yield from self._fetch_fills_gen(o)
         if v.status == CANCELLED and not o.terminal:
             self._jot({"t": "cancel", "oid": o.oid})
             self.stats["cancels"] += 1
@@ -963,11 +977,12 @@ class SenderAgent(Agent):
         elif v.status == FILLED and not o.terminal and v.baseVolume <= o.filled + 1e-12:
             self._jot({"t": "state", "oid": o.oid, "status": FILLED, "vid": v.orderId})
 
-    def _fetch_fills(self, o: OrderEntry, ts: int) -> None:
+    def _fetch_fills_gen(self, o: OrderEntry):
+        """Every fill of ``o`` (a request per page), ingested. A request generator."""
         after = None
         while True:
-            res = self._call(rest.build_fills(self.creds, self._wall(), symbol=o.sym, order_id=o.vid or None,
-                                              id_greater_than=after))
+            res = yield rest.build_fills(self.creds, self._wall(), symbol=o.sym, order_id=o.vid or None,
+                                         id_greater_than=after)
             if not res.ok:
                 return
             try:
@@ -980,19 +995,26 @@ class SenderAgent(Agent):
             after = fills[-1].tradeId
 
     def _resolve(self, now: int) -> int:
-        """Query the orders whose state is owed (unknown outcomes, surprises); at most ``ctx.batch``."""
+        """Queue an orderInfo query on the lane for each order whose state is owed (unknown outcomes,
+        surprises) and is due, at most ``ctx.batch``, one at a time per order; a query that leaves
+        it owed is due again ``poll_interval_ms`` after its answer."""
         n = 0
         for oid, due in list(self.check.items()):
-            if due > now or n >= self.ctx.batch:
+            if due > now or oid in self.querying or n >= self.ctx.batch:
                 continue
-            n += 1
             o = self.orders.get(oid)
             if o is None or o.terminal:
                 self.check.pop(oid, None)
                 continue
-            self._query(o, self._ts(oid))
-            if oid in self.check:
-                self.check[oid] = now + self.poll_ns
+            n += 1
+            self.querying.add(oid)
+
+            def then(oid=oid) -> None:
+                self.querying.discard(oid)
+                if oid in self.check:
+                    self.check[oid] = self.ctx.clock() + self.poll_ns
+
+            self.jobs.append([self._query_gen(o, self._ts(oid)), [then], _QUERY])
         return n
 
     # ------------------------------------------------------------------------------------ polling

@@ -548,6 +548,28 @@ def test_a_new_order_is_not_held_behind_the_answer_to_another_request(tmp_path, 
     assert h.ctx.stats["http_err"] == 0 and not h.agent.inflight
 
 
+def test_an_order_query_the_venue_is_slow_to_answer_holds_no_new_order_and_no_cancel_all(tmp_path, venue):
+    """Unknown outcomes are queried on the lane: while the venue holds an orderInfo answer (longer than
+    timeout_ms), a new order and a cancel-all still go out at once."""
+    h = start(tmp_path, venue)
+    venue.fault("place-order", ("drop",))  # placed, answer lost: UNKNOWN, then queried
+    h.send(order(oid=85))
+    arrived, release = threading.Event(), threading.Event()
+    venue.gate = lambda endpoint: endpoint == "orderInfo" and (arrived.set(), release.wait(2.0))
+    h.wait_for(ExecType.UNKNOWN, 85)
+    h.pump(arrived.is_set, what="the orderInfo query at the venue")
+    h.send(order(oid=86, iid=2))
+    h.send(order(cmd=OrderCmd.CANCEL_ALL, oid=0, iid=2))
+    try:
+        h.pump(lambda: client_oid(86) in venue.placed and ("POST", "cancel-symbol-order") in venue.requests,
+               timeout=0.3, what="the new order and the cancel-all, while the query waits")
+        assert not h.reports(ExecType.ACKED, 85)  # its answer is still held
+    finally:
+        release.set()
+    h.wait_for(ExecType.ACKED, 85)  # the query, answered late, is retried and resolves it
+    assert venue.placed.count(client_oid(85)) == 1 and venue.requests.count(("POST", "place-order")) == 2
+
+
 def test_an_order_learned_from_fills_while_its_place_was_in_flight_is_acked_once(tmp_path, venue):
     h = start(tmp_path, venue)
     h.send(order(oid=83, iid=2))
