@@ -208,6 +208,8 @@ FEATURES_DTYPE = np.dtype([
 ])
 assert FEATURES_DTYPE.itemsize == 552
 OFF_FEATURES_VECTOR = 40
+FEATURES_HEAD_STRUCT = struct.Struct("<HH4xQQdd")  # the fields before the vector (pinned by a test)
+assert FEATURES_HEAD_STRUCT.size == OFF_FEATURES_VECTOR
 
 
 class Label(enum.IntEnum):
@@ -226,6 +228,8 @@ SIGNAL_DTYPE = np.dtype([
     ("probs", "<f4", (4,)),
 ])
 assert SIGNAL_DTYPE.itemsize == 56
+SIGNAL_STRUCT = struct.Struct("<HBB4xQQdd4f")  # SIGNAL_DTYPE as a struct (pinned against it by a test)
+assert SIGNAL_STRUCT.size == SIGNAL_DTYPE.itemsize
 
 
 SIGNAL_CTX_DTYPE = np.dtype([

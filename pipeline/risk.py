@@ -63,12 +63,12 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from pipeline.errors import ConfigError
-from pipeline.messages import (ORDER_STRUCT, Action, ControlCmd, ExecType, Label, OrderCmd, OrderOrigin, Side, TimeInForce,
-                               order_id_for, unpack_control)
+from pipeline.messages import (ORDER_STRUCT, SIGNAL_STRUCT, Action, ControlCmd, ExecType, Label, OrderCmd, OrderOrigin,
+                               Side, TimeInForce, order_id_for, unpack_control)
 
 # ---------------------------------------------------------------------------------------------- layouts
 # struct views of the layouts declared in pipeline.messages (pinned against the numpy dtypes by a test)
-SIGNAL_S = struct.Struct("<HBB4xQQdd4f")
+SIGNAL_S = SIGNAL_STRUCT
 INSTRUCTION_S = struct.Struct("<HBBiqQQIfQ")
 ORDER_S = ORDER_STRUCT
 EXEC_S = struct.Struct("<HBBH2xQdddQQ")

@@ -193,3 +193,20 @@ def test_order_ids_are_deterministic_from_the_origin_and_round_trip_through_the_
     oid = client_oid(a)
     assert len(oid) == 18 and oid.startswith("tp") and order_id_from_client_oid(oid) == a
     assert order_id_from_client_oid("121211212122") is None and order_id_from_client_oid("tpzzzzzzzzzzzzzzzz") is None
+
+
+def test_the_signal_and_features_head_structs_read_and_write_the_numpy_layouts():
+    from pipeline.messages import (FEATURES_DTYPE, FEATURES_HEAD_STRUCT, OFF_FEATURES_VECTOR, SIGNAL_DTYPE,
+                                   SIGNAL_STRUCT)
+
+    sig = np.zeros(1, SIGNAL_DTYPE)
+    sig["instrument_id"], sig["label"], sig["flags"], sig["feature_seq"], sig["exch_ts_ns"] = 513, 3, 1, 2**40 + 1, 2**62
+    sig["ref_mid"], sig["ref_spread"], sig["probs"] = 50_000.5, 0.1, [0.125, 0.25, 0.5, 0.125]
+    fields = (513, 3, 1, 2**40 + 1, 2**62, 50_000.5, 0.1, 0.125, 0.25, 0.5, 0.125)
+    assert SIGNAL_STRUCT.pack(*fields) == sig.tobytes() and SIGNAL_STRUCT.unpack(sig.tobytes()) == fields
+    feat = np.zeros(1, FEATURES_DTYPE)
+    feat["instrument_id"], feat["flags"], feat["book_seq"], feat["exch_ts_ns"] = 7, 2, 99, 2**50
+    feat["ref_mid"], feat["ref_spread"], feat["features"][0, 0] = 101.25, 0.5, 3.0
+    raw = feat.tobytes()
+    assert FEATURES_HEAD_STRUCT.unpack_from(raw, 0) == (7, 2, 99, 2**50, 101.25, 0.5)
+    assert FEATURES_DTYPE.fields["features"][1] == OFF_FEATURES_VECTOR == FEATURES_HEAD_STRUCT.size

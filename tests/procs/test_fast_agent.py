@@ -245,3 +245,35 @@ def make_port(msgs):
     port = RecordingPort()
     port.msgs = [(k, p, ts, 0) for k, p, ts in msgs]
     return port
+
+
+def test_one_features_alone_and_in_a_batch_give_the_same_signal_bytes(tmp_path):
+    """A poll that brings one FEATURES takes the scalar single path, a poll of several the numpy batch
+    path: for random vectors, with each threshold set to exactly a probability the model gives, and
+    just above it in float64 but equal in float32 (numpy compares the float32 probabilities in
+    float32), both write the same SIGNAL and SIGNAL_CTX bytes."""
+    rng = np.random.default_rng(7)
+    model = write_model(tmp_path / "m.onnx", gain=2.0)
+    payloads = []
+    for seq in range(1, 201):
+        r = np.frombuffer(features(seq, *rng.normal(0, 1.5, 2), iid=1 + seq % 2,
+                                   flags=FEATURES_FLAG_WARMUP if seq % 7 == 0 else 0), FEATURES_DTYPE, 1).copy()
+        r["features"][0, 2:] = rng.normal(0, 1, 126)
+        payloads.append(r.tobytes())
+    probe, _ = run([], {"model_path": model})
+    probe.x[0] = np.frombuffer(payloads[3], FEATURES_DTYPE, 1)["features"][0]
+    p = probe._infer(1)[0].copy()
+    up = lambda v: float(np.nextafter(float(v), 2.0))  # noqa: E731 - above it in float64, the same float32
+    for th in ({}, {"buy": float(p[Label.LEAN_BUY]), "sell": float(p[Label.LEAN_SELL]),
+                    "emergency": float(p[Label.EMERGENCY])},
+               {"buy": up(p[Label.LEAN_BUY]), "sell": up(p[Label.LEAN_SELL]), "emergency": up(p[Label.EMERGENCY])}):
+        msgs = [(Kind.FEATURES, b, 100 + i) for i, b in enumerate(payloads)]
+        one, one_ctx = run(list(msgs), {"model_path": model, "thresholds": th}, batch=1)
+        many, many_ctx = run(list(msgs), {"model_path": model, "thresholds": th}, batch=256)
+        for out in ("sig_risk", "sig_llm"):
+            a = [(k, bytes(p), ts) for k, p, ts, _ in one_ctx.outputs[out].msgs]
+            b = [(k, bytes(p), ts) for k, p, ts, _ in many_ctx.outputs[out].msgs]
+            assert a == b and len(a) > (150 if out == "sig_risk" else 20), (out, th, len(a), len(b))
+        labels = {int(r["label"]) for r, _ in signals(one_ctx.outputs["sig_risk"])}
+        assert len(labels) >= 3, labels
+        assert one_ctx.stats == many_ctx.stats | {"runs": 200}
