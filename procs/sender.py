@@ -1105,11 +1105,19 @@ class SenderAgent(Agent):
 
     def _advance(self, gen, res: Result | None, thens, kind: str, now: int) -> None:
         """Send ``res`` into ``gen`` (None: start it) and write the request it yields on the lane; a
-        request that cannot be written is answered with its failure at once."""
+        request that cannot be written is answered with its failure at once. A job that raises (a
+        bug) is ended as if it had returned: counted, logged, its callbacks run (an order query's
+        frees the order for the next one), and the lane goes on."""
         while True:
             try:
                 req = next(gen) if res is None else gen.send(res)
             except StopIteration:
+                for then in thens or ():
+                    then()
+                return
+            except Exception as exc:
+                self.stats["errors"] = self.stats.get("errors", 0) + 1
+                self.ctx.log.error("sender_lane_job_failed", kind=kind, error=f"{type(exc).__name__}: {exc}"[:300])
                 for then in thens or ():
                     then()
                 return

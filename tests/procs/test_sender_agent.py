@@ -570,6 +570,27 @@ def test_an_order_query_the_venue_is_slow_to_answer_holds_no_new_order_and_no_ca
     assert venue.placed.count(client_oid(85)) == 1 and venue.requests.count(("POST", "place-order")) == 2
 
 
+def test_an_order_query_that_raises_is_counted_and_the_order_is_queried_again(tmp_path, venue, monkeypatch):
+    from pipeline.bitget import rest
+
+    h = start(tmp_path, venue)
+    real, calls = rest.parse_orders, []
+
+    def broken_once(data):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the answer's parsing")
+        return real(data)
+
+    monkeypatch.setattr(rest, "parse_orders", broken_once)
+    venue.fault("place-order", ("drop",))
+    h.send(order(oid=87))
+    h.wait_for(ExecType.UNKNOWN, 87)
+    h.wait_for(ExecType.ACKED, 87)  # the next query, poll_interval_ms later
+    assert h.ctx.stats["errors"] == 1 and len(calls) >= 2 and not h.agent.querying
+    assert [e["kind"] for e in h.log.named("sender_lane_job_failed")] == ["query"]
+
+
 def test_an_order_learned_from_fills_while_its_place_was_in_flight_is_acked_once(tmp_path, venue):
     h = start(tmp_path, venue)
     h.send(order(oid=83, iid=2))
