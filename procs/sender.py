@@ -53,8 +53,8 @@ periodic poll of step 4) and order queries (unknown outcomes, a cancel's 43001, 
 then the order's fills when the venue has more) run on "the lane", a connection of their own, one
 request at a time, also without waiting (``_run_lane``: request generators sent each answer as it
 arrives), so a venue slow to answer a query holds no new order and no cancel. Only reconciliation
-(before anything new is sent) uses a third connection and waits for its answers. While requests are
-in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on
+waits for its answers, on the lane too: it runs before anything else, so the lane is idle. While
+requests are in flight the idle wait on the ring is at most 50 µs. An ORDER's batch is committed on
 the ring once its requests have started: a crash after that finds the order through its journaled
 intent (reconciliation), not through the ring.
 
@@ -291,14 +291,13 @@ class SenderAgent(Agent):
         else:
             port_file = p.venue_port_file or str(run_dir / "venue.rest.port")
             address = lambda: ("127.0.0.1", read_port_file(port_file))  # noqa: E731
-        # place / cancel requests: one in flight per order connection; queries, polls and
-        # reconciliation: one at a time on their own connection, waiting for the answer
+        # place / cancel requests: one in flight per order connection
         self.pool = [HttpTransport(address, p.timeout_ms / 1000.0, tls) for _ in range(p.connections)]
         self.free = list(range(p.connections - 1, -1, -1))  # order connections with nothing in flight
         self.inflight: dict[int, tuple] = {}  # connection -> (outbox item, request, deadline ns), in send order
         self.timeout_ns = p.timeout_ms * _NS_PER_MS
-        self.http = HttpTransport(address, p.timeout_ms / 1000.0, tls)
-        # the lane: fill polls and the periodic poll, one request at a time, answers read as they come
+        # the lane: fill polls, the periodic poll and order queries, one request at a time, answers read
+        # as they come (reconciliation, before any of them, waits for its answers on it)
         self.lane = HttpTransport(address, p.timeout_ms / 1000.0, tls)
         self.jobs: collections.deque = collections.deque()  # [request generator, callbacks, kind]
         self.job: tuple | None = None  # (generator, request in flight, deadline ns, callbacks, kind)
@@ -357,7 +356,7 @@ class SenderAgent(Agent):
             now = self.ctx.clock()
             self._read_answers(now)
             self._run_lane(now)
-        for conn in (*self.pool, self.http, self.lane):
+        for conn in (*self.pool, self.lane):
             conn.close()
         for sock in self._warm_pair or ():
             sock.close()
@@ -491,10 +490,10 @@ class SenderAgent(Agent):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _call(self, req: rest.Request) -> Result:
-        """One request on the query connection and its answer, waiting for it (order queries,
-        reconciliation)."""
-        res = self._send(self.http, req)
-        return res if res is not None else self._receive(self.http, req)
+        """One request on the lane and its answer, waiting for it: reconciliation only, which runs
+        before the lane has any job."""
+        res = self._send(self.lane, req)
+        return res if res is not None else self._receive(self.lane, req)
 
     def _send(self, conn: HttpTransport, req: rest.Request, crash_point: str = "", *, sent_mark: int = 0,
               ts: int = 0) -> Result | None:
@@ -924,7 +923,7 @@ class SenderAgent(Agent):
 
     # ------------------------------------------------------------------------------------ queries
     def _query(self, o: OrderEntry, ts: int) -> Result:
-        """``_query_gen`` waiting for each answer on the query connection (reconciliation)."""
+        """``_query_gen`` waiting for each answer (reconciliation)."""
         return self._run_sync(self._query_gen(o, ts))
 
     def _query_gen(self, o: OrderEntry, ts: int):
@@ -1056,12 +1055,12 @@ class SenderAgent(Agent):
             if len(fills) < FILL_PAGE or self.last_tid == before:
                 return True
 
-    def _poll_fills(self, now: int) -> bool:
+    def _poll_fills(self) -> bool:
         """``_poll_fills_gen``, waiting for each answer (reconciliation)."""
         return self._run_sync(self._poll_fills_gen())
 
     def _run_sync(self, gen):
-        """Drive a request generator on the query connection, waiting for each answer; its result."""
+        """Drive a request generator, waiting for each answer (``_call``); its result."""
         try:
             req = next(gen)
             while True:
@@ -1082,11 +1081,11 @@ class SenderAgent(Agent):
             self.jobs.append([self._poll_fills_gen(), [then], _FILLS])
 
     def _run_lane(self, now: int) -> int:
-        """The lane: request generators (fill polls, the periodic poll) run one request at a time on a
-        connection of their own, without waiting: each answer is read when it has arrived (a
-        zero-timeout select; unanswered past ``timeout_ms``: a transport failure), the generator is
-        sent it and yields its next request; when it returns, its callbacks run. Returns the number
-        of answers handled."""
+        """The lane: request generators (fill polls, the periodic poll, order queries) run one request
+        at a time on a connection of their own, without waiting: each answer is read when it has
+        arrived (a zero-timeout select; unanswered past ``timeout_ms``: a transport failure), the
+        generator is sent it and yields its next request; when it returns, its callbacks run.
+        Returns the number of answers handled."""
         n = 0
         job = self.job
         if job is not None:
@@ -1112,19 +1111,17 @@ class SenderAgent(Agent):
             try:
                 req = next(gen) if res is None else gen.send(res)
             except StopIteration:
-                for then in thens or ():
-                    then()
-                return
+                break
             except Exception as exc:
                 self.stats["errors"] = self.stats.get("errors", 0) + 1
                 self.ctx.log.error("sender_lane_job_failed", kind=kind, error=f"{type(exc).__name__}: {exc}"[:300])
-                for then in thens or ():
-                    then()
-                return
+                break
             res = self._send(self.lane, req)
             if res is None:
                 self.job = (gen, req, now + self.timeout_ns, thens, kind)
                 return
+        for then in thens or ():
+            then()
 
     def _ingest(self, fills: list[rest.VenueFill], ts: int | None) -> None:
         for f in fills:
@@ -1161,7 +1158,7 @@ class SenderAgent(Agent):
                 if res.outcome is Outcome.REJECTED and res.code not in (rest.CODE_NO_ORDER,):
                     self.ctx.log.error("sender_reconcile_refused", order_id=o.oid, code=res.code, msg=res.msg)
         if ok:
-            ok = self._poll_fills(now)
+            ok = self._poll_fills()
         if not ok:
             if self.rec_attempt == 0:
                 self.ctx.log.warning("sender_reconcile_waiting", open_orders=len(self.open),
