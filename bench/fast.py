@@ -15,7 +15,8 @@ Measured on this machine, on ``books15`` frames of the synthetic venue model (on
     ``sig_risk``, for ``--seconds`` (10; 4 with ``--quick``); the fast stage's latency tap gives
     frame received (the feed's ``ts_origin_ns``) -> SIGNAL written, the feed's and the feature
     stage's taps the BOOK and FEATURES points, the sink the SIGNAL read; p50 / p99 after the first
-    second; (d') the same with features on core 0 and fast on core 1, busy-spinning with
+    second; placement as ``make up`` has it (``auto``: cores shared, blocking waits; feed, features
+    and fast with the default config's ``keep_warm_us``); (d') the same with features on core 0 and fast on core 1, busy-spinning with
     ``keep_warm_us = 200``; the ratios to (c) and (c'), and MET / MISSED for "the better end-to-end
     p50 <= the loop's p50" against each.
 
@@ -166,6 +167,7 @@ params = {{ port = 0, seed = 1, step_ms = 20, port_file = "{run}/venue.port" }}
 [[processes]]
 name = "feed"
 module = "procs.feed:BitgetFeedAgent"
+{feed_place}
 outputs = ["md"]
 wait = "back-off"
 params = {{ port_file = "{run}/venue.port", channels = ["books15"] }}
@@ -204,7 +206,7 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict
     """(d): frame received -> SIGNAL written, from the fast stage's latency tap (and, as before, the
     sink's read of it). ``spin``: features on core 0 and fast on core 1, each busy-spinning with
     ``keep_warm_us = 200`` (the venue, the feed and the sink share those cores); otherwise every stage
-    ``auto`` (cores shared, blocking waits)."""
+    ``auto`` (cores shared, blocking waits), kept warm as the default config has it."""
     from pipeline.agent import LATENCY_DIR_ENV
     from pipeline.messages import Kind
 
@@ -214,8 +216,9 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict
         cfg = t / "bench.toml"
         (t / "lat").mkdir()
         cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid() % 100000}", run=t / "run", logs=t / "logs", model=model,
-                                     sink=sink, features_place=report.spin_place(0) if spin else "",
-                                     fast_place=report.spin_place(1) if spin else ""))
+                                     sink=sink, feed_place=report.default_place("feed"),
+                                     features_place=report.spin_place(0) if spin else report.default_place("features"),
+                                     fast_place=report.spin_place(1) if spin else report.default_place("fast")))
         warm = 1.0
         proc = report.run_pipeline_for(cfg, seconds + warm + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
         read = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)
@@ -292,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             return f"{r['p50_us'] / nv['p50_us']:.1f}x (c), {r['p50_us'] / pc['p50_us']:.2f}x (c')"
 
         rows_md.append((f"(d) end to end, venue + feed + features + fast (+ a sink): frame received -> SIGNAL written, "
-                        f"default placement (cores shared, blocking waits; {e2e['n']} SIGNALs; BOOK written at p50 "
+                        f"default placement (cores shared, blocking waits, {report.default_place('fast').strip() or 'no keep-warm'}; "
+                        f"{e2e['n']} SIGNALs; BOOK written at p50 "
                         f"{e2e['feed_p50_us']:.0f} µs, FEATURES {e2e['features_p50_us']:.0f} µs; the sink read the SIGNALs "
                         f"at p50 {e2e['sink_read_p50_us']:.0f} µs)", e2e, against(e2e)))
         rows_md.append((f"(d') the same with features on core 0 and fast on core 1, each busy-spinning with "

@@ -105,6 +105,7 @@ class Scenario:
     faults: dict = field(default_factory=dict)  # venue params (stress)
     channels: tuple = ("books15", "trade")  # the feed's subscriptions ("books": snapshot + checksummed updates)
     spin: tuple = ()  # processes pinned to cores 0, 1, ... in this order, busy-spinning with keep_warm_us = 200
+    warm: bool = True  # the default config's keep_warm_us on the processes it gives one (not spinning ones)
 
 
 # ------------------------------------------------------------------------------------- config
@@ -277,6 +278,10 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = 96, deadline_ms = 
 """
     else:  # no slow path: fast writes sig_risk only; nothing writes instr (risk still reads it)
         text = text.replace('outputs = ["sig_risk", "sig_llm"]', 'outputs = ["sig_risk"]')
+    for name in ("feed", "features", "fast", "risk", "sender", "llm"):
+        head = f'name = "{name}"\n'
+        if sc.warm and name not in sc.spin and head in text:
+            text = text.replace(head, head + report.default_place(name), 1)
     for core, name in enumerate(sc.spin):
         head = f'name = "{name}"\n'
         assert head in text, name
@@ -533,6 +538,7 @@ def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
     plan += [Scenario("ring-1k-no-llm", 1_000, seconds=s, llm=False)]
     # the order path's two last stages on a core each, spinning and kept warm; the other five share them
     plan += [Scenario("ring-1k-spin", 1_000, seconds=s, spin=("risk", "sender"))]
+    plan += [Scenario("ring-1k-no-warm", 1_000, seconds=s, warm=False)]
     return plan
 
 

@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,16 @@ def write(out_dir: Path, results: dict, md: list[str]) -> None:
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     print(f"\nwritten to {out_dir}")
+
+
+def default_place(name: str) -> str:
+    """The TOML line that gives process ``name`` of a bench config the ``keep_warm_us`` the default
+    config (configs/default.toml) gives it ('' when it gives none): a bench's default placement is the
+    one ``make up`` runs (``auto`` core and wait, the same keep-warm)."""
+    with open(REPO / "configs" / "default.toml", "rb") as f:
+        procs = {p["name"]: p for p in tomllib.load(f).get("processes", [])}
+    us = procs.get(name, {}).get("keep_warm_us", 0)
+    return f"keep_warm_us = {us}\n" if us else ""
 
 
 def spin_place(core: int, keep_warm_us: int = 200) -> str:

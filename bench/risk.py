@@ -9,7 +9,8 @@ open-order book stays small; the injected clock advances 10 ms an iteration. Als
 
 (b) EMERGENCY in to cancel request sent, through the processes: the paper venue, the risk gateway and
 the order sender run as real processes under the supervisor (ring transport), twice: with the default
-placement (every process ``auto``: cores shared, blocking waits) and with the risk gateway and the
+placement (every process ``auto``: cores shared, blocking waits; risk and sender kept warm with the
+default config's ``keep_warm_us``) and with the risk gateway and the
 sender each on a core of their own, busy-spinning and keeping their hot paths warm
 (``keep_warm_us = 200``; the venue and the source share those cores). In both, a
 source stage (``EmergencySource`` below) writes one EMERGENCY SIGNAL into ``sig_risk`` every
@@ -294,7 +295,7 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
 
     ``spin``: the risk gateway and the sender each pinned to a core of their own (0 and 1) and
     busy-spinning, the venue and the source sharing those cores with ``auto`` placement; otherwise
-    every process ``auto`` (cores shared, blocking waits)."""
+    every process ``auto`` (cores shared, blocking waits), kept warm as the default config has it."""
     import tempfile
 
     from pipeline.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, mark_code
@@ -306,8 +307,8 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
         cfg = tmp / "risk.toml"
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
                                                key=REPO / "secrets" / "paper.json", rate=rate,
-                                               risk_place=report.spin_place(0) if spin else "",
-                                               sender_place=report.spin_place(1) if spin else ""))
+                                               risk_place=report.spin_place(0) if spin else report.default_place("risk"),
+                                               sender_place=report.spin_place(1) if spin else report.default_place("sender")))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
         proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"
@@ -364,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"(best of the two: {best:.0f} µs)")
         rows.append((f"(b) EMERGENCY SIGNAL in the gateway's input ring (the source's write ended) -> cancel-all "
                      f"request sent, venue + risk + sender processes, default placement (cores shared, blocking "
-                     f"waits; {em['n']} signals; the gateway wrote the CANCEL_ALL at p50 {em['decision_p50_us']:.0f} µs "
+                     f"waits, {report.default_place('risk').strip() or 'no keep-warm'}; {em['n']} signals; the gateway wrote the CANCEL_ALL at p50 {em['decision_p50_us']:.0f} µs "
                      f"from origin)", em["in_ring"], ""))
         rows.append((f"(b) the same from the SIGNAL's origin stamp, taken before the source's write (the write took "
                      f"p50 {em['source_write']['p50_us']:.1f} µs)", em, ""))

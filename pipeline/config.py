@@ -74,7 +74,8 @@ class ProcessConfig(_Strict):
     outputs: list[Name] = []
     core: int | Literal["auto"] = "auto"
     wait: WaitName = "auto"
-    # busy-spin only: while idle, the runner calls the agent's keep_warm() at most this often (0 = never)
+    # while idle (any wait; a parked stage is woken for it), the runner calls the agent's keep_warm()
+    # at most this often (0 = never)
     keep_warm_us: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     # CPU niceness of the whole process (0 = normal; 1..19 = lower priority, inherited by its threads):
     # a slow-path process yields a shared core to the fast path's processes

@@ -12,9 +12,10 @@ named by ``module`` in the config, then runs the duty cycle::
                                        counters and latency percentiles published
         if n == 0: idle                # busy-spin | back-off | blocking: the agent's wait_for_work if it
                                        # has one, else park on the input ring, or on the doorbell of
-                                       # several input rings (ringbuf.ring.wait_any); busy-spin with
-                                       # keep_warm_us > 0: at most that often, two messages through a
-                                       # private ring (Ring.private), then agent.keep_warm()
+                                       # several input rings (ringbuf.ring.wait_any); with
+                                       # keep_warm_us > 0, any wait: at most that often, two messages
+                                       # through a private ring (Ring.private), then
+                                       # agent.keep_warm() (a parked stage wakes up for it)
 
 With ``SHMPIPE_LATENCY_DIR`` set, the context gets a ``LatencyTap`` dumped there on close (the bench).
 
@@ -124,7 +125,7 @@ class Runner:
         self.ctx: AgentContext | None = None
         self.agent: Agent | None = None
         self.ports = None
-        self._warm_ring: Ring | None = None  # keep-warm's private ring (busy-spin with keep_warm_us)
+        self._warm_ring: Ring | None = None  # keep-warm's private ring (keep_warm_us > 0)
 
     def request_stop(self, *_args) -> None:
         self._stop = True
@@ -232,24 +233,29 @@ class Runner:
                         self.log.error("keep_warm_disabled", error=f"{type(exc).__name__}: {exc}")
                         warm = None
                     next_warm = clock() + warm_ns
-                if park is not None:
-                    park(max(self.next_beat_ns - now, 0))
+                if park is not None:  # a parked stage that keeps warm wakes for its next warm-up
+                    until = self.next_beat_ns if warm is None else min(self.next_beat_ns, next_warm)
+                    park(max(until - now, 0))
                 else:
                     idle.idle(0)
-            elif idle is not None:
-                idle.reset()
+            else:
+                if warm is not None:  # work keeps the code warm too: the next warm-up is due after idling
+                    next_warm = now + warm_ns
+                if idle is not None:
+                    idle.reset()
         self.close()
         return EXIT_OK
 
     def _keep_warm(self, agent):
-        """The agent's ``keep_warm`` when the config asks for it and it can apply, else None; a request
-        that cannot apply is logged (warning) with the reason."""
+        """The agent's ``keep_warm`` (wrapped with the ring's own warm-up) when the config asks for it
+        and the agent has one, else None; a request that cannot apply is logged (warning) with the
+        reason. Any wait: a busy-spin stage warms between polls; a parked one (blocking, back-off, its
+        own ``wait_for_work``) parks no longer than until its next warm-up."""
         if self.proc.keep_warm_us <= 0:
             return None
         warm = getattr(agent, "keep_warm", None)
-        if self.wait != "busy-spin" or not callable(warm):
-            why = f"wait is {self.wait}, not busy-spin" if self.wait != "busy-spin" else "the agent has no keep_warm"
-            self.log.warning("keep_warm_ignored", keep_warm_us=self.proc.keep_warm_us, why=why)
+        if not callable(warm):
+            self.log.warning("keep_warm_ignored", keep_warm_us=self.proc.keep_warm_us, why="the agent has no keep_warm")
             return None
         # the ring's own code too: messages written and read (poll, then batch) through a private
         # ring of this process (no segment, nothing another process sees), then the agent's hot path

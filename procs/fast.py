@@ -274,7 +274,7 @@ class FastAgent(Agent):
         return got
 
     def keep_warm(self) -> None:
-        """Runner hook (busy-spin with ``keep_warm_us``): the latest FEATURES again through the single
+        """Runner hook (``keep_warm_us``, while idle): the latest FEATURES again through the single
         path (model, thresholds, SIGNAL packing) into its scratch buffers, which the next message
         overwrites before it reads them; nothing emitted or counted."""
         self._classify_one(self._last)

@@ -74,7 +74,7 @@ class FeatureAgent(Agent):
         self._keep_book = ctx.process.keep_warm_us > 0
 
     def keep_warm(self) -> None:
-        """Runner hook (busy-spin with ``keep_warm_us``): the latest BOOK again through ``compute``, on a
+        """Runner hook (``keep_warm_us``, while idle): the latest BOOK again through ``compute``, on a
         private state and into a private record (the real per-instrument state is untouched; nothing
         emitted or counted). Nothing to do before the first BOOK."""
         book = self._warm_book

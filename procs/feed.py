@@ -553,6 +553,10 @@ class BitgetFeedAgent(Agent):
         try:
             self.books = BitgetBooks(self.instruments, emit_trade_snapshots=bool(p.get("emit_trade_snapshots", False)))
             self.decoder = make_decoder(p.get("decoder", "msgspec"))
+            # keep_warm's private decoder and books: the same code on the latest book frame, with no
+            # effect on the real books, counters or ring
+            self._warm_decoder = make_decoder(p.get("decoder", "msgspec"))
+            self._warm_books = BitgetBooks(self.instruments)
             self.subs = [Subscription(inst_type, ch, sym) for sym in self.instruments for ch in channels]
             texts = [subscribe_message(self.subs[i:i + SUBSCRIBE_CHUNK])
                      for i in range(0, len(self.subs), SUBSCRIBE_CHUNK)]
@@ -578,6 +582,8 @@ class BitgetFeedAgent(Agent):
             stats[k] = 0
         self.stats = stats
         self._book_buf = bytearray(BOOK_BYTES)
+        self._warm_buf = bytearray(BOOK_BYTES)
+        self._warm_frame = None  # the latest frame that made a BOOK (keep_warm's input)
         self._trade_view = memoryview(self.books.trade_records.view("u1"))
         self._pending_resyncs: dict[Subscription, None] = {}
         self._conn_id = 0
@@ -628,6 +634,24 @@ class BitgetFeedAgent(Agent):
         if self.inbox:
             return True
         return self._wake.wait(timeout_ns / 1e9)
+
+    def keep_warm(self) -> None:
+        """Runner hook (``keep_warm_us``, while idle): the latest frame that made a BOOK decoded and applied again
+        by a private decoder onto private books (an update onto a copy of the real book it made:
+        ``BitgetBooks.mirror``), into a private buffer; the real books, counters and ring are
+        untouched, nothing is emitted. Runs on the agent thread, on the core the network thread
+        decodes on, so the decode and the book update stay in that core's caches between frames.
+        Nothing to do before the first BOOK."""
+        frame = self._warm_frame
+        if frame is None:
+            return
+        d = self._warm_decoder.decode(frame)
+        books = self._warm_books
+        if d.kind == FrameKind.UPDATE:  # onto a copy of the book it made: merged again, checksum holds
+            books.mirror(self.books, d)
+        else:  # a snapshot needs no history
+            books.reset()
+        books.apply(d, self._warm_buf)
 
     # -- hot path
     def _on_item(self, ts: int, item) -> None:
@@ -700,6 +724,7 @@ class BitgetFeedAgent(Agent):
         if k == FrameKind.SNAPSHOT or k == FrameKind.UPDATE:
             code = self.books.apply(d, self._book_buf)
             if code == Applied.EMITTED:
+                self._warm_frame = frame
                 if self.ctx.emit(self.out, Kind.BOOK, self._book_buf, ts):
                     s["books_emitted"] += 1
                 else:

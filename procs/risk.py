@@ -162,7 +162,7 @@ class RiskAgent(Agent):
         return [MessageRejected(ts_ns=self.ctx.clock(), kind=f"kind {kind} on {ring}", why="unexpected kind")]
 
     def keep_warm(self) -> None:
-        """Runner hook (busy-spin with ``keep_warm_us``): the SIGNAL paths a fast-path message takes (an
+        """Runner hook (``keep_warm_us``, while idle): the SIGNAL paths a fast-path message takes (an
         EMERGENCY's cancel-all, a LEAN_BUY's order when ``lean_lots`` is set, a plain reference
         update), the EXEC_REPORT that closes the order, audit encoding and ORDER packing, all on a
         private shadow gateway with its own clock. Nothing is written; the real gateway is untouched."""

@@ -410,7 +410,7 @@ class SenderAgent(Agent):
         return work
 
     def keep_warm(self) -> None:
-        """Runner hook (busy-spin with ``keep_warm_us``): the cancel-all and place paths up to the bytes
+        """Runner hook (``keep_warm_us``, while idle): the cancel-all and place paths up to the bytes
         that would be written (ORDER decode, body, signature, HTTP encoding) for the first instrument,
         written nowhere; then the kernel's send path, which a request after milliseconds of idling
         finds cold (~64 µs to write one here, ~30 warm): a zero-timeout select on the idle order

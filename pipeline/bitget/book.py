@@ -512,6 +512,25 @@ class BitgetBooks:
         self.applied[_EMITTED_I] += 1
         return _EMITTED
 
+    def mirror(self, source: BitgetBooks, decoded: Decoded) -> None:
+        """Keep-warm's private books: make this object's ``books`` book of ``decoded``'s instrument a copy
+        of ``source``'s (its levels and state, no last seq), so that an update ``source`` has applied
+        applies here again with the same outcome (merging an update into the book it made changes
+        nothing, so its checksum holds; no seq to check). Nothing for a book ``source`` lacks or a
+        books1/5/15 book (a snapshot needs no history)."""
+        key = (decoded.channel, decoded.inst_id)
+        src = source._books.get(key)
+        if type(src) is not IncrementalBook:
+            return
+        mine = self._books.get(key)
+        if mine is None:
+            mine = self._books[key] = IncrementalBook(src.instrument_id, src.subscription)
+        mine.bid_px, mine.bid_sz, mine.bid_lv = src.bid_px[:], src.bid_sz[:], src.bid_lv[:]
+        mine.ask_px, mine.ask_sz, mine.ask_lv = src.ask_px[:], src.ask_sz[:], src.ask_lv[:]
+        mine.state = src.state
+        mine.last_seq = -1
+        mine.resync_queued = True  # a private book never asks for a resync
+
     def _new_book(self, decoded: Decoded) -> IncrementalBook | SnapshotBook | None:
         """The book of a first push for (channel, instId); None for an unknown instrument."""
         iid = self._ids.get(decoded.inst_id)

@@ -102,27 +102,31 @@ def test_sigterm_stops_a_stage_blocked_on_a_full_backpressure_ring(pipe):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
-def test_keep_warm_runs_only_for_busy_spin_stages_that_ask_and_a_failing_one_is_dropped(pipe):
-    """keep_warm_us: a busy-spin stage's keep_warm is called while it idles, at most that often; on a
-    blocking stage the setting is ignored with a logged reason; a keep_warm that raises is counted as
-    an error, logged, and never called again, and the stage keeps running."""
+def test_keep_warm_runs_while_idle_whatever_the_wait_and_a_failing_one_is_dropped(pipe):
+    """keep_warm_us: a stage's keep_warm is called while it idles, at most that often, whether it
+    busy-spins or parks (a blocking stage is woken for it); an agent without keep_warm has the setting
+    ignored with a logged reason; a keep_warm that raises is counted as an error, logged, and never
+    called again, and the stage keeps running."""
     spin = 'wait = "busy-spin"\nkeep_warm_us = 20000\n'
     pipe.write_config(process("warm", "tests.pipeline.agents:Warmable", extra=spin)
                       + process("parked", "tests.pipeline.agents:Warmable", extra='wait = "blocking"\nkeep_warm_us = 20000\n')
+                      + process("plain", "tests.pipeline.agents:ThreadedIdle", extra='keep_warm_us = 20000\n')
                       + process("broken", "tests.pipeline.agents:Warmable", extra=spin, params="fail = true"))
     pipe.up()
     t0 = time.monotonic()
-    calls = wait_until(lambda: (pipe.procs()["warm"]["stage"].get("warm", 0) >= 10 and pipe.procs()["warm"]["stage"]["warm"]),
-                       20, 0.05, "keep_warm calls of the busy-spin stage")
+    calls = wait_until(lambda: all(pipe.procs()[n]["stage"].get("warm", 0) >= 10 for n in ("warm", "parked"))
+                       and [pipe.procs()[n]["stage"]["warm"] for n in ("warm", "parked")],
+                       20, 0.05, "keep_warm calls of the busy-spin and the blocking stage")
     elapsed = time.monotonic() - t0
     time.sleep(0.3)  # more heartbeats: the counters of the other two are published by now
     procs = pipe.procs()
-    assert calls <= (elapsed + 1.0) / 0.020 + 1  # at most one per keep_warm_us (20 ms) since it started
-    assert procs["parked"]["stage"]["warm"] == 0
+    for n in calls:  # at most one per keep_warm_us (20 ms) since it started
+        assert n <= (elapsed + 1.0) / 0.020 + 1
     assert procs["broken"]["stage"]["warm"] == 1 and procs["broken"]["state"] == "RUNNING"
     assert procs["broken"]["errors"] == 1
-    ignored = [e for e in pipe.log("parked") if e["event"] == "keep_warm_ignored"]
-    assert ignored and ignored[0]["why"] == "wait is blocking, not busy-spin"
+    ignored = [e for e in pipe.log("plain") if e["event"] == "keep_warm_ignored"]
+    assert ignored and ignored[0]["why"] == "the agent has no keep_warm"
+    assert not [e for e in pipe.log("parked") if e["event"] == "keep_warm_ignored"]
     assert [e["error"] for e in pipe.log("broken") if e["event"] == "keep_warm_disabled"] == ["RuntimeError: warm-up broke"]
     assert pipe.down() == 0
 

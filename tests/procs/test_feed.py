@@ -9,6 +9,7 @@ MoldUDP64 over real UDP on 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import random
 import socket
 import threading
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.bitget.book import Applied
 from pipeline.bitget.capture import OPEN, RECV, SEND, read_capture
 from pipeline.bitget.protocol import Subscription, subscribe_message, unsubscribe_message
 from pipeline.errors import ConfigError
@@ -547,3 +549,47 @@ def test_by_default_the_network_thread_decodes_and_writes_without_the_agent_thre
 def test_decode_in_must_name_a_thread(start_feed):
     with pytest.raises(ConfigError, match="decode_in"):
         start_feed({"url": "ws://127.0.0.1:9/x", "decode_in": "gpu"})
+
+
+def _with_pseq(frame: str, pseq: int) -> str:
+    d = json.loads(frame)
+    d["data"][0]["pseq"] = pseq
+    return json.dumps(d, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("channel", ["books15", "books"])
+def test_keep_warm_decodes_the_latest_book_frame_privately_and_changes_no_output_book_or_counter(start_feed, channel):
+    """keep_warm (the runner's hook while the feed idles): nothing before the first BOOK; after it,
+    the latest frame that made a BOOK is decoded and applied again on private books, and no message
+    is written, no counter moves, and the real book (an incremental ``books`` book included: its
+    seq check would refuse the same update twice) takes the next frame as if keep_warm never ran."""
+    with WsTestServer() as srv:
+        agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT"], "channels": [channel]})
+        srv.wait_for(lambda: srv.subscribed(0), what="subscribe")
+        agent.keep_warm()  # no frame yet: nothing to warm, nothing raised
+        if channel == "books15":
+            first = [depth(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5), seq=1)]
+            nxt = depth(ladder(100.1, -0.1, 5), ladder(100.6, 0.1, 5), seq=2)
+        else:
+            ref = RefBook()
+            first = [ref.snapshot(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5))]
+            first.append(_with_pseq(ref.update(bids=[["99.95", "2"]]), ref.seq - 1))  # pseq as the venue sends it
+            nxt = _with_pseq(ref.update(asks=[["100.55", "3"]]), ref.seq - 1)
+        srv.send(first)
+        srv.wait_for(lambda: _stats(agent, "books_emitted") == len(first), what="the first BOOKs")
+        port = _port(agent)
+        before = (dict(agent.ctx.stats), len(port.msgs), agent.ctx.msgs_out, agent.books.checksums_verified)
+        assert agent._warm_frame is not None
+        for _ in range(50):
+            agent.keep_warm()
+        assert (dict(agent.ctx.stats), len(port.msgs), agent.ctx.msgs_out, agent.books.checksums_verified) == before
+        warm = agent._warm_books
+        assert warm.applied[Applied.EMITTED] == 50, "the private books made a BOOK each time"
+        if channel == "books":
+            assert warm.checksums_verified == 50, "the update applied to the copy of the book it made: checksum holds"
+        assert bytes(agent._warm_buf) == bytes(port.msgs[-1][1]), "the private BOOK is the one the real book made"
+        srv.send([nxt])
+        srv.wait_for(lambda: _stats(agent, "books_emitted") == len(first) + 1, what="the next BOOK")
+        assert _stats(agent, "seq_gaps") == 0 and _stats(agent, "checksum_failures") == 0 and _stats(agent, "rejected") == 0
+        if channel == "books":
+            assert list(port.books()[-1]["ask_px"][:2]) == ref.top()[1][:2]
