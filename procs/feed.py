@@ -584,6 +584,7 @@ class BitgetFeedAgent(Agent):
         self._book_buf = bytearray(BOOK_BYTES)
         self._warm_buf = bytearray(BOOK_BYTES)
         self._warm_frame = None  # the latest frame that made a BOOK (keep_warm's input)
+        self._warm_seen = -1  # frames received when keep_warm last looked
         self._trade_view = memoryview(self.books.trade_records.view("u1"))
         self._pending_resyncs: dict[Subscription, None] = {}
         self._conn_id = 0
@@ -641,9 +642,12 @@ class BitgetFeedAgent(Agent):
         ``BitgetBooks.mirror``), into a private buffer; the real books, counters and ring are
         untouched, nothing is emitted. Runs on the agent thread, on the core the network thread
         decodes on, so the decode and the book update stay in that core's caches between frames.
-        Nothing to do before the first BOOK."""
+        Nothing to do before the first BOOK, nor when frames arrived since the last call (the network
+        thread's decode does not show in ``do_work``'s count, which postpones the runner's warm-up)."""
         frame = self._warm_frame
-        if frame is None:
+        seen = self.net.counters.frames_in
+        if frame is None or seen != self._warm_seen:  # frames since the last call: the decode is warm
+            self._warm_seen = seen
             return
         d = self._warm_decoder.decode(frame)
         books = self._warm_books

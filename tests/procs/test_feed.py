@@ -559,8 +559,9 @@ def _with_pseq(frame: str, pseq: int) -> str:
 
 @pytest.mark.parametrize("channel", ["books15", "books"])
 def test_keep_warm_decodes_the_latest_book_frame_privately_and_changes_no_output_book_or_counter(start_feed, channel):
-    """keep_warm (the runner's hook while the feed idles): nothing before the first BOOK; after it,
-    the latest frame that made a BOOK is decoded and applied again on private books, and no message
+    """keep_warm (the runner's hook while the feed idles): nothing before the first BOOK, nor on the
+    first call after frames arrived; then the latest frame that made a BOOK is decoded and applied
+    again on private books, and no message
     is written, no counter moves, and the real book (an incremental ``books`` book included: its
     seq check would refuse the same update twice) takes the next frame as if keep_warm never ran."""
     with WsTestServer() as srv:
@@ -580,6 +581,8 @@ def test_keep_warm_decodes_the_latest_book_frame_privately_and_changes_no_output
         port = _port(agent)
         before = (dict(agent.ctx.stats), len(port.msgs), agent.ctx.msgs_out, agent.books.checksums_verified)
         assert agent._warm_frame is not None
+        agent.keep_warm()
+        assert sum(agent._warm_books.applied) == 0, "frames arrived since the last call: nothing to warm"
         for _ in range(50):
             agent.keep_warm()
         assert (dict(agent.ctx.stats), len(port.msgs), agent.ctx.msgs_out, agent.books.checksums_verified) == before
