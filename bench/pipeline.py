@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -279,9 +280,9 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = 96, deadline_ms = 
     else:  # no slow path: fast writes sig_risk only; nothing writes instr (risk still reads it)
         text = text.replace('outputs = ["sig_risk", "sig_llm"]', 'outputs = ["sig_risk"]')
     for name in ("feed", "features", "fast", "risk", "sender", "llm"):
-        head = f'name = "{name}"\n'
-        if sc.warm and name not in sc.spin and head in text:
-            text = text.replace(head, head + report.default_place(name), 1)
+        line = report.default_place(name)
+        if sc.warm and line and name not in sc.spin:  # after the module line, as in the default config
+            text = re.sub(r'(\nname = "' + name + r'"\nmodule = "[^"]+"\n)', lambda m: m.group(1) + line, text, count=1)
     for core, name in enumerate(sc.spin):
         head = f'name = "{name}"\n'
         assert head in text, name
