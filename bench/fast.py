@@ -16,7 +16,8 @@ Measured on this machine, on ``books15`` frames of the synthetic venue model (on
     frame received (the feed's ``ts_origin_ns``) -> SIGNAL written, the feed's and the feature
     stage's taps the BOOK and FEATURES points, the sink the SIGNAL read; p50 / p99 after the first
     second; placement as ``make up`` has it (``auto``: cores shared, blocking waits; feed, features
-    and fast with the default config's ``keep_warm_us``); (d') the same with features on core 0 and fast on core 1, busy-spinning with
+    and fast with the default config's ``keep_warm_us``); (d-) the same without keep-warm, with the
+    ratio to (d); (d') the same with features on core 0 and fast on core 1, busy-spinning with
     ``keep_warm_us = 200``; the ratios to (c) and (c'), and MET / MISSED for "the better end-to-end
     p50 <= the loop's p50" against each.
 
@@ -202,11 +203,12 @@ lot_size = 0.0001
 """
 
 
-def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict:
+def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: bool = True) -> dict:
     """(d): frame received -> SIGNAL written, from the fast stage's latency tap (and, as before, the
     sink's read of it). ``spin``: features on core 0 and fast on core 1, each busy-spinning with
     ``keep_warm_us = 200`` (the venue, the feed and the sink share those cores); otherwise every stage
-    ``auto`` (cores shared, blocking waits), kept warm as the default config has it."""
+    ``auto`` (cores shared, blocking waits), kept warm as the default config has it unless ``warm``
+    is False (no keep-warm anywhere)."""
     from pipeline.agent import LATENCY_DIR_ENV
     from pipeline.messages import Kind
 
@@ -216,9 +218,9 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict
         cfg = t / "bench.toml"
         (t / "lat").mkdir()
         cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid() % 100000}", run=t / "run", logs=t / "logs", model=model,
-                                     sink=sink, feed_place=report.default_place("feed"),
-                                     features_place=report.spin_place(0) if spin else report.default_place("features"),
-                                     fast_place=report.spin_place(1) if spin else report.default_place("fast")))
+                                     sink=sink, feed_place=report.default_place("feed") if warm else "",
+                                     features_place=report.spin_place(0) if spin else report.default_place("features") if warm else "",
+                                     fast_place=report.spin_place(1) if spin else report.default_place("fast") if warm else ""))
         warm = 1.0
         proc = report.run_pipeline_for(cfg, seconds + warm + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
         read = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)
@@ -236,7 +238,7 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False) -> dict
             v = stage["lat_ns"][stage["code"] == kind] if stage is not None else np.zeros(0)
             res[f"{name}_p50_us"] = float(np.percentile(v[min(v.size // 5, 50):], 50) / 1000) if v.size else float("nan")
         rskip = min(read.size // 5, 50)
-        res.update(signals=int(lat.size), skipped=int(skip), seconds=seconds, spin=spin,
+        res.update(signals=int(lat.size), skipped=int(skip), seconds=seconds, spin=spin, warm=warm,
                    sink_read_p50_us=float(np.percentile(read[rskip:], 50) / 1000) if read.size > rskip else float("nan"))
         return res
 
@@ -269,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         secs = args.seconds or (4.0 if args.quick else 10.0)
         res["end_to_end"] = bench_end_to_end(model, secs)
         res["end_to_end_spin"] = bench_end_to_end(model, secs, spin=True)
+        res["end_to_end_cold"] = bench_end_to_end(model, secs, warm=False)
     fe, cl, nv = res["features"], res["classifier"], res["naive_loop"]
 
     def verdict(v: float, t: float) -> str:
@@ -299,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{e2e['n']} SIGNALs; BOOK written at p50 "
                         f"{e2e['feed_p50_us']:.0f} µs, FEATURES {e2e['features_p50_us']:.0f} µs; the sink read the SIGNALs "
                         f"at p50 {e2e['sink_read_p50_us']:.0f} µs)", e2e, against(e2e)))
+        cold = res["end_to_end_cold"]
+        res["e2e_cold_over_warm_p50"] = cold["p50_us"] / e2e["p50_us"]
+        rows_md.append((f"(d-) the same as (d) without keep-warm ({cold['n']} SIGNALs; BOOK at p50 {cold['feed_p50_us']:.0f} µs, "
+                        f"FEATURES {cold['features_p50_us']:.0f} µs)", cold,
+                        f"{cold['p50_us'] / e2e['p50_us']:.2f}x (d): what keep-warm saves"))
         rows_md.append((f"(d') the same with features on core 0 and fast on core 1, each busy-spinning with "
                         f"keep_warm_us = 200 ({spin['n']} SIGNALs; BOOK at p50 {spin['feed_p50_us']:.0f} µs, FEATURES "
                         f"{spin['features_p50_us']:.0f} µs; sink read at p50 {spin['sink_read_p50_us']:.0f} µs)",

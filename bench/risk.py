@@ -8,11 +8,11 @@ open-order book stays small; the injected clock advances 10 ms an iteration. Als
 (max position) and a SIGNAL without working orders.
 
 (b) EMERGENCY in to cancel request sent, through the processes: the paper venue, the risk gateway and
-the order sender run as real processes under the supervisor (ring transport), twice: with the default
-placement (every process ``auto``: cores shared, blocking waits; risk and sender kept warm with the
-default config's ``keep_warm_us``) and with the risk gateway and the
-sender each on a core of their own, busy-spinning and keeping their hot paths warm
-(``keep_warm_us = 200``; the venue and the source share those cores). In both, a
+the order sender run as real processes under the supervisor (ring transport), three times: with the
+default placement (every process ``auto``: cores shared, blocking waits; risk and sender kept warm
+with the default config's ``keep_warm_us``), (b-) the same without keep-warm, and (b') with the risk
+gateway and the sender each on a core of their own, busy-spinning and keeping their hot paths warm
+(``keep_warm_us = 200``; the venue and the source share those cores). In each, a
 source stage (``EmergencySource`` below) writes one EMERGENCY SIGNAL into ``sig_risk`` every
 ``1 / rate`` s with ``ts_origin_ns`` = the moment it writes it; the gateway answers each with a
 CANCEL_ALL (cool-down 0), and the sender's latency tap stamps when the cancel-all request is written
@@ -290,12 +290,13 @@ def from_ring(sent: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.nda
     return a[:, 0], a[:, 1], a[:, 2]
 
 
-def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -> dict:
+def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False, warm: bool = True) -> dict:
     """(b): EMERGENCY SIGNAL written -> cancel-all request sent, through venue, risk and sender processes.
 
     ``spin``: the risk gateway and the sender each pinned to a core of their own (0 and 1) and
     busy-spinning, the venue and the source sharing those cores with ``auto`` placement; otherwise
-    every process ``auto`` (cores shared, blocking waits), kept warm as the default config has it."""
+    every process ``auto`` (cores shared, blocking waits), kept warm as the default config has it
+    unless ``warm`` is False."""
     import tempfile
 
     from pipeline.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, mark_code
@@ -307,8 +308,8 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
         cfg = tmp / "risk.toml"
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
                                                key=REPO / "secrets" / "paper.json", rate=rate,
-                                               risk_place=report.spin_place(0) if spin else report.default_place("risk"),
-                                               sender_place=report.spin_place(1) if spin else report.default_place("sender")))
+                                               risk_place=report.spin_place(0) if spin else report.default_place("risk") if warm else "",
+                                               sender_place=report.spin_place(1) if spin else report.default_place("sender") if warm else ""))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
         proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"
@@ -326,7 +327,7 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False) -
     out["source_write"] = report.percentiles_us(write[skip:].tolist()) if len(write) > skip else dict(nan)
     dec = risk["lat_ns"][risk["code"] == mark_code(MARK_DECIDED, OrderOrigin.FAST)]
     out["decision_p50_us"] = float(np.percentile(dec, 50) / 1000) if len(dec) else float("nan")
-    out.update(seconds=seconds, rate_per_s=rate, spin=spin)
+    out.update(seconds=seconds, rate_per_s=rate, spin=spin, warm=warm)
     return out
 
 
@@ -344,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_processes:
         res["emergency"] = bench_emergency(3.0 if args.quick else 8.0)
         res["emergency_spin"] = bench_emergency(3.0 if args.quick else 8.0, spin=True)
+        res["emergency_cold"] = bench_emergency(3.0 if args.quick else 8.0, warm=False)
     ap_ = res["approved"]
     met = ap_["p99_us"] <= TARGET_P99_US
     results = {"machine": machine, "target_p99_us": TARGET_P99_US, "iterations": n, "target_met": met, **res}
@@ -369,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"from origin)", em["in_ring"], ""))
         rows.append((f"(b) the same from the SIGNAL's origin stamp, taken before the source's write (the write took "
                      f"p50 {em['source_write']['p50_us']:.1f} µs)", em, ""))
+        cold = res["emergency_cold"]
+        results["emergency_cold_over_warm_p50"] = cold["in_ring"]["p50_us"] / em["in_ring"]["p50_us"]
+        rows.append((f"(b-) EMERGENCY in -> cancel-all request sent, as (b) without keep-warm ({cold['n']} signals; "
+                     f"CANCEL_ALL written at p50 {cold['decision_p50_us']:.0f} µs from origin)", cold["in_ring"],
+                     f"{results['emergency_cold_over_warm_p50']:.2f}x (b): what keep-warm saves"))
         rows.append((f"(b') EMERGENCY in -> cancel-all request sent, the risk gateway on core 0 and the sender on core "
                      f"1, each busy-spinning with keep_warm_us = 200 (venue and source share those cores; {sp['n']} "
                      f"signals; CANCEL_ALL written at p50 {sp['decision_p50_us']:.0f} µs from origin)",

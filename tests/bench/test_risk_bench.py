@@ -19,21 +19,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(200)
 def test_quick_run_reports_the_decision_and_the_emergency_path(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "bench.risk", "--quick", "--iterations", "2000", "--out",
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=140)
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=190)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "results.json").read_text())
-    for key in ("approved", "denied", "signal", "emergency", "emergency_spin", "journal"):
+    for key in ("approved", "denied", "signal", "emergency", "emergency_spin", "emergency_cold", "journal"):
         assert 0 < doc[key]["p50_us"] <= doc[key]["p99_us"], (key, doc[key])
-    for key in ("emergency", "emergency_spin"):  # default placement, then risk + sender spinning
+    for key in ("emergency", "emergency_spin", "emergency_cold"):  # default placement, spinning, no keep-warm
         assert doc[key]["n"] >= 50, "one cancel-all request per EMERGENCY signal, stamped by the sender"
         # from the SIGNAL in the ring: each sample at most its latency from origin, the write in between
         assert doc[key]["in_ring"]["n"] == doc[key]["n"]
         assert 0 < doc[key]["in_ring"]["p50_us"] <= doc[key]["p50_us"]
         assert doc[key]["source_write"]["p50_us"] > 0
     assert doc["emergency_spin"]["spin"] is True and doc["emergency"]["spin"] is False
+    assert doc["emergency"]["warm"] is True and doc["emergency_cold"]["warm"] is False
+    assert doc["emergency_cold_over_warm_p50"] > 0
     assert isinstance(doc["target_met"], bool) and isinstance(doc["emergency_target_met"], bool)
     assert (tmp_path / "report.md").read_text().count("target") >= 2
 
