@@ -217,12 +217,16 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: b
         sink = t / "latency.bin"
         cfg = t / "bench.toml"
         (t / "lat").mkdir()
+        def place(name: str, core: int | None) -> str:
+            if spin and core is not None:
+                return report.spin_place(core)
+            return report.default_place(name) if warm else ""
+
         cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid() % 100000}", run=t / "run", logs=t / "logs", model=model,
-                                     sink=sink, feed_place=report.default_place("feed") if warm else "",
-                                     features_place=report.spin_place(0) if spin else report.default_place("features") if warm else "",
-                                     fast_place=report.spin_place(1) if spin else report.default_place("fast") if warm else ""))
-        warm = 1.0
-        proc = report.run_pipeline_for(cfg, seconds + warm + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
+                                     sink=sink, feed_place=place("feed", None), features_place=place("features", 0),
+                                     fast_place=place("fast", 1)))
+        settle_s = 1.0
+        proc = report.run_pipeline_for(cfg, seconds + settle_s + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
         read = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)
         tap = t / "lat" / "fast.lat.npy"
         rec = np.load(tap) if tap.exists() else np.zeros(0, [("code", "<u2"), ("lat_ns", "<i8")])

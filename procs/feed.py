@@ -637,9 +637,9 @@ class BitgetFeedAgent(Agent):
         return self._wake.wait(timeout_ns / 1e9)
 
     def keep_warm(self) -> None:
-        """Runner hook (``keep_warm_us``, while idle): the latest frame that made a BOOK decoded and applied again
-        by a private decoder onto private books (an update onto a copy of the real book it made:
-        ``BitgetBooks.mirror``), into a private buffer; the real books, counters and ring are
+        """Runner hook (``keep_warm_us``, while idle): the latest frame that made a BOOK decoded and
+        applied again by a private decoder onto private books (an update onto a copy of the real book
+        it made: ``BitgetBooks.mirror``), into a private buffer; the real books, counters and ring are
         untouched, nothing is emitted. Runs on the agent thread, on the core the network thread
         decodes on, so the decode and the book update stay in that core's caches between frames.
         Nothing to do before the first BOOK, nor when frames arrived since the last call (the network
