@@ -30,9 +30,9 @@ injector), injects its fault, measures and judges:
   control (idle against idle) is reported. One window's p99 here moves between ~0.7x and ~1.8x of
   the median from window to window, so ten rounds left the median of a condition ~10 % uncertain,
   the size of the limit itself (over a day's runs about one in three failed, each time on one
-  condition, while the conditions' mean ratios stayed at 1.00-1.02x); twenty narrow it by ~1/sqrt(2). A fresh breaker
-  in each window keeps the faulty LLM working the whole time, the harsher case. The long phases'
-  ratios are reported beside it.
+  condition, while the conditions' mean ratios stayed at 1.00-1.02x); twenty narrow it by
+  ~1/sqrt(2). A fresh breaker in each window keeps the faulty LLM working the whole time, the
+  harsher case. The long phases' ratios are reported beside it.
 - ``risk_limits``: the llm stage is ``RiskInjector``: it writes INSTRUCTIONs into ``instr`` each built
   to breach one pre-trade check, and CONTROL HALT / REDUCE_ONLY / KILL_SWITCH / RESUME into its own
   control ring (``ctl_inj``, risk's ``control_input``), with lean quoting off. Pass: every instruction

@@ -217,14 +217,10 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: b
         sink = t / "latency.bin"
         cfg = t / "bench.toml"
         (t / "lat").mkdir()
-        def place(name: str, core: int | None) -> str:
-            if spin and core is not None:
-                return report.spin_place(core)
-            return report.default_place(name) if warm else ""
-
         cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid() % 100000}", run=t / "run", logs=t / "logs", model=model,
-                                     sink=sink, feed_place=place("feed", None), features_place=place("features", 0),
-                                     fast_place=place("fast", 1)))
+                                     sink=sink, feed_place=report.placement("feed", warm=warm),
+                                     features_place=report.placement("features", 0 if spin else None, warm=warm),
+                                     fast_place=report.placement("fast", 1 if spin else None, warm=warm)))
         settle_s = 1.0
         proc = report.run_pipeline_for(cfg, seconds + settle_s + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
         read = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)

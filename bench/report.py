@@ -58,6 +58,14 @@ def default_place(name: str) -> str:
     return f"keep_warm_us = {us}\n" if us else ""
 
 
+def placement(name: str, spin_core: int | None = None, *, warm: bool = True) -> str:
+    """A bench process's placement lines: ``spin_place(spin_core)`` when a core is given, else the
+    default config's (``default_place``), or nothing at all when ``warm`` is False (no keep-warm)."""
+    if spin_core is not None:
+        return spin_place(spin_core)
+    return default_place(name) if warm else ""
+
+
 def spin_place(core: int, keep_warm_us: int = 200) -> str:
     """The TOML lines of a ``[[processes]]`` entry that pin it to ``core``, busy-spinning, kept warm."""
     return f'core = {core}\nwait = "busy-spin"\nkeep_warm_us = {keep_warm_us}\n'

@@ -308,8 +308,8 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False, w
         cfg = tmp / "risk.toml"
         cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
                                                key=REPO / "secrets" / "paper.json", rate=rate,
-                                               risk_place=report.spin_place(0) if spin else report.default_place("risk") if warm else "",
-                                               sender_place=report.spin_place(1) if spin else report.default_place("sender") if warm else ""))
+                                               risk_place=report.placement("risk", 0 if spin else None, warm=warm),
+                                               sender_place=report.placement("sender", 1 if spin else None, warm=warm)))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
         proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"
