@@ -671,11 +671,13 @@ def verdicts(results: list[dict]) -> list[str]:
                 ratio = b["p50_us"] / a["p50_us"]
                 out.append(f"- {key} p50 over {peer}: {b['p50_us']:.0f} µs vs ring {a['p50_us']:.0f} µs = {ratio:.2f}x "
                            f"(target >= {TARGET_PEER_RATIO:g}x: {'MET' if ratio >= TARGET_PEER_RATIO else 'MISSED'}).")
-    nl = next((r for r in results if r["scenario"]["name"] == "ring-1k-no-llm"), None)
-    if nl is not None and nl["stages"]["order_sent"].get("n"):
-        o = nl["stages"]["order_sent"]
-        out.append(f"- The same without the LLM hub on the shared cores: tick to order request sent p50 {o['p50_us']:.0f} µs, "
-                   f"p99 {o['p99_us']:.0f} µs (n {o['n']}).")
+    for name, what in (("ring-1k-no-llm", "without the LLM hub on the shared cores"),
+                       ("ring-1k-no-warm", "without keep-warm (no stage's keep_warm_us)")):
+        other = next((r for r in results if r["scenario"]["name"] == name), None)
+        if other is not None and other["stages"]["order_sent"].get("n"):
+            o = other["stages"]["order_sent"]
+            out.append(f"- The same {what}: tick to order request sent p50 {o['p50_us']:.0f} µs, "
+                       f"p99 {o['p99_us']:.0f} µs (n {o['n']}).")
     out.append("- The sweep spreads the offered rate over 16 instruments; the venue publishes one update per instrument "
                "per synthetic step, so updates arrive in bursts of 16 and the later ones of a burst wait behind the "
                "earlier ones (hence the higher p50 than with one instrument).")
