@@ -561,9 +561,9 @@ def _with_pseq(frame: str, pseq: int) -> str:
 def test_keep_warm_decodes_the_latest_book_frame_privately_and_changes_no_output_book_or_counter(start_feed, channel):
     """keep_warm (the runner's hook while the feed idles): nothing before the first BOOK, nor on the
     first call after frames arrived; then the latest frame that made a BOOK is decoded and applied
-    again on private books, and no message
-    is written, no counter moves, and the real book (an incremental ``books`` book included: its
-    seq check would refuse the same update twice) takes the next frame as if keep_warm never ran."""
+    again on private books, and no message is written, no counter moves, and the real book (an
+    incremental ``books`` book included: its seq check would refuse the same update twice) takes
+    the next frame as if keep_warm never ran."""
     with WsTestServer() as srv:
         agent = start_feed({"url": srv.url, "instruments": ["BTCUSDT"], "channels": [channel]})
         srv.wait_for(lambda: srv.subscribed(0), what="subscribe")
