@@ -118,6 +118,9 @@ class SupervisorConfig(_Strict):
     control_ring: str = ""  # ring the supervisor writes CONTROL messages into ("" = none)
     # "zmq" / "mp-queue": the same processes over pyzmq / multiprocessing.Queue, for comparison only
     transport: Literal["ring", "zmq", "mp-queue"] = "ring"
+    # how stage processes start: forked from a fork server that has imported their code once
+    # (pipeline/forkserver.py), or each a fresh `python -m pipeline.runner`; mp-queue: always spawned
+    launcher: Literal["fork-server", "exec"] = "fork-server"
     poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=1_000)] = 10
     heartbeat_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
     stop_grace_ms: PositiveMs = 3_000

@@ -22,6 +22,14 @@ and starts each stage as a ``multiprocessing`` process (``pipeline.runner.run_sp
 queues of its rings; restarts reuse the same queues. ``SpawnedProcess`` gives such a process the
 ``subprocess.Popen`` calls the state machine uses, so nothing else differs.
 
+Launcher (``supervisor.launcher``): ``fork-server`` (default) forks each stage from a fork server
+that imported the stages' code once (pipeline/forkserver.py; the supervisor is a child subreaper,
+so the stages are its children all the same and ``ForkedProcess`` gives them the Popen calls);
+``exec`` starts each as ``python -m pipeline.runner``. A fork server that cannot start, or stops
+answering, is logged (``forkserver_unavailable`` / ``forkserver_lost``), shown in the status header,
+and the stages are exec'd from then on. Every stage gets ``OPENBLAS_NUM_THREADS=1`` unless set: each
+is one pinned core.
+
 Control plane: a zmq REP socket (``ipc://`` with mode 0600, or ``tcp://127.0.0.1``) answering JSON
 requests ``{"cmd": "status" | "restart" | "halt" | "kill-switch" | "resume" | "down", "name": ...}``.
 """
@@ -45,6 +53,7 @@ import zmq
 from pipeline import proctable as PT
 from pipeline.config import Config, ProcessConfig
 from pipeline.errors import StartupError
+from pipeline.forkserver import SINGLE_THREAD_ENV, ForkedProcess, ForkServer, ForkServerError, become_subreaper
 from pipeline.gpu import budget_from_config, check_budget, probe_gpu
 from pipeline.log import EventLog
 from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
@@ -74,7 +83,7 @@ class Proc:
         self.core = core
         self.wait = wait
         self.state = State.STOPPED
-        self.popen: subprocess.Popen | SpawnedProcess | None = None
+        self.popen: subprocess.Popen | SpawnedProcess | ForkedProcess | None = None
         self.pid = 0
         self.restarts = 0  # restarts since the supervisor started
         self.consecutive = 0  # restarts since the process was last stable
@@ -155,7 +164,7 @@ def _is_our_runner(pid: int) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    if b"pipeline.runner" in cmd:
+    if b"pipeline.runner" in cmd or b"pipeline.forkserver" in cmd:  # exec'd, or forked by the fork server
         return True
     if b"--multiprocessing-fork" not in cmd:
         return False
@@ -192,6 +201,8 @@ class Supervisor:
         self.stopping = False
         self._last_status: dict[str, tuple[int, int]] = {}
         self.plan_note = ""
+        self.forkserver: ForkServer | None = None
+        self.launcher = "exec"  # what starts the stages now, with why when it is not the configured one
 
     # ------------------------------------------------------------------------------ start-up
     def preflight(self) -> None:
@@ -275,6 +286,7 @@ class Supervisor:
         Raises:
             StartupError: a process did not become RUNNING (it went FATAL or timed out).
         """
+        self.start_launcher()
         for name in self.start_order():
             p = self.procs[name]
             self._spawn(p)
@@ -286,6 +298,45 @@ class Supervisor:
                 time.sleep(self.cfg.supervisor.poll_interval_ms / 1000)
             if p.state is State.FATAL:
                 raise StartupError(f"process {name} failed to start: {p.last_exit}; see {self.log_dir / (name + '.log')}")
+
+    def start_launcher(self) -> None:
+        """Set every stage's single-thread environment and, with ``launcher = "fork-server"`` (not
+        under mp-queue), become a child subreaper and start the fork server. A fork server that
+        cannot start is logged and shown; the stages are then exec'd."""
+        for k, v in SINGLE_THREAD_ENV.items():
+            os.environ.setdefault(k, v)
+        sup = self.cfg.supervisor
+        if sup.transport == "mp-queue" or self.mp_ctx is not None:
+            self.launcher = "spawn (mp-queue)"
+            return
+        if sup.launcher == "exec":
+            self.launcher = "exec"
+            return
+        modules = ["pipeline.runner"]
+        for p in self.cfg.processes:
+            mod = p.module.split(":", 1)[0]
+            if mod not in modules:
+                modules.append(mod)
+        t0 = self.clock()
+        try:
+            become_subreaper()
+            self.forkserver = ForkServer.start(self.config_path, modules, str(self.log_dir / "forkserver.out"))
+        except (ForkServerError, OSError) as exc:
+            self.launcher = f"exec (fork server unavailable: {exc})"
+            self.log.warning("forkserver_unavailable", error=str(exc))
+            self._say(f"fork server unavailable, stages are exec'd: {exc}")
+            return
+        self.launcher = "fork-server"
+        self.log.info("forkserver_ready", pid=self.forkserver.pid, preloaded=self.forkserver.preloaded,
+                      failed=self.forkserver.failed, ms=(self.clock() - t0) // 1_000_000)
+
+    def _drop_forkserver(self, why: str) -> None:
+        self.log.warning("forkserver_lost", error=why)
+        self._say(f"fork server lost, stages are exec'd from now on: {why}")
+        self.launcher = f"exec (fork server lost: {why})"
+        server, self.forkserver = self.forkserver, None
+        if server is not None:
+            server.close(timeout_s=0.5)
 
     # ------------------------------------------------------------------------------ processes
     def _set(self, p: Proc, state: State, **fields) -> None:
@@ -300,10 +351,17 @@ class Supervisor:
         rec.set(PT.OFF_READY_NS, 0)
         argv = ["--config", self.config_path, "--name", p.name, "--core", str(p.core), "--wait", p.wait,
                 "--supervisor-pid", str(os.getpid())]
+        out_path = self.log_dir / f"{p.name}.out"
+        p.popen = None
         if self.mp_ctx is not None:
             p.popen = self._spawn_mp(p, argv)
-        else:
-            out = open(self.log_dir / f"{p.name}.out", "ab")
+        elif self.forkserver is not None:
+            try:
+                p.popen = self.forkserver.spawn(argv, str(out_path), p.name)
+            except ForkServerError as exc:
+                self._drop_forkserver(str(exc))
+        if p.popen is None:
+            out = open(out_path, "ab")
             try:
                 p.popen = subprocess.Popen([sys.executable, "-m", "pipeline.runner", *argv],
                                            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True)
@@ -522,7 +580,8 @@ class Supervisor:
             })
         rings = [{"name": n, **{k: getattr(s, k) for k in ("write_cursor", "read_cursor", "depth", "dropped", "crc_errors", "full_events", "capacity", "full_policy")}}
                  for n, s in ((n, r.stats()) for n, r in self.rings.items())]
-        return {"supervisor_pid": os.getpid(), "halted": self.halted, "plan": self.plan_note, "processes": procs, "rings": rings}
+        return {"supervisor_pid": os.getpid(), "halted": self.halted, "plan": self.plan_note, "launcher": self.launcher,
+                "processes": procs, "rings": rings}
 
     def render_status(self, interval_s: float) -> str:
         """The live view, with message rates since the last render."""
@@ -595,6 +654,9 @@ class Supervisor:
                         self._on_death(p, "SIGKILL after the grace period")
                 break
             time.sleep(0.01)
+        if self.forkserver is not None:
+            self.forkserver.close()
+            self.forkserver = None
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
@@ -617,7 +679,8 @@ class Supervisor:
 
 def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, interval_s: float = 0.0) -> str:
     """A status snapshot as a table; with ``prev`` counters and ``interval_s``, rates per second."""
-    lines = [f"pipeline  supervisor pid {st['supervisor_pid']}  {'HALTED' if st['halted'] else 'trading'}  {st['plan']}",
+    lines = [f"pipeline  supervisor pid {st['supervisor_pid']}  {'HALTED' if st['halted'] else 'trading'}  {st['plan']}  "
+             f"launcher: {st['launcher']}",
              f"{'process':<10} {'state':<9} {'pid':>7} {'core':>4} {'rst':>4} {'in/s':>9} {'out/s':>9} {'depth':>6} "
              f"{'drops':>6} {'crc':>5} {'p50us':>8} {'p99us':>8}  last error"]
     for row in st["processes"]:

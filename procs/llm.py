@@ -46,6 +46,10 @@ from pipeline.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, par
 from pipeline.llm.schema import instruction_bytes
 from pipeline.messages import SIGNAL_CTX_DTYPE, Kind
 
+#: imported by the fork server before it forks this stage (pipeline/forkserver.py): llama-cpp-python
+#: takes ~30 ms to import, and the hub imports it only when it loads the model
+FORK_PRELOAD = ("llama_cpp",)
+
 _CTX_BYTES = SIGNAL_CTX_DTYPE.itemsize
 
 
