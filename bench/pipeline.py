@@ -107,6 +107,7 @@ class Scenario:
     channels: tuple = ("books15", "trade")  # the feed's subscriptions ("books": snapshot + checksummed updates)
     spin: tuple = ()  # processes pinned to cores 0, 1, ... in this order, busy-spinning with keep_warm_us = 200
     warm: bool = True  # the default config's keep_warm_us on the processes it gives one (not spinning ones)
+    launcher: str = "fork-server"  # supervisor.launcher: stages forked from the fork server, or each exec'd
 
 
 # ------------------------------------------------------------------------------------- config
@@ -176,6 +177,7 @@ poll_interval_ms = 10
 heartbeat_interval_ms = 100
 stop_grace_ms = 3000
 transport = "{sc.transport}"
+launcher = "{sc.launcher}"
 
 [[rings]]
 name = "md"
@@ -540,6 +542,7 @@ def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
     # the order path's two last stages on a core each, spinning and kept warm; the other five share them
     plan += [Scenario("ring-1k-spin", 1_000, seconds=s, spin=("risk", "sender"))]
     plan += [Scenario("ring-1k-no-warm", 1_000, seconds=s, warm=False)]
+    plan += [Scenario("ring-1k-exec", 1_000, seconds=s, launcher="exec")]  # every stage a fresh interpreter
     return plan
 
 
@@ -672,7 +675,8 @@ def verdicts(results: list[dict]) -> list[str]:
                 out.append(f"- {key} p50 over {peer}: {b['p50_us']:.0f} µs vs ring {a['p50_us']:.0f} µs = {ratio:.2f}x "
                            f"(target >= {TARGET_PEER_RATIO:g}x: {'MET' if ratio >= TARGET_PEER_RATIO else 'MISSED'}).")
     for name, what in (("ring-1k-no-llm", "without the LLM hub on the shared cores"),
-                       ("ring-1k-no-warm", "without keep-warm (no stage's keep_warm_us)")):
+                       ("ring-1k-no-warm", "without keep-warm (no stage's keep_warm_us)"),
+                       ("ring-1k-exec", "with every stage exec'd instead of forked from the fork server")):
         other = next((r for r in results if r["scenario"]["name"] == name), None)
         if other is not None and other["stages"]["order_sent"].get("n"):
             o = other["stages"]["order_sent"]

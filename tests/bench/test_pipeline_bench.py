@@ -29,6 +29,9 @@ def test_the_bench_config_is_the_whole_pipeline_and_decodes(tmp_path):
     assert cfg.supervisor.transport == "zmq" and len(cfg.instruments) == 4
     no_llm = parse_config(config_text(Scenario("y", 1_000, llm=False), tmp_path, "bx2"))
     assert "llm" not in [p.name for p in no_llm.processes] and no_llm.process("fast").outputs == ["sig_risk"]
+    assert cfg.supervisor.launcher == "fork-server"  # the default's, like every placement
+    execd = parse_config(config_text(Scenario("z", 1_000, launcher="exec"), tmp_path, "bx3"))
+    assert execd.supervisor.launcher == "exec"
 
 
 @pytest.mark.slow
