@@ -362,8 +362,10 @@ class ForkServer:
             raise ForkServerError(f"unreadable answer from the fork server: {line[:200]!r}")
         return doc
 
-    def spawn(self, argv: list[str], out_path: str, name: str, *, timeout_s: float = 5.0) -> ForkedProcess:
+    def spawn(self, argv: list[str], out_path: str, name: str, *, timeout_s: float = 2.0) -> ForkedProcess:
         """Fork one stage running ``pipeline.runner.main(argv)``, its output appended to ``out_path``.
+        An answer takes a few milliseconds; ``timeout_s`` bounds how long a hung server can hold the
+        supervisor's loop.
 
         Raises:
             ForkServerError: the server is gone, did not answer in time, or could not fork.

@@ -326,7 +326,7 @@ class Supervisor:
             self.log.warning("forkserver_unavailable", error=str(exc))
             self._say(f"fork server unavailable, stages are exec'd: {exc}")
             return
-        self.launcher = "fork-server"
+        self.launcher = f"fork-server (pid {self.forkserver.pid})"
         self.log.info("forkserver_ready", pid=self.forkserver.pid, preloaded=self.forkserver.preloaded,
                       failed=self.forkserver.failed, ms=(self.clock() - t0) // 1_000_000)
 

@@ -39,9 +39,9 @@ def _events(pipe, event: str) -> list[dict]:
 def test_stages_are_forked_children_of_the_supervisor_named_after_their_stage_and_restart_forked(pipe):
     pipe.write_config(chain(1_000_000, 2_000))
     st = pipe.up()
-    assert st["launcher"] == "fork-server"
     ready = _events(pipe, "forkserver_ready")
     assert len(ready) == 1 and ready[0]["failed"] == {}
+    assert st["launcher"] == f"fork-server (pid {ready[0]['pid']})"
     assert {"pipeline.runner", "tests.agents"} <= set(ready[0]["preloaded"])
     server = ready[0]["pid"]
     assert _ppid(server) == pipe.sup.pid and b"pipeline.forkserver" in _cmdline(server)
