@@ -1,9 +1,10 @@
 """The runner: the one loop every stage process runs.
 
 ``python -m pipeline.runner --config FILE --name PROCESS [--core N] [--wait W]`` (the supervisor
-starts it so; with ``supervisor.transport = "mp-queue"`` it starts a ``multiprocessing`` spawn
-process running ``run_spawned`` with the same arguments and the queues of the process's rings
-instead). It pins the core, attaches the process table and the rings (or queues), builds the agent
+forks a stage from its fork server, which calls ``main`` with these arguments, or with
+``launcher = "exec"`` starts it so; with ``supervisor.transport = "mp-queue"`` it starts a
+``multiprocessing`` spawn process running ``run_spawned`` with the same arguments and the queues of
+the process's rings instead). It pins the core, attaches the process table and the rings (or queues), builds the agent
 named by ``module`` in the config, then runs the duty cycle::
 
     while not stopping:
