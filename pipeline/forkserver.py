@@ -82,7 +82,7 @@ def become_subreaper() -> None:
 
 
 def thread_count() -> int:
-    """The number of threads of this process (from /proc)."""
+    """The number of threads of this process, native ones included (from /proc)."""
     return len(os.listdir("/proc/self/task"))
 
 
@@ -130,7 +130,7 @@ def _stage(req: dict, supervisor_pid: int, fds: tuple[int, int]) -> None:
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as an exec'd stage: nothing inherited (an import leaves no descriptor open)
         deadline = time.monotonic() + REPARENT_TIMEOUT_S
         while os.getppid() != supervisor_pid:
             if time.monotonic() > deadline:
@@ -209,8 +209,12 @@ def serve(modules: list[str], supervisor_pid: int, req_fd: int, rep_fd: int) -> 
     done, failed = preload(modules)
     n = thread_count()
     if n != 1:
-        _write(rep_fd, {"ready": False, "error": f"{n} threads after preloading {done} (forking them is unsafe); "
-                        f"is a BLAS thread count set above 1 in the environment?"})
+        import threading
+
+        named = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        _write(rep_fd, {"ready": False, "error": f"{n} threads after preloading {done} (forking threads is unsafe; "
+                        f"Python threads: {', '.join(named) or 'none, so native ones'}): a module started a thread "
+                        f"at import, or a BLAS thread count above 1 is set in the environment"})
         return 1
     gc.freeze()
     _write(rep_fd, {"ready": True, "preloaded": done, "failed": failed, "pid": os.getpid()})

@@ -101,7 +101,8 @@ def test_a_fork_server_left_with_threads_refuses_and_every_stage_is_execd(pipe):
     pipe.write_config(body)
     st = pipe.up()
     unavailable = _events(pipe, "forkserver_unavailable")
-    assert len(unavailable) == 1 and "2 threads after preloading" in unavailable[0]["error"], unavailable
+    assert len(unavailable) == 1, unavailable
+    assert "2 threads after preloading" in unavailable[0]["error"] and "Python threads: started-at-import" in unavailable[0]["error"]
     assert "fork server unavailable" in pipe.sup_output()
     assert st["launcher"].startswith("exec (fork server unavailable:")
     for p in st["processes"]:
@@ -159,6 +160,15 @@ def test_the_server_answers_bad_requests_with_an_error_and_keeps_serving(tmp_pat
     finally:
         server.close()
     assert server.popen.returncode == 0  # end of file: a clean exit
+
+
+def test_a_module_that_starts_a_native_thread_at_import_is_refused(tmp_path, monkeypatch):
+    # as onnxruntime does (so the fast stage imports it itself, after the fork)
+    monkeypatch.chdir(REPO_ROOT)
+    with pytest.raises(ForkServerError, match=r"refused: 2 threads after preloading \['tests.pipeline.native_thread_import'\]"
+                                              r".*Python threads: none, so native ones"):
+        ForkServer.start(str(tmp_path / "x.toml"), ["tests.pipeline.native_thread_import"], str(tmp_path / "fs.out"),
+                         timeout_s=30)
 
 
 def test_a_server_that_dies_before_ready_is_a_start_error_naming_it(tmp_path, monkeypatch):
