@@ -590,11 +590,11 @@ class BenchError(Exception):
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this child when the bench process dies (even by SIGKILL), so that no
     busy-spinning child outlives it."""
-    try:
-        import ctypes
+    from pipeline.linux import PR_SET_PDEATHSIG, prctl
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: no such call
         pass
     if os.getppid() == 1:  # the parent died before the line above
         os._exit(1)

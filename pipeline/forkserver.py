@@ -48,6 +48,8 @@ import traceback
 
 import orjson
 
+from pipeline.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NAME, prctl
+
 #: where the stage processes' BLAS would start worker threads at import (numpy's OpenBLAS does so
 #: unless told otherwise); each stage is one pinned core, and the fork server must stay single-threaded
 SINGLE_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1"}
@@ -55,21 +57,9 @@ SINGLE_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 #: how long a forked stage waits to become the supervisor's child before it gives up (exit 1)
 REPARENT_TIMEOUT_S = 5.0
 
-PR_SET_NAME = 15
-PR_SET_CHILD_SUBREAPER = 36
-
 
 class ForkServerError(Exception):
     """The fork server could not start, or could not fork a stage (the message says why)."""
-
-
-def _prctl(option: int, arg) -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, arg, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def become_subreaper() -> None:
@@ -78,7 +68,7 @@ def become_subreaper() -> None:
     Raises:
         OSError: the kernel refused.
     """
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def thread_count() -> int:
@@ -139,7 +129,7 @@ def _stage(req: dict, supervisor_pid: int, fds: tuple[int, int]) -> None:
                 raise SystemExit(1)
             time.sleep(0.0002)
         try:
-            _prctl(PR_SET_NAME, str(req.get("name", "stage"))[:15].encode())
+            prctl(PR_SET_NAME, str(req.get("name", "stage"))[:15].encode())
         except OSError:
             pass  # the name in ps is a convenience
         from pipeline.runner import main

@@ -41,6 +41,7 @@ from pipeline import proctable as PT
 from pipeline.agent import LATENCY_DIR_ENV, Agent, AgentContext, LatencyTap
 from pipeline.config import Config, load_config
 from pipeline.errors import StartupError
+from pipeline.linux import die_with_parent
 from pipeline.log import EventLog, open_event_log
 from pipeline.transport import open_ports
 from ringbuf import BackOff, BusySpin, IdleStrategy, Reader
@@ -303,13 +304,9 @@ class Runner:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel for SIGTERM when the supervisor dies (prctl PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent_pid:  # it died before the prctl took effect
+    """Ask the kernel for SIGTERM when the supervisor dies (prctl PR_SET_PDEATHSIG); exit 1 when it
+    already has."""
+    if not die_with_parent(parent_pid):
         sys.exit(EXIT_START_FAILED)
 
 
