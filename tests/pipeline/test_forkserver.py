@@ -51,7 +51,7 @@ def test_stages_are_forked_children_of_the_supervisor_named_after_their_stage_an
         assert b"pipeline.forkserver" in _cmdline(p["pid"])  # forked, not exec'd
     wait_until(lambda: count_lines(pipe.tmp / "sink.txt") > 0, 10, what="flow")
 
-    old = st["processes"][1]["pid"]  # relay
+    old = next(p["pid"] for p in st["processes"] if p["name"] == "relay")
     os.kill(old, signal.SIGKILL)
     relay = wait_until(lambda: (r := pipe.procs()["relay"])["state"] == "RUNNING" and r["pid"] != old and r, 10,
                        what="relay RUNNING again")
