@@ -48,7 +48,7 @@ import traceback
 
 import orjson
 
-from pipeline.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NAME, prctl
+from pipeline.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NAME, die_with_parent, prctl
 
 #: where the stage processes' BLAS would start worker threads at import (numpy's OpenBLAS does so
 #: unless told otherwise); each stage is one pinned core, and the fork server must stay single-threaded
@@ -230,9 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fds", required=True, help="REQUEST_FD,REPLY_FD")
     ap.add_argument("--preload", default="", help="comma-separated modules")
     args = ap.parse_args(argv)
-    from pipeline.runner import _die_with_parent
-
-    _die_with_parent(args.supervisor_pid)
+    if not die_with_parent(args.supervisor_pid):  # the supervisor died before the request took effect
+        return 1
     req_fd, rep_fd = (int(x) for x in args.fds.split(","))
     return serve([m for m in args.preload.split(",") if m], args.supervisor_pid, req_fd, rep_fd)
 
