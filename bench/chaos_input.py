@@ -21,17 +21,19 @@ injector), injects its fault, measures and judges:
   LLM-origin ORDER decided (risk's latency tap and audit log) in any fault phase, the breaker opens
   (stage counter and an ``llm_breaker`` log event) in each, and the fast path's SIGNAL p99 (latency tap:
   frame received -> SIGNAL written) under each fault is within 10 % of idle's, judged on short
-  windows (20 rounds of 2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s), so
+  windows (30 rounds of 2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s), so
   that the machine's drift over the run lands on every condition alike (10 s phases A/B/A left a
-  noise floor of 15-30 % between the run's own idle windows), as the median of each condition's
-  window p99s (``window_p99s``; the pooled p99 of all a condition's windows, reported beside it,
-  moves with one burst of host noise: in four runs of one build it put garbage at 0.94-1.11x,
-  timeout at 0.92-1.18x and slow at 0.85-1.21x, a different one over the limit each time); an A/A
+  noise floor of 15-30 % between the run's own idle windows), as the geometric mean of each
+  condition's window p99s without the top and bottom tenth of its windows (``window_p99s``,
+  ``trimmed_gmean``); the median of the windows' p99s and the pooled p99 of all a condition's
+  windows are reported beside it (the pooled one moves with one burst of host noise: in four runs
+  of one build it put garbage at 0.94-1.11x, timeout at 0.92-1.18x and slow at 0.85-1.21x); an A/A
   control (idle against idle) is reported. One window's p99 here moves between ~0.7x and ~1.8x of
-  the median from window to window, so ten rounds left the median of a condition ~10 % uncertain,
-  the size of the limit itself (over a day's runs about one in three failed, each time on one
-  condition, while the conditions' mean ratios stayed at 1.00-1.02x); twenty narrow it by
-  ~1/sqrt(2). A fresh breaker in each window keeps the faulty LLM working the whole time, the
+  the median from window to window: with twenty rounds judged on the median, a condition's ratio
+  had a standard error of ~7 % against the 10 % limit (one run in six failed, each time on one
+  condition, while the conditions' mean ratios stayed at 0.97-1.05x); the trimmed geometric mean
+  over thirty rounds brings it to ~4.6 % (resampled from those runs). A fresh breaker in each
+  window keeps the faulty LLM working the whole time, the
   harsher case. The long phases' ratios are reported beside it.
 - ``risk_limits``: the llm stage is ``RiskInjector``: it writes INSTRUCTIONs into ``instr`` each built
   to breach one pre-trade check, and CONTROL HALT / REDUCE_ONLY / KILL_SWITCH / RESUME into its own
@@ -124,23 +126,42 @@ def p99_us(lat_ns: np.ndarray) -> float:
     return float(np.percentile(lat_ns, 99)) / 1000 if lat_ns.size else float("nan")
 
 
+#: the share of a condition's windows left out at each end before the judged mean (the bursts)
+TRIM_SHARE = 0.1
+
+
+def trimmed_gmean(values) -> float:
+    """The geometric mean of ``values`` (> 0) without the lowest and the highest ``TRIM_SHARE`` of them
+    (``int(n * TRIM_SHARE)`` at each end); nan values are left out first; nan when none is left."""
+    v = np.sort(np.asarray([x for x in values if x == x], float))
+    k = int(v.size * TRIM_SHARE)
+    v = v[k : v.size - k]
+    return float(np.exp(np.log(v).mean())) if v.size else float("nan")
+
+
 def window_p99s(at_ns: np.ndarray, lat_ns: np.ndarray, spans: dict[str, list[tuple[int, int]]]) -> dict:
     """The p99 judgement on interleaved windows: per condition, the p99 (µs) of each of its windows
-    (samples whose ``at_ns`` falls in it) and their median; per fault condition (every key but
-    ``idle``), that median over idle's (``ratio``); and an A/A control, idle's windows split
-    alternately into two halves, the ratio of their medians (``idle_aa``): how far two samples of the
-    same condition differ on this machine. The median of the windows' p99s is what is judged: a
-    burst of the host's noise in one window moves that window's p99, and the pooled p99 of a
-    condition with it, but not the median, while a load a fault adds shows in every window."""
+    (samples whose ``at_ns`` falls in it) and their ``trimmed_gmean`` (``judged_us``; the median is
+    reported beside it, ``median_us``); per fault condition (every key but ``idle``), that mean over
+    idle's (``ratio``); and an A/A control, idle's windows split alternately into two halves, the
+    ratio of their means (``idle_aa``): how far two samples of the same condition differ here.
+
+    Why this statistic: a burst of the host's noise moves one window's p99 (and the pooled p99 of a
+    condition with it), so the bursts at either end are left out, while a load a fault adds shows in
+    every window. Of the statistics that do that, the trimmed mean of the log p99s resolves the most:
+    resampling the rounds of six twenty-round runs (2026-11-30) gave a standard error of the log ratio
+    of 0.055 for it against 0.073 for the median of the windows' p99s (0.050 untrimmed, which one
+    burst window moves)."""
     per = {m: [p99_us(lat_ns[(at_ns >= a) & (at_ns < b)]) for a, b in sp] for m, sp in spans.items()}
+    judged = {m: trimmed_gmean(v) for m, v in per.items()}
     med = {m: float(np.nanmedian(v)) if v and not all(x != x for x in v) else float("nan") for m, v in per.items()}
-    idle = med.get("idle", float("nan"))
+    idle = judged.get("idle", float("nan"))
     ok = idle == idle and idle > 0
-    ratio = {m: med[m] / idle if ok else float("nan") for m in per if m != "idle"}
+    ratio = {m: judged[m] / idle if ok else float("nan") for m in per if m != "idle"}
     iv = per.get("idle", [])
     a, b = iv[0::2], iv[1::2]
-    aa = float(np.nanmedian(a) / np.nanmedian(b)) if a and b else float("nan")
-    return {"windows_us": per, "median_us": med, "ratio": ratio, "idle_aa": aa}
+    aa = trimmed_gmean(a) / trimmed_gmean(b) if a and b else float("nan")
+    return {"windows_us": per, "judged_us": judged, "median_us": med, "ratio": ratio, "idle_aa": aa}
 
 
 def replace_process(text: str, name: str, block: str) -> str:
@@ -472,7 +493,7 @@ class FaultyLlmAgent(_LlmBase):
 def llm_faults(ChaosPipeline, quick: bool, nice: int = 10) -> Row:
     """``nice``: the llm process's niceness (the default config's 10; 0 to see the hub at normal priority)."""
     phase_s = 3.0 if quick else 10.0
-    cycles, sub_s = (2, 1.0) if quick else (20, 2.0)  # the interleaved windows the p99 is judged on
+    cycles, sub_s = (2, 1.0) if quick else (30, 2.0)  # the interleaved windows the p99 is judged on
     slow_answer_s = 3.0 if quick else 30.0
     max_tokens = 96
     breaker = ("breaker = { trip_after_s = 0.5, min_samples = 3, cooldown_s = 60.0 }" if quick
@@ -599,26 +620,28 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
         "no LLM-origin ORDER decided or sent": llm_decided.size == 0 and llm_sent.size == 0 and not llm_approved,
         "breaker opened in every fault phase": all(ph["breaker_open_after_s"] is not None for ph in phases.values())
                                                and len(opens) >= 3,
-        "fast SIGNAL p99 within 10 % of idle (median of the interleaved windows' p99s)":
+        "fast SIGNAL p99 within 10 % of idle (trimmed geometric mean of the interleaved windows' p99s)":
             all(r <= 1.10 for r in judged.values()),
     }
     ok = all(checks.values())
     fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x of {unloaded[m]:.0f}; {vs_first[m]:.2f}x the first idle)"
                     for m in ratios)
-    judged_fig = ", ".join(f"{m} {win['median_us'][m]:.0f} us ({judged[m]:.2f}x)" for m in judged)
+    judged_fig = ", ".join(f"{m} {win['judged_us'][m]:.0f} us ({judged[m]:.2f}x)" for m in judged)
+    median_fig = ", ".join(f"{m} {win['median_us'][m] / win['median_us']['idle']:.2f}x" for m in judged)
     pooled_fig = ", ".join(f"{m} {pooled_ratio[m]:.2f}x" for m in pooled_ratio)
     idles = ", ".join(f"{p99[w]:.0f}" for w in ("idle", "idle1", "idle2", "idle3"))
     return Row(scenario="llm_faults",
                injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (answer "
                         f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase, an idle window ({phase_s:.0f} s) before "
                         f"and after each; then {cycles} rounds of {sub_s:.0f} s windows idle, garbage, idle, timeout, "
-                        f"idle, slow (judged: the median of each condition's window p99s)",
+                        f"idle, slow (judged: each condition's window p99s, trimmed geometric mean)",
                did=f"INSTRUCTIONs in fault phases {instr.size}, LLM-origin orders {llm_decided.size}; breaker opened "
                    f"after " + ", ".join(f"{m} {ph['breaker_open_after_s'] if ph['breaker_open_after_s'] is None else round(ph['breaker_open_after_s'], 1)} s"
                                          for m, ph in phases.items())
                    + f" ({len(opens)} llm_breaker open events); llm pid {llm_pid}",
-               figure=f"fast SIGNAL p99, median of the interleaved windows: idle {win['median_us']['idle']:.0f} us, "
-                      f"{judged_fig} (idle vs idle, alternate windows: {win['idle_aa']:.2f}x); pooled: idle "
+               figure=f"fast SIGNAL p99, trimmed geometric mean of the interleaved windows: idle {win['judged_us']['idle']:.0f} us, "
+                      f"{judged_fig} (idle vs idle, alternate windows: {win['idle_aa']:.2f}x); median of the windows: "
+                      f"{median_fig}; pooled: idle "
                       f"{idle_pooled:.0f} us, {pooled_fig}; "
                       f"long phases: idle windows {idles} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
                       f"{p99['normal'] / base:.2f}x the first idle, {normal_instructions} instructions)",
@@ -626,7 +649,7 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
                                    "unloaded_p99_us": unloaded, "ratio_vs_first_idle": vs_first,
                                    "pooled_p99_us": pooled_p99, "pooled_signals": pooled_n, "pooled_ratio": pooled_ratio,
                                    "judged_ratio": judged, "window_p99_us": win["windows_us"],
-                                   "window_median_p99_us": win["median_us"], "idle_aa_ratio": win["idle_aa"],
+                                   "window_median_p99_us": win["median_us"], "window_judged_p99_us": win["judged_us"], "idle_aa_ratio": win["idle_aa"],
                                    "llm_stage": llm_stage})
 
 

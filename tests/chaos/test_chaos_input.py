@@ -14,7 +14,7 @@ import pytest
 from bench.chaos import ChaosPipeline, Row
 from bench.chaos_input import (SCENARIOS, fuzz_frames, key_material_hits, kill_switch, listening_sockets,
                                llm_faults, malformed_frames, p99_us, risk_limits, secrets_and_permissions,
-                               window_p99s)
+                               trimmed_gmean, window_p99s)
 
 
 def _run(fn) -> Row:
@@ -132,23 +132,25 @@ def _samples(spans_ms: dict, lat_us_of) -> tuple[np.ndarray, np.ndarray, dict]:
     return np.array(at, np.int64), np.array(lat, np.int64), spans
 
 
-WINDOWS = {"idle": [(0, 1000), (2000, 3000), (4000, 5000), (6000, 7000)],
-           "garbage": [(1000, 2000), (3000, 4000), (5000, 6000), (7000, 8000)]}
+# ten windows a condition, interleaved: idle, garbage, idle, garbage, ...
+WINDOWS = {"idle": [(2000 * k, 2000 * k + 1000) for k in range(10)],
+           "garbage": [(2000 * k + 1000, 2000 * k + 2000) for k in range(10)]}
 
 
-def test_window_judgement_ignores_one_burst_window_and_sees_a_load_in_every_window():
-    def steady(mode, k, i):  # p99 of every window: 100 µs (the top 1 % at 100, the rest at 50)
-        return 100 if i % 100 == 0 else 50
+def _steady(mode, k, i):  # p99 of every window: 100 µs (the top 2 % at 100, the rest at 50)
+    return 100 if i % 50 == 0 else 50
 
+
+def test_window_judgement_leaves_out_a_tenth_of_burst_windows_and_sees_a_load_in_every_window():
     def burst(mode, k, i):  # garbage's second window: a host stall makes its p99 ten times higher
-        return 1000 if (mode == "garbage" and k == 1 and i % 10 == 0) else steady(mode, k, i)
+        return 1000 if (mode == "garbage" and k == 1 and i % 5 == 0) else _steady(mode, k, i)
 
     def loaded(mode, k, i):  # every garbage window 20 % slower
-        return steady(mode, k, i) * (1.2 if mode == "garbage" else 1.0)
+        return _steady(mode, k, i) * (1.2 if mode == "garbage" else 1.0)
 
     got = window_p99s(*_samples(WINDOWS, burst))
     assert got["windows_us"]["garbage"][1] == 1000.0 and got["ratio"]["garbage"] == pytest.approx(1.0)
-    # the pooled p99 of the same samples is moved by the one window: what the median is for
+    # the pooled p99 of the same samples is moved by the one window: what the trimming is for
     at, lat, spans = _samples(WINDOWS, burst)
     g = np.zeros(at.size, bool)
     for a, b in spans["garbage"]:
@@ -156,6 +158,24 @@ def test_window_judgement_ignores_one_burst_window_and_sees_a_load_in_every_wind
     assert p99_us(lat[g]) / p99_us(lat[~g]) > 5
     got = window_p99s(*_samples(WINDOWS, loaded))
     assert got["ratio"]["garbage"] == pytest.approx(1.2) and got["idle_aa"] == pytest.approx(1.0)
+    assert got["judged_us"] == pytest.approx({"idle": 100.0, "garbage": 120.0})
+
+
+def test_window_judgement_of_two_burst_windows_in_ten_is_moved_by_the_one_past_the_trim():
+    def two_bursts(mode, k, i):  # garbage's windows 1 and 2 ten times higher: one is trimmed, one counts
+        return 1000 if (mode == "garbage" and k in (1, 2) and i % 5 == 0) else _steady(mode, k, i)
+
+    got = window_p99s(*_samples(WINDOWS, two_bursts))
+    # (eight windows kept: seven at 100 µs and one at 1000) -> 100 * 10 ** (1 / 8)
+    assert got["ratio"]["garbage"] == pytest.approx(10 ** (1 / 8))
+    assert got["median_us"]["garbage"] == pytest.approx(100.0)
+
+
+def test_trimmed_gmean_leaves_out_int_n_tenths_at_each_end_and_nan_values():
+    assert trimmed_gmean([1.0, 100.0]) == pytest.approx(10.0)  # n < 10: nothing left out
+    assert trimmed_gmean([0.001] + [4.0] * 8 + [1e9]) == pytest.approx(4.0)
+    assert trimmed_gmean([float("nan"), 2.0, 8.0]) == pytest.approx(4.0)
+    assert trimmed_gmean([]) != trimmed_gmean([])  # nan
 
 
 def test_window_judgement_of_no_samples_is_nan_not_a_pass():
