@@ -11,7 +11,7 @@ the tests run); full mode is the issue's numbers.
   (``recoveries_ms``: death seen -> RUNNING), the others keep their pids; then, after a ``halt`` and a quiet
   moment, the sender's journal and the venue agree: no clientOid refused as a duplicate (``dup_coid``), no
   order left pending or unknown, as many orders placed at the venue as the journal has venue-acknowledged,
-  and the same position at the venue, in the journal and in the risk gateway.
+  and the same position at the venue, in the journal and in the risk gateway, in whole lots, exactly.
 - ``sigstop_10s``: SIGSTOP ``features`` for 10 s (quick: 3 s): the supervisor sees the heartbeat stop,
   replaces it (new pid, RUNNING), the others keep their pids and BOOKs keep flowing.
 - ``ring_corruption``: random bytes XORed into the CRC-covered bytes of slots written but not yet read
@@ -31,6 +31,7 @@ the tests run); full mode is the issue's numbers.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import random
@@ -201,17 +202,33 @@ def _reconcile(p) -> dict:
     unresolved = [o.oid for o in st.orders.values() if o.status in (PENDING, UNKNOWN)]
     venue = _venue_ledger(p)
     risk = p.stage("risk")
-    pos = {}
+    pos, lots = {}, {}
     for ins in p.cfg.instruments:
+        risk_lots = float(risk.get(f"pos_lots_{ins.id}", float("nan")))
         pos[ins.symbol] = {"venue": float(venue.get("positions", {}).get(ins.symbol, float("nan"))),
-                           "journal": st.position(ins.id).qty,
-                           "risk": float(risk.get(f"pos_lots_{ins.id}", float("nan"))) * ins.lot_size}
+                           "journal": st.position(ins.id).qty, "risk": risk_lots * ins.lot_size}
+        lots[ins.symbol] = {"venue": _whole_lots(pos[ins.symbol]["venue"] / ins.lot_size),
+                            "journal": _whole_lots(pos[ins.symbol]["journal"] / ins.lot_size),
+                            "risk": _whole_lots(risk_lots)}
     pos_diff = max((max(v.values()) - min(v.values()) for v in pos.values()), default=0.0)
+    # positions are whole lots by construction: reconciled exactly as integers (the base-unit floats
+    # above differ by ~1e-19 with the order the fills were summed in)
+    lot_diff = (max((max(v.values()) - min(v.values()) for v in lots.values()), default=0)
+                if all(x is not None for v in lots.values() for x in v.values()) else None)
     coids = [o.coid for o in st.orders.values()]
     return {"journal_orders": len(st.orders), "journal_acked": len(acked), "unresolved": len(unresolved),
             "journal_torn": st.torn, "coids_unique": len(set(coids)) == len(coids),
             "venue_placed": int(venue.get("orders_placed", -1)), "venue_rejected": int(venue.get("orders_rejected", -1)),
-            "dup_coid": int(venue.get("dup_coid", -1)), "positions": pos, "position_diff": pos_diff}
+            "dup_coid": int(venue.get("dup_coid", -1)), "positions": pos, "position_diff": pos_diff,
+            "position_lots": lots, "position_diff_lots": lot_diff}
+
+
+def _whole_lots(x: float) -> int | None:
+    """``x`` (a position in lots) as an int when it is within 1e-6 of one; None otherwise (not a
+    whole number of lots, nan, infinite): a position that cannot be reconciled exactly."""
+    if not math.isfinite(x) or abs(x - round(x)) > 1e-6:
+        return None
+    return round(x)
 
 
 # ---------------------------------------------------------------------------------------------- scenarios
@@ -248,7 +265,7 @@ def sigkill_each(P, quick: bool) -> Row:
     worst = max(rec, key=lambda n: max(rec[n], default=0))
     ok_rec = len(allrec) == kills * len(KILL_TARGETS) and mx <= RECOVERY_LIMIT_MS
     ok_orders = (led["dup_coid"] == 0 and led["unresolved"] == 0 and led["coids_unique"]
-                 and led["venue_placed"] == led["journal_acked"] and led["position_diff"] < 1e-9)
+                 and led["venue_placed"] == led["journal_acked"] and led["position_diff_lots"] == 0)
     passed = ok_rec and ok_orders and not pid_moves and not timeouts
     per = ", ".join(f"{n} p50 {statistics.median(v):.0f} / max {max(v):.0f}" for n, v in rec.items() if v)
     return Row(
@@ -264,7 +281,7 @@ def sigkill_each(P, quick: bool) -> Row:
              + (f"; timeouts: {timeouts}" if timeouts else "")),
         figure=(f"recovery p50 {p50:.0f} ms, max {mx:.0f} ms ({worst}; limit {RECOVERY_LIMIT_MS:.0f}); "
                 f"duplicated {led['dup_coid']}, lost {abs(led['venue_placed'] - led['journal_acked']) + led['unresolved']}, "
-                f"position diff {led['position_diff']:g}"),
+                f"position diff {led['position_diff_lots']} lots"),
         passed=passed,
         details={"recoveries_ms": rec, "ledger": led, "pid_moves": pid_moves, "restarts": restarts,
                  "timeouts": timeouts, "prefix": p.prefix},
