@@ -207,9 +207,9 @@ def _reconcile(p) -> dict:
         risk_lots = float(risk.get(f"pos_lots_{ins.id}", float("nan")))
         pos[ins.symbol] = {"venue": float(venue.get("positions", {}).get(ins.symbol, float("nan"))),
                            "journal": st.position(ins.id).qty, "risk": risk_lots * ins.lot_size}
-        lots[ins.symbol] = {"venue": _whole_lots(pos[ins.symbol]["venue"] / ins.lot_size),
-                            "journal": _whole_lots(pos[ins.symbol]["journal"] / ins.lot_size),
-                            "risk": _whole_lots(risk_lots)}
+        lots[ins.symbol] = {"venue": whole_lots(pos[ins.symbol]["venue"] / ins.lot_size),
+                            "journal": whole_lots(pos[ins.symbol]["journal"] / ins.lot_size),
+                            "risk": whole_lots(risk_lots)}
     pos_diff = max((max(v.values()) - min(v.values()) for v in pos.values()), default=0.0)
     # positions are whole lots by construction: reconciled exactly as integers (the base-unit floats
     # above differ by ~1e-19 with the order the fills were summed in)
@@ -223,7 +223,7 @@ def _reconcile(p) -> dict:
             "position_lots": lots, "position_diff_lots": lot_diff}
 
 
-def _whole_lots(x: float) -> int | None:
+def whole_lots(x: float) -> int | None:
     """``x`` (a position in lots) as an int when it is within 1e-6 of one; None otherwise (not a
     whole number of lots, nan, infinite): a position that cannot be reconciled exactly."""
     if not math.isfinite(x) or abs(x - round(x)) > 1e-6:

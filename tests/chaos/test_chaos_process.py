@@ -9,7 +9,7 @@ import os
 import pytest
 
 from bench.chaos import ChaosPipeline, Row
-from bench.chaos_process import SCENARIOS, _whole_lots, shm_left
+from bench.chaos_process import SCENARIOS, shm_left, whole_lots
 
 pytestmark = [pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def test_a_position_reconciles_in_whole_lots_or_not_at_all():
     # the base-unit floats of one position differ with the order its fills were summed in
     # (fills of 1 and 2 lots of 0.1 against a position of 3 lots, both 0.3 in base units)
     assert 0.1 + 0.2 != 0.3 and (0.1 + 0.2) / 0.1 != 0.3 / 0.1
-    assert _whole_lots((0.1 + 0.2) / 0.1) == _whole_lots(0.3 / 0.1) == 3
-    assert _whole_lots(-7.0) == -7 and _whole_lots(0.0) == 0
+    assert whole_lots((0.1 + 0.2) / 0.1) == whole_lots(0.3 / 0.1) == 3
+    assert whole_lots(-7.0) == -7 and whole_lots(0.0) == 0
     for x in (2.5, 3.00001, float("nan"), float("inf"), -float("inf")):
-        assert _whole_lots(x) is None, x
+        assert whole_lots(x) is None, x
