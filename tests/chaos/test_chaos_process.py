@@ -11,8 +11,6 @@ import pytest
 from bench.chaos import ChaosPipeline, Row
 from bench.chaos_process import SCENARIOS, shm_left, whole_lots
 
-pytestmark = [pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow]
-
 
 def _alive(pids: list[int]) -> list[int]:
     out = []
@@ -48,6 +46,9 @@ class TrackingPipeline(ChaosPipeline):
         return st
 
 
+@pytest.mark.chaos
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.parametrize("name,fn", SCENARIOS, ids=[n for n, _ in SCENARIOS])
 def test_process_fault_scenario_passes_and_leaves_nothing_behind(name, fn):
     TrackingPipeline.runs = []
