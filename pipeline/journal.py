@@ -20,10 +20,23 @@ Records (``oid`` = our order id, u64; amounts are floats; ``ts_ms`` wall clock m
     never_sent oid                                          the venue never saw it (43001 on reconcile)
     state      oid status vid                               reconciled from orderInfo (live /
                                                             partially_filled / filled / cancelled)
+    account    id                                           the venue account this journal is about
+                                                            (its first reconciliation writes it)
+    adjust     iid qty was                                  the position set to the venue's ``qty``
+                                                            (base units) where it differed (``was``)
 
 The order sender fsyncs intents only: an fsync flushes the whole file up to it, so every record
 before an intent is as durable as the intent; only the tail after the last intent (acks, fills,
 cancels) can be lost to a machine crash, and the sender's reconciliation with the venue recovers it.
+
+A failed write never leaves a fragment for the next record to be glued to: ``Journal.append`` that
+fails (ENOSPC, EIO, a short write then an error, a failed fsync) truncates the file back to the end
+of the last complete record before it raises, so the file stays a clean sequence of lines. Until that
+truncation and an fsync have succeeded the journal is *in doubt* (``Journal.doubt`` says why): every
+``append`` first tries to ``recover`` (truncate, write the backlog, fsync) and raises while it cannot.
+A record that describes something that already happened at the venue (a fill, an ack) must not be
+lost because the disk was full: ``Journal.keep`` applies it to the state and queues it in the backlog,
+written (in order, before anything newer) by the next successful ``recover``.
 
 Replaying rebuilds every order's last known state (``OrderEntry``), the per-instrument positions
 (``Position``: signed base units and average entry price, from the fills) and the last trade id.
@@ -53,7 +66,8 @@ NEVER_SENT = "never_sent"
 TERMINAL = frozenset((FILLED, CANCELLED, REJECTED, NEVER_SENT))
 WORKING = frozenset((LIVE, PARTIAL))
 
-RECORD_TYPES = frozenset(("intent", "ack", "reject", "unknown", "fill", "cancel", "never_sent", "state"))
+RECORD_TYPES = frozenset(("intent", "ack", "reject", "unknown", "fill", "cancel", "never_sent", "state", "account",
+                          "adjust"))
 
 
 def encode_record(rec: dict) -> bytes:
@@ -134,11 +148,21 @@ class JournalState:
     records: int = 0
     torn: int = 0  # torn / corrupt lines ignored
     orphans: int = 0  # records about an order with no intent
+    account: str = ""  # the venue account's id ("" until the first reconciliation)
 
     def apply(self, rec: dict) -> None:
         """Apply one record (pure state change; an inconsistent record is counted in ``orphans``)."""
         self.records += 1
         t = rec["t"]
+        if t == "account":
+            self.account = str(rec["id"])
+            return
+        if t == "adjust":
+            pos = self.positions.setdefault(int(rec["iid"]), Position())
+            pos.qty = float(rec["qty"])
+            if pos.qty == 0.0:
+                pos.avg_px = 0.0
+            return
         oid = int(rec.get("oid", 0))
         if t == "intent":
             if oid not in self.orders:
@@ -208,20 +232,30 @@ def replay(data: bytes, state: JournalState | None = None) -> tuple[JournalState
 
 
 class Journal:
-    """The journal file: ``open`` replays it, ``append`` writes one record and fsyncs it.
+    """The journal file: ``open`` replays it, ``append`` writes one record (and fsyncs it).
 
-    ``write`` and ``fsync`` default to ``os.write`` / ``os.fsync``; tests inject recorders.
-    The file is created with mode 0600 and written through an O_APPEND descriptor.
+    ``write``, ``fsync`` and ``truncate`` default to ``os.write`` / ``os.fsync`` / ``os.ftruncate``;
+    tests inject failing ones. The file is created with mode 0600 and written through an O_APPEND
+    descriptor. ``bytes`` is the length of the clean prefix: every record written and not rolled back.
     """
 
     def __init__(self, path: str | os.PathLike, *, write: Callable[[int, bytes], int] = os.write,
-                 fsync: Callable[[int], None] = os.fsync):
+                 fsync: Callable[[int], None] = os.fsync, truncate: Callable[[int, int], None] = os.ftruncate):
         self.path = Path(path)
         self._write = write
         self._fsync = fsync
+        self._truncate = truncate
         self.fd = -1
         self.bytes = 0
         self.state = JournalState()
+        self.backlog: list[dict] = []  # records applied in memory (``keep``), not yet in the file
+        self.doubt = ""  # why the file is in doubt ("" when it is not): see the module docstring
+        self.failures = 0  # failed writes, fsyncs and truncations since open
+
+    @property
+    def in_doubt(self) -> bool:
+        """True while a failed write is not yet repaired or kept records are not yet written."""
+        return bool(self.doubt or self.backlog)
 
     def open(self) -> JournalState:
         """Replay the file (creating it), truncate a torn tail, open it for appending.
@@ -249,29 +283,86 @@ class Journal:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         return self.state
 
-    def append(self, rec: dict, *, sync: bool = True) -> int:
-        """Apply ``rec`` to the state, write its line, fsync (unless ``sync`` is False); bytes written.
+    def _write_all(self, data: bytes) -> None:
+        n = self._write(self.fd, data)
+        while n < len(data):  # a short write to a regular file: finish it (the next call raises ENOSPC)
+            n += self._write(self.fd, data[n:])
+
+    def _failed(self, what: str, exc: OSError) -> None:
+        """After a failed write or fsync: cut the file back to the clean prefix (best effort) and
+        record the doubt. Never raises."""
+        self.failures += 1
+        self.doubt = f"{what}: {exc.strerror or type(exc).__name__}"
+        try:
+            self._truncate(self.fd, self.bytes)
+        except OSError as texc:
+            self.failures += 1
+            self.doubt += f"; truncate: {texc.strerror or type(texc).__name__}"
+
+    def recover(self) -> None:
+        """Repair a journal in doubt: truncate the file to the clean prefix, write the backlog, fsync.
+        A journal not in doubt is left alone.
 
         Raises:
-            OSError: the write or fsync failed (the caller must not send).
+            OSError: a step failed; the journal stays in doubt (the file cut back again, best effort).
         """
-        line = encode_record(rec)
-        n = self._write(self.fd, line)
-        while n < len(line):  # a short write to a regular file: finish it
-            n += self._write(self.fd, line[n:])
-        if sync:
+        if not self.in_doubt:
+            return
+        try:
+            self._truncate(self.fd, self.bytes)
+            data = b"".join(encode_record(r) for r in self.backlog)
+            if data:
+                self._write_all(data)
             self._fsync(self.fd)
+        except OSError as exc:
+            self._failed("recover", exc)
+            raise
+        self.bytes += len(data)
+        self.backlog.clear()
+        self.doubt = ""
+
+    def append(self, rec: dict, *, sync: bool = True) -> int:
+        """Write ``rec``'s line (and fsync, unless ``sync`` is False), then apply it to the state;
+        returns the bytes written. A journal in doubt is recovered first.
+
+        Raises:
+            OSError: the recovery, the write or the fsync failed: nothing is applied, the file is cut
+                back to the clean prefix (or the journal stays in doubt), and the caller must not
+                act on the record (an intent must not be sent).
+        """
+        self.recover()
+        line = encode_record(rec)
+        try:
+            self._write_all(line)
+            if sync:
+                self._fsync(self.fd)
+        except OSError as exc:
+            self._failed("append", exc)
+            raise
         self.bytes += len(line)
         self.state.apply(rec)
         return len(line)
+
+    def keep(self, rec: dict) -> None:
+        """Apply ``rec`` to the state now and write it with the next successful ``recover`` (the
+        journal is in doubt until then): for a record of something that already happened, which a
+        failed ``append`` must not lose. Never raises."""
+        self.state.apply(rec)
+        self.backlog.append(rec)
 
     def sync(self) -> None:
         """Make every record written so far durable (one fsync: a group commit of un-synced appends).
 
         Raises:
-            OSError: the fsync failed (records since the last successful sync may not be durable).
+            OSError: the fsync failed: the journal is in doubt (records since the last successful
+                sync may not be durable) until a ``recover`` succeeds.
         """
-        self._fsync(self.fd)
+        try:
+            self._fsync(self.fd)
+        except OSError as exc:
+            self.failures += 1
+            self.doubt = f"fsync: {exc.strerror or type(exc).__name__}"
+            raise
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -333,6 +333,8 @@ class ExecType(enum.IntEnum):
     OPEN_ORDER = 6  # state report: one working order
     SYNC_DONE = 7  # the end of a state report
     UNKNOWN = 8  # the outcome of a send is not known yet; the sender is querying the venue
+    POSITION_MISMATCH = 9  # state report: the venue's position differed from the journal's (size = the
+    #                        venue's, price = the journal's before); the POSITION before it is the venue's
 
 
 class ExecReason(enum.IntEnum):
@@ -345,6 +347,7 @@ class ExecReason(enum.IntEnum):
     NOT_FOUND = 6  # cancel of an order the venue does not know
     HALTED = 7  # the sender is not sending (reconciling, stopping, or its journal cannot make the intent durable)
     MALFORMED = 8  # the ORDER did not decode
+    ACCOUNT_CHANGED = 9  # on SYNC_DONE: the venue answers for another account than the journal's (a reset venue)
 
 
 EXEC_DTYPE = np.dtype([
@@ -355,12 +358,14 @@ EXEC_DTYPE = np.dtype([
 assert EXEC_DTYPE.itemsize == 56
 
 
-def order_id_for(instrument_id: int, origin_seq: int, leg: int) -> int:
-    """The deterministic order id of leg ``leg`` of the decision taken on ``origin_seq``: the same
-    origin always yields the same id, so a replayed decision cannot become a second order.
+def order_id_for(instrument_id: int, origin_seq: int, leg: int, epoch: int = 0) -> int:
+    """The deterministic order id of leg ``leg`` of the decision taken on ``origin_seq`` in run
+    ``epoch`` (``pipeline.runepoch``: new at every ``up``, kept across stage restarts): the same origin
+    in the same run always yields the same id, so a replayed decision cannot become a second order,
+    while a new run (whose venue may repeat its sequence numbers) never reuses an earlier run's ids.
     Nonzero, below 2**63."""
-    digest = hashlib.blake2b(struct.pack("<HQI", instrument_id, origin_seq, leg), digest_size=8,
-                             person=b"shmpipe-order").digest()
+    digest = hashlib.blake2b(struct.pack("<HQIQ", instrument_id, origin_seq, leg, epoch & (2**64 - 1)),
+                             digest_size=8, person=b"shmpipe-order").digest()
     return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) or 1
 
 

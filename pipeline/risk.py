@@ -28,7 +28,8 @@ Execution planner (INSTRUCTION -> child limit orders):
   remainder again at the new mid (cancel + new); the CANCELLED report of such a cancel re-plans a live
   instruction too (a REJECTED one does not, so a price the venue refuses cannot loop).
 
-Order ids: ``order_id_for(instrument_id, origin_seq, leg)`` with ``origin_seq`` = the INSTRUCTION's
+Order ids: ``order_id_for(instrument_id, origin_seq, leg, epoch)`` with ``epoch`` the run's (given to
+the gateway: new at every ``up``, so ids never repeat across runs) and ``origin_seq`` = the INSTRUCTION's
 ``signal_seq`` (the venue sequence of the book it answers: unique per instrument, and unchanged when
 the hub restarts, unlike ``instruction_id``) and ``leg`` = 0, 1, ... in planning order, continued by
 re-plans of the same instruction. Replaying an instruction after a crash gives the same ids, which the
@@ -40,7 +41,10 @@ MAX_POSITION, GROSS, MAX_OPEN, RATE, NOTIONAL_RATE, DUPLICATE, SELF_TRADE, DAILY
 check is a denial (INTERNAL_ERROR). Cancels are never checked. Open orders count from the moment they
 are approved (pending) until a terminal EXEC_REPORT; orders being cancelled still count (conservative).
 
-State: ACTIVE / REDUCING / HALTED. CONTROL HALT and KILL_SWITCH halt and send CANCEL_ALL for every
+State: ACTIVE / REDUCING / HALTED. A state report that carries a POSITION_MISMATCH (the venue's position
+differed from the sender's journal; the POSITION already is the venue's) or ends with SYNC_DONE reason
+ACCOUNT_CHANGED (a reset venue) moves ACTIVE to REDUCING (``PositionMismatch`` / ``VenueAccountChanged``
+events, cause ``position_mismatch`` / ``venue_account_changed``) until RESUME. CONTROL HALT and KILL_SWITCH halt and send CANCEL_ALL for every
 configured instrument; KILL_SWITCH and a daily-loss breach latch (REDUCE_ONLY does not lift them), only
 RESUME does. Position and open orders change only from EXEC_REPORTs; POSITION / OPEN_ORDER reports
 collect a state snapshot that SYNC_DONE applies, replacing all position and open-order state (realized
@@ -63,8 +67,8 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from pipeline.errors import ConfigError
-from pipeline.messages import (ORDER_STRUCT, SIGNAL_STRUCT, Action, ControlCmd, ExecType, Label, OrderCmd, OrderOrigin,
-                               Side, TimeInForce, order_id_for, unpack_control)
+from pipeline.messages import (ORDER_STRUCT, SIGNAL_STRUCT, Action, ControlCmd, ExecReason, ExecType, Label, OrderCmd,
+                               OrderOrigin, Side, TimeInForce, order_id_for, unpack_control)
 
 # ---------------------------------------------------------------------------------------------- layouts
 # struct views of the layouts declared in pipeline.messages (pinned against the numpy dtypes by a test)
@@ -331,6 +335,21 @@ class EmergencyReceived(Event, frozen=True, kw_only=True):
     repeated: bool  # inside the cool-down: no second CANCEL_ALL
 
 
+class PositionMismatch(Event, frozen=True, kw_only=True):
+    """The sender found the venue's position differing from its journal's: the venue's is taken and
+    trading is REDUCING until an operator resumes."""
+
+    instrument_id: int
+    ours: float  # base units, as the journal had it
+    venue: float  # base units, the venue's (now the gateway's)
+    diff_lots: float  # venue - ours, in lots
+
+
+class VenueAccountChanged(Event, frozen=True, kw_only=True):
+    """The sender found the venue answering for another account (a reset venue): its journal was
+    started afresh; trading is REDUCING until an operator resumes."""
+
+
 class MessageRejected(Event, frozen=True, kw_only=True):
     kind: str
     why: str
@@ -416,8 +435,10 @@ class Book:
 class RiskGateway:
     """The gateway's state and decisions (see the module docstring). ``clock`` returns monotonic ns."""
 
-    def __init__(self, instruments, limits: RiskLimits | None = None, clock: Callable[[], int] | None = None):
+    def __init__(self, instruments, limits: RiskLimits | None = None, clock: Callable[[], int] | None = None, *,
+                 epoch: int = 0):
         self.limits = limits or RiskLimits()
+        self.epoch = epoch
         if clock is None:
             import time
             clock = time.monotonic_ns
@@ -497,10 +518,11 @@ class RiskGateway:
     # ------------------------------------------------------------------------------------ pnl
     def pnl(self) -> float:
         """Realized + unrealized PnL (quote currency); unrealized at the latest ref_mid (entry price
-        if no mid yet)."""
+        if no mid yet; a position whose entry is not known, one set to the venue's, counts from the
+        first mid after it)."""
         u = 0.0
         for bk in self.books.values():
-            if bk.position and bk.mid > 0:
+            if bk.position and bk.mid > 0 and bk.avg_px > 0:
                 u += bk.position * (bk.mid - bk.avg_px)
         return self.realized_pnl + u
 
@@ -515,16 +537,16 @@ class RiskGateway:
         now = self.clock()
         if len(payload) != EXEC_S.size:
             return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why=f"size {len(payload)}")]
-        iid, et, side, _reason, oid, price, size, leaves, _vts, _fid = EXEC_S.unpack_from(payload, 0)
+        iid, et, side, reason, oid, price, size, leaves, _vts, _fid = EXEC_S.unpack_from(payload, 0)
         if et == ExecType.SYNC_DONE:
-            return self._apply_snapshot()
+            return self._apply_snapshot(account_changed=reason == ExecReason.ACCOUNT_CHANGED)
         bk = self.books.get(iid)
         if bk is None:
             return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why=f"unknown instrument {iid}")]
         if not (math.isfinite(price) and math.isfinite(size) and math.isfinite(leaves)):
             return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="non-finite number")]
         out: list[Event] = []
-        if et == ExecType.POSITION or et == ExecType.OPEN_ORDER:
+        if et == ExecType.POSITION or et == ExecType.OPEN_ORDER or et == ExecType.POSITION_MISMATCH:
             snap = self._snapshot
             if snap is None:  # unsolicited: the sender restarted and reports its state
                 snap = self._snapshot = {"pos": {}, "orders": {}, "solicited": False}
@@ -532,6 +554,8 @@ class RiskGateway:
                 out.append(SyncStarted(ts_ns=now, solicited=False))
             if et == ExecType.POSITION:
                 snap["pos"][iid] = (size, price)
+            elif et == ExecType.POSITION_MISMATCH:
+                snap.setdefault("mismatch", {})[iid] = (price, size)
             else:
                 if side not in (Side.BUY, Side.SELL) or not size > 0:
                     return out + [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="bad OPEN_ORDER")]
@@ -551,6 +575,11 @@ class RiskGateway:
                     w.size = leaves
             return out
         if et == ExecType.FILLED:
+            if reason == ExecReason.DUPLICATE:  # the answer to a repeated id is never a new fill
+                if w is not None:
+                    self._remove_working(bk, oid)
+                return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="a FILLED answer to a duplicate id: "
+                                                                           "not applied")]
             fside = side if side in (Side.BUY, Side.SELL) else (w.side if w is not None else 0)
             if fside == 0 or not size > 0:
                 return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="bad fill")]
@@ -606,7 +635,7 @@ class RiskGateway:
         if bk is not None:
             self._remove_working(bk, order_id)
 
-    def _apply_snapshot(self) -> list[Event]:
+    def _apply_snapshot(self, account_changed: bool = False) -> list[Event]:
         now = self.clock()
         snap = self._snapshot or {"pos": {}, "orders": {}, "solicited": False}
         self._snapshot = None
@@ -624,6 +653,17 @@ class RiskGateway:
         self.synced = True
         out: list[Event] = [Synced(ts_ns=now, positions={i: b.position for i, b in self.books.items()},
                                    open_orders=self.open_count, solicited=snap["solicited"])]
+        mismatch = snap.get("mismatch", {})
+        for iid, (ours, venue) in sorted(mismatch.items()):
+            bk = self.books.get(iid)
+            if bk is not None:
+                out.append(PositionMismatch(ts_ns=now, instrument_id=iid, ours=ours, venue=venue,
+                                            diff_lots=round((venue - ours) / bk.spec.lot, 6)))
+        if account_changed:
+            out.append(VenueAccountChanged(ts_ns=now))
+        if (mismatch or account_changed) and self.state == TradingState.ACTIVE:
+            self._set_state(TradingState.REDUCING, "venue_account_changed" if account_changed else "position_mismatch",
+                            None, out)
         self._check_daily_loss(out)
         return out
 
@@ -658,6 +698,8 @@ class RiskGateway:
             a = self.limits.sigma_alpha
             bk.var = (1.0 - a) * bk.var + a * d * d
         bk.mid, bk.spread = mid, spread
+        if bk.position and not bk.avg_px:  # a position without a known entry (set to the venue's): from here
+            bk.avg_px = mid
         if ts_origin_ns > bk.ref_ns:
             bk.ref_ns = ts_origin_ns
         if bk.working:
@@ -781,7 +823,7 @@ class RiskGateway:
             n_lots -= lots
             leg = plan.next_leg
             plan.next_leg += 1
-            oid = order_id_for(spec.id, plan.origin_seq, leg)
+            oid = order_id_for(spec.id, plan.origin_seq, leg, self.epoch)
             n += 1
             if not self.submit(bk, oid, side, price, round(lots * lot, sdec), plan, leg, out, origin):
                 break  # the rest would meet the same limit: one denial says it

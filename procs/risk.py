@@ -20,7 +20,9 @@ Params: ``limits`` (table, ``pipeline.risk.RiskLimits``; ConfigError naming the 
 
 Counters (``ctx.stats``, short keys: the status record holds 760 bytes of JSON): state (ACTIVE /
 REDUCING / HALTED), synced (0/1), open (open orders), approved, denied, expired, cancels, cancel_all,
-emerg, fills, rejected (malformed input), order_drops, errors, pos_lots_<id> (position in lots), and
+emerg, fills, rejected (malformed input), order_drops, errors, pos_lots_<id> (position in lots),
+pdiff_lots_<id> (the venue's position minus the journal's, in lots, when the sender found them apart: risk
+is then REDUCING), acct_changed (state reports from a sender that found a new venue account), and
 deny_<reason lower> per denial reason seen (``deny_max_position``...).
 """
 
@@ -35,8 +37,9 @@ from pipeline.agent import MARK_DECIDED, Agent, mark_code
 from pipeline.errors import ConfigError, StartupError
 from pipeline.messages import ExecType, Kind, Label
 from pipeline.risk import (EXEC_S, SIGNAL_S, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
-                           InstructionExpired, MessageRejected, OrderApproved, OrderDenied, RiskGateway, RiskLimits,
-                           StateChanged, Synced, SyncStarted, decode_limits, encode_order)
+                           InstructionExpired, MessageRejected, OrderApproved, OrderDenied, PositionMismatch,
+                           RiskGateway, RiskLimits, StateChanged, Synced, SyncStarted, VenueAccountChanged, decode_limits,
+                           encode_order)
 
 _DENY_KEYS = {r: "deny_" + r.name.lower() for r in DenyReason}
 
@@ -276,6 +279,13 @@ class RiskAgent(Agent):
                 st[f"pos_lots_{iid}"] = round(bk.position / bk.spec.lot, 3)
             ctx.log.info("risk_synced", positions={str(k): v for k, v in ev.positions.items()},
                          open_orders=ev.open_orders, solicited=ev.solicited)
+        elif isinstance(ev, PositionMismatch):
+            st[f"pdiff_lots_{ev.instrument_id}"] = ev.diff_lots
+            ctx.log.error("risk_position_mismatch", instrument_id=ev.instrument_id, ours=ev.ours, venue=ev.venue,
+                          diff_lots=ev.diff_lots)
+        elif isinstance(ev, VenueAccountChanged):
+            st["acct_changed"] = st.get("acct_changed", 0) + 1
+            ctx.log.error("risk_venue_account_changed")
         elif isinstance(ev, SyncStarted):
             st["synced"] = 0
             ctx.log.warning("risk_sync_started", solicited=ev.solicited)

@@ -8,12 +8,14 @@ what the sender learns by itself (polled fills, reconciliation).
 
 Order of work, per order (``clientOid = client_oid(order_id)``):
 
-1. NEW: an ``order_id`` already in the journal is NOT sent again: the answer is the order's current
-   state with reason DUPLICATE (ACKED with leaves while it works, FILLED / CANCELLED / REJECTED when
-   terminal, UNKNOWN while the outcome is being queried). Otherwise an ``intent`` record is written to
-   the journal and fsync'd (with the batch's other intents), and only then is place-order sent (an
-   intent whose write or fsync fails is not sent: REJECTED with reason HALTED, ``journal_errors``
-   counted, ``sender_journal_failed`` logged).
+1. NEW: an ``order_id`` already in the journal is NOT sent again: the answer carries reason DUPLICATE
+   and says only whether that order still works (ACKED with leaves while it works, UNKNOWN while its
+   outcome is being queried, REJECTED with leaves 0 once it is terminal); never FILLED: a fill is
+   reported once, when the sender receives it, so a repeated id cannot move a position. Otherwise an
+   ``intent`` record is written to the journal and fsync'd (with the batch's other intents), and only
+   then is place-order sent (an intent whose write or fsync fails, or that finds the journal in doubt
+   and unable to recover, is not sent: REJECTED with reason HALTED, ``journal_errors`` counted,
+   ``sender_journal_failed`` logged).
 2. The answer is classified (``pipeline.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
    ``reject`` journaled, REJECTED (BAD_SIGNATURE for 40009, else VENUE_REJECTED; 43118, a clientOid
    the venue already has, is queried instead); RETRYABLE -> retried after ``retry_backoff_ms * 2**n``
@@ -33,13 +35,22 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
    leaves, venue_ts_ns, fill_id = trade id); a working order missing from unfilled-orders is queried
    (cancelled at the venue -> CANCELLED).
 5. SYNC: a state report: one POSITION per configured instrument (size = signed position, base units;
-   price = average entry), one OPEN_ORDER per working order (price, size, leaves), then SYNC_DONE.
+   price = average entry), one POSITION_MISMATCH per instrument found apart from the venue since this
+   process started (size = the venue's position, price = the journal's before), one OPEN_ORDER per
+   working order (price, size, leaves), then SYNC_DONE.
 
-After a (re)start, before reading any ORDER: every non-terminal journaled order is queried (orderInfo
-by clientOid); an order with an intent and no ack that the venue does not know (43001, past the grace)
+After a (re)start, before reading any ORDER: the venue's account id (account/info) is checked against
+the journal's (a different one: the venue was reset to a new account; the journal is set aside and a
+fresh one begun, ``_new_account``); every non-terminal journaled order is queried (orderInfo by
+clientOid); an order with an intent and no ack that the venue does not know (43001, past the grace)
 becomes ``never_sent`` and is reported REJECTED NOT_FOUND; fills after the last journaled trade id are
-fetched and journaled; then the state report above goes out unsolicited. A venue that cannot be reached
-keeps the sender reconciling (retried every ``retry_backoff_ms * 2**n`` up to 1 s).
+fetched and journaled; each instrument's journaled position is compared, in whole lots, with the
+venue's balance of its base coin (account/assets; ``_positions_gen``): a difference is journaled, the
+journal takes the venue's position, and the state report carries POSITION_MISMATCH (the risk gateway
+then REDUCES until an operator resumes); then the state report above goes out unsolicited (SYNC_DONE
+with reason ACCOUNT_CHANGED after a new account). A venue that cannot be reached keeps the sender
+reconciling (retried every ``retry_backoff_ms * 2**n`` up to 1 s). A live spot account that holds
+base coins the pipeline did not buy reads as a difference: trading then only reduces.
 
 Concurrency: the intents of one batch of ORDERs are written, then fsync'd once (a group commit),
 before any of them is sent. Place and cancel requests then go out without waiting for answers, one in
@@ -75,7 +86,8 @@ exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; 
 
 Counters (``ctx.stats``): sent, acked, rejected, fills, cancels, unknown, retries, dups, rl (rate
 limited after retries), rl_wait (waits for a token), jbytes, rec_ms, rec_n, torn, polls, http_err,
-malformed, never_sent, out_drops, journal_errors, open (orders not terminal).
+malformed, never_sent, out_drops, journal_errors, jdoubt (1 while the journal is in doubt: no new order
+is sent), open (orders not terminal).
 """
 
 from __future__ import annotations
@@ -100,7 +112,7 @@ from pipeline.bitget import rest
 from pipeline.bitget.rest import Outcome, Result
 from pipeline.bitget.signing import load_credentials
 from pipeline.errors import ConfigError
-from pipeline.journal import (CANCELLED, FILLED, LIVE, NEVER_SENT, PARTIAL, PENDING, REJECTED, UNKNOWN, WORKING,
+from pipeline.journal import (CANCELLED, FILLED, LIVE, PARTIAL, PENDING, UNKNOWN, WORKING,
                               Journal, OrderEntry)
 from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ORDER_STRUCT, ExecReason, ExecType, Kind, OrderCmd, OrderOrigin,
                                Side, TimeInForce, client_oid, decode_order, order_id_from_client_oid)
@@ -282,6 +294,12 @@ class SenderAgent(Agent):
         self.instruments = {i.id: i for i in ctx.config.instruments}
         if not self.instruments:
             raise ConfigError("sender: no instruments configured")
+        try:
+            self.coins = {i: rest.base_coin(inst.symbol) for i, inst in self.instruments.items()}
+        except ValueError as exc:
+            raise ConfigError(f"sender: {exc} (positions are reconciled against spot balances)") from None
+        self.mismatches: dict[int, tuple[float, float]] = {}  # instrument -> (journal's, venue's) position
+        self.account_changed = False
         run_dir = Path(ctx.config.supervisor.run_dir)
         self.creds = load_credentials(p.key_file or None)  # ConfigError names the file, never a value
         tls = None
@@ -334,7 +352,8 @@ class SenderAgent(Agent):
         self.stats = ctx.stats
         self.stats.update(sent=0, acked=0, rejected=0, fills=0, cancels=0, unknown=0, retries=0, dups=0, rl=0,
                           rl_wait=0, jbytes=self.journal.bytes, rec_ms=0, rec_n=0, torn=self.state.torn, polls=0,
-                          http_err=0, malformed=0, never_sent=0, out_drops=0, open=len(self.open))
+                          http_err=0, malformed=0, never_sent=0, out_drops=0, open=len(self.open), journal_errors=0,
+                          jdoubt=0)
         if p.crash_after and not self.crash_armed:
             ctx.log.warning("sender_crash_param_ignored", crash_after=p.crash_after, env=CRASH_ENV)
         ctx.log.info("sender_ready", journal=str(self.journal.path), records=self.state.records,
@@ -474,15 +493,32 @@ class SenderAgent(Agent):
         crash can lose only that un-fsync'd tail, and it holds no intent that was sent: what it knew
         (acks, fills, cancels) is recovered by querying the venue on restart.
 
+        A record other than an intent describes what already happened at the venue: when its write
+        fails (a full disk) it is kept (``Journal.keep``: applied now, written first once the journal
+        recovers), counted in ``journal_errors`` and logged; the journal is then in doubt and no
+        intent is written, so no new order is sent, until it recovers.
+
         Raises:
-            OSError: the write failed (nothing applied)."""
-        self.stats["jbytes"] += self.journal.append(rec, sync=False)
-        o = self.orders.get(rec["oid"])
+            OSError: an intent's write failed (nothing applied; it must not be sent)."""
+        try:
+            self.stats["jbytes"] += self.journal.append(rec, sync=False)
+        except OSError as exc:
+            if rec["t"] == "intent":
+                raise
+            self.journal.keep(rec)
+            self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1
+            self.ctx.log.error("sender_journal_failed", record=rec["t"], order_id=rec.get("oid", 0),
+                               error=f"{type(exc).__name__}: {exc.strerror}", kept=len(self.journal.backlog))
+        self.stats["jdoubt"] = int(self.journal.in_doubt)
+        oid = rec.get("oid")
+        if oid is None:  # account, adjust: about no order
+            return
+        o = self.orders.get(oid)
         if o is not None and not o.terminal:
             self.open.add(o.oid)
         else:
-            self.open.discard(rec["oid"])
-            self.origin_ts.pop(rec["oid"], None)
+            self.open.discard(oid)
+            self.origin_ts.pop(oid, None)
 
     def _crash(self, point: str) -> None:
         if self.crash_armed and self.p.crash_after == point and not self.crash_marker.exists():
@@ -597,7 +633,7 @@ class SenderAgent(Agent):
         prev = self.orders.get(oid)
         if prev is not None:
             self.stats["dups"] += 1
-            self._report_state(ts, prev, ExecReason.DUPLICATE)
+            self._report_duplicate(ts, prev)
             if prev.status in (PENDING, UNKNOWN) and not any(
                     it[0] is OrderCmd.NEW and it[1].order_id == oid
                     for it in (*self.outbox, *(f[0] for f in self.inflight.values()))):
@@ -619,7 +655,9 @@ class SenderAgent(Agent):
                        "oseq": o.origin_seq, "ts_ms": self._wall()})
         except OSError as exc:  # not durable, so not sent: answered, so the gateway does not count it working
             self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1
-            self.ctx.log.error("sender_journal_failed", order_id=oid, error=f"{type(exc).__name__}: {exc.strerror}")
+            self.stats["jdoubt"] = int(self.journal.in_doubt)
+            self.ctx.log.error("sender_journal_failed", order_id=oid, error=f"{type(exc).__name__}: {exc.strerror}",
+                               doubt=self.journal.doubt)
             self._report(ts, ExecType.REJECTED, None, reason=ExecReason.HALTED, iid=iid, order_id=oid,
                          side=o.side, price=o.price, size=o.size)
             return False
@@ -649,30 +687,21 @@ class SenderAgent(Agent):
                 self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1
                 self.ctx.log.error("sender_journal_failed", order_id=oid, error=error)
                 self.bodies.pop(oid, None)
-                try:
-                    self._jot({"t": "never_sent", "oid": oid})
-                except OSError:  # the disk is gone: in memory only
-                    self.state.apply({"t": "never_sent", "oid": oid})
-                    self.open.discard(oid)
-                    self.origin_ts.pop(oid, None)
+                self._jot({"t": "never_sent", "oid": oid})  # kept in memory when the disk refuses it
                 self._report(ts, ExecType.REJECTED, self.orders[oid], reason=ExecReason.HALTED, leaves=0.0)
             return
         mark = self.ctx.mark
         for _, origin, ts in group:
             mark(mark_code(MARK_INTENT_SYNCED, origin), ts)
 
-    def _report_state(self, ts: int, o: OrderEntry, reason: ExecReason) -> None:
-        st = o.status
-        if st in WORKING:
-            self._report(ts, ExecType.ACKED, o, reason=reason)
-        elif st == FILLED:
-            self._report(ts, ExecType.FILLED, o, reason=reason, size=o.filled, leaves=0.0)
-        elif st == CANCELLED:
-            self._report(ts, ExecType.CANCELLED, o, reason=reason, leaves=0.0)
-        elif st in (REJECTED, NEVER_SENT):
-            self._report(ts, ExecType.REJECTED, o, reason=reason, leaves=0.0)
+    def _report_duplicate(self, ts: int, o: OrderEntry) -> None:
+        """The answer to a NEW whose id is already journaled: whether that order works, never a fill."""
+        if o.status in WORKING:
+            self._report(ts, ExecType.ACKED, o, reason=ExecReason.DUPLICATE)
+        elif o.terminal:
+            self._report(ts, ExecType.REJECTED, o, reason=ExecReason.DUPLICATE, leaves=0.0)
         else:
-            self._report(ts, ExecType.UNKNOWN, o, reason=reason)
+            self._report(ts, ExecType.UNKNOWN, o, reason=ExecReason.DUPLICATE)
 
     # ------------------------------------------------------------------------------------ outbox
     def _run_outbox(self, now: int) -> int:
@@ -1148,8 +1177,8 @@ class SenderAgent(Agent):
         if self.rec_attempt == 0:
             self.rec_t0 = now
         ts = now
-        ok = True
-        for o in [self.orders[i] for i in sorted(self.open)]:
+        ok = self._run_sync(self._account_gen())
+        for o in [self.orders[i] for i in sorted(self.open)] if ok else ():
             if o.terminal:
                 continue
             res = self._query(o, ts)
@@ -1159,6 +1188,8 @@ class SenderAgent(Agent):
                     self.ctx.log.error("sender_reconcile_refused", order_id=o.oid, code=res.code, msg=res.msg)
         if ok:
             ok = self._poll_fills()
+        if ok:
+            ok = self._run_sync(self._positions_gen())
         if not ok:
             if self.rec_attempt == 0:
                 self.ctx.log.warning("sender_reconcile_waiting", open_orders=len(self.open),
@@ -1176,10 +1207,101 @@ class SenderAgent(Agent):
                           ms=self.stats["rec_ms"])
         return True
 
+    def _account_gen(self):
+        """Reconciliation, first: which venue account answers. A journal without one records it; one
+        that names another account (the venue was reset: a new account) is set aside and a fresh
+        journal begins, so no old order or fill is replayed into the new account
+        (``_new_account``). A request generator; returns True when done."""
+        res = yield rest.build_account_info(self.creds, self._wall())
+        if not res.ok:
+            if res.outcome is Outcome.REJECTED:
+                self.ctx.log.error("sender_reconcile_refused", request="account/info", code=res.code, msg=res.msg)
+            return False
+        try:
+            uid = rest.parse_account_id(res.data)
+        except ValueError as exc:
+            self.stats["malformed"] += 1
+            self.ctx.log.error("sender_bad_answer", request="account/info", error=str(exc))
+            return False
+        known = self.state.account
+        if known and known != uid:
+            try:
+                self._new_account(known, uid)
+            except OSError as exc:
+                self.ctx.log.error("sender_journal_failed", record="account", error=f"{exc.strerror}")
+                return False
+        if not self.state.account:
+            self._jot({"t": "account", "id": uid})
+        return True
+
+    def _new_account(self, old: str, new: str) -> None:
+        """The venue answers for account ``new``, the journal is about ``old``: the journal is renamed
+        aside (``<journal>.<old>.<ms>``) and a fresh one opened; every state report from now on ends
+        with SYNC_DONE reason ACCOUNT_CHANGED (the risk gateway reduces until an operator resumes).
+
+        Raises:
+            OSError: the rename or the new journal failed."""
+        path = self.journal.path
+        aside = path.with_name(f"{path.name}.{old}.{self._wall()}")
+        self.journal.close()
+        os.replace(path, aside)
+        self.journal = Journal(path)
+        self.state = self.journal.open()
+        self.orders = self.state.orders
+        self.open.clear()
+        self.check.clear()
+        self.origin_ts.clear()
+        self.bodies.clear()
+        self.last_tid = 0
+        self.account_changed = True
+        self.stats["acct_changed"] = self.stats.get("acct_changed", 0) + 1
+        self.ctx.log.error("sender_venue_account_changed", old=old, new=new, journal_aside=str(aside))
+
+    def _positions_gen(self):
+        """Reconciliation, last: each instrument's position in the journal against the venue's balance
+        of its base coin (whole lots). The balances are taken between two fill polls that agree (no new
+        fill between them; up to three tries), so a fill arriving meanwhile is not a difference. A
+        difference is journaled (``adjust``: the journal takes the venue's position), counted
+        (``pdiff_<id>``, lots), logged (``sender_position_mismatch``) and reported in every state
+        report (POSITION_MISMATCH after the POSITIONs: the gateway reduces until an operator
+        resumes). A request generator; returns True when done."""
+        for _ in range(3):
+            before = self.last_tid
+            res = yield rest.build_assets(self.creds, self._wall())
+            if not res.ok:
+                return False
+            try:
+                assets = rest.parse_assets(res.data)
+            except ValueError as exc:
+                self.stats["malformed"] += 1
+                self.ctx.log.error("sender_bad_answer", request="account/assets", error=str(exc))
+                return False
+            if not (yield from self._poll_fills_gen()):
+                return False
+            if self.last_tid == before:
+                break
+        else:
+            return False  # fills keep coming: try again later
+        for iid, inst in sorted(self.instruments.items()):
+            a = assets.get(self.coins[iid])
+            venue = a.total if a is not None else 0.0
+            ours = self.state.position(iid).qty
+            lots = round((venue - ours) / inst.lot_size)
+            if lots:
+                self._jot({"t": "adjust", "iid": iid, "qty": venue, "was": ours})
+                self.mismatches[iid] = (ours, venue)
+                self.stats[f"pdiff_{iid}"] = lots
+                self.ctx.log.error("sender_position_mismatch", instrument_id=iid, symbol=inst.symbol, journal=ours,
+                                   venue=venue, diff_lots=lots)
+        return True
+
     def _state_report(self, ts: int) -> None:
         for iid in sorted(self.instruments):
             pos = self.state.position(iid)
             self._report(ts, ExecType.POSITION, None, iid=iid, price=pos.avg_px, size=pos.qty, leaves=0.0)
+        for iid, (ours, venue) in sorted(self.mismatches.items()):
+            self._report(ts, ExecType.POSITION_MISMATCH, None, iid=iid, price=ours, size=venue, leaves=0.0)
         for o in self._working():
             self._report(ts, ExecType.OPEN_ORDER, o)
-        self._report(ts, ExecType.SYNC_DONE, None)
+        self._report(ts, ExecType.SYNC_DONE, None,
+                     reason=ExecReason.ACCOUNT_CHANGED if self.account_changed else ExecReason.NONE)

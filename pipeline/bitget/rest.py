@@ -2,8 +2,9 @@
 and the classification of every outcome. No sockets here; ``procs.sender`` does the I/O.
 
 Requests (``Request``: method, path, query, body, headers) are built by ``build_place``,
-``build_cancel``, ``build_cancel_symbol``, ``build_order_info``, ``build_unfilled`` and
-``build_fills``. Bodies are compact JSON with the keys in the contract's order (the exact text
+``build_cancel``, ``build_cancel_symbol``, ``build_order_info``, ``build_unfilled``, ``build_fills``
+and, for the position reconciliation, ``build_account_info`` (the account's id: a venue reset to a new
+account answers another) and ``build_assets`` (spot balances; ``parse_assets``). Bodies are compact JSON with the keys in the contract's order (the exact text
 is what is signed); GET query strings are sorted by key (``signing.query_string``). Headers come
 from ``Credentials.headers``; a ``Request``'s repr never shows them.
 
@@ -41,6 +42,8 @@ CANCEL_SYMBOL_PATH = "/api/v2/spot/trade/cancel-symbol-order"
 ORDER_INFO_PATH = "/api/v2/spot/trade/orderInfo"
 UNFILLED_PATH = "/api/v2/spot/trade/unfilled-orders"
 FILLS_PATH = "/api/v2/spot/trade/fills"
+ACCOUNT_INFO_PATH = "/api/v2/spot/account/info"
+ASSETS_PATH = "/api/v2/spot/account/assets"
 
 CODE_OK = "00000"
 CODE_MALFORMED = "40001"
@@ -128,6 +131,26 @@ class VenueFill(msgspec.Struct, frozen=True):
     priceAvg: float
     size: float
     cTime: int = 0
+
+
+class VenueAsset(msgspec.Struct, frozen=True):
+    """One coin's balance as the assets endpoint reports it (amounts parsed to float)."""
+
+    coin: str
+    available: float
+    frozen: float = 0.0
+    locked: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.available + self.frozen + self.locked
+
+
+def base_coin(symbol: str) -> str:
+    """The base coin of a USDT spot symbol (BTCUSDT -> BTC). Raises ValueError: not ``<coin>USDT``."""
+    if not symbol.endswith("USDT") or len(symbol) <= 4:
+        raise ValueError(f"not a USDT symbol: {symbol!r}")
+    return symbol[:-4]
 
 
 # ---------------------------------------------------------------------------------------- amounts
@@ -239,6 +262,16 @@ def build_fills(creds: Credentials, ts_ms: int, *, symbol: str | None = None, or
 
 
 # ---------------------------------------------------------------------------------------- responses
+def build_account_info(creds: Credentials, ts_ms: int) -> Request:
+    """GET account/info (``data.userId``: the account's id)."""
+    return _signed(creds, ts_ms, "GET", ACCOUNT_INFO_PATH)
+
+
+def build_assets(creds: Credentials, ts_ms: int) -> Request:
+    """GET account/assets (every coin)."""
+    return _signed(creds, ts_ms, "GET", ASSETS_PATH)
+
+
 def classify_response(status: int, body: bytes | str | None) -> Result:
     """Classify an HTTP answer (see the module docstring's table). Never raises."""
     doc = None
@@ -294,3 +327,23 @@ def parse_cancelled(data) -> list[str]:
     if not isinstance(data, dict) or not isinstance(data.get("cancelled", []), list):
         raise ValueError("bad cancel-symbol-order data")
     return [str(c.get("clientOid", "")) for c in data.get("cancelled", []) if isinstance(c, dict)]
+
+
+def parse_account_id(data) -> str:
+    """account/info's ``userId``. Raises ValueError: no non-empty string userId."""
+    uid = data.get("userId") if isinstance(data, dict) else None
+    if not isinstance(uid, str) or not uid:
+        raise ValueError("account/info without a userId")
+    return uid
+
+
+def parse_assets(data) -> dict[str, VenueAsset]:
+    """account/assets data -> coin -> balance. Raises ValueError: not a list of asset objects, or a
+    non-finite amount."""
+    try:
+        assets = msgspec.convert(data if data is not None else [], list[VenueAsset], strict=False)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"bad asset list: {exc}") from None
+    if not all(math.isfinite(a.total) for a in assets):
+        raise ValueError("non-finite balance")
+    return {a.coin: a for a in assets}

@@ -131,3 +131,168 @@ def test_late_state_records_never_revive_a_terminal_order():
                 {"t": "ack", "oid": 1, "vid": "v"}):
         st.apply(rec)
     assert st.orders[1].status == CANCELLED
+
+
+# ------------------------------------------------------------------------------ a failed write (disk full)
+class ShortThenFull:
+    """``os.write`` that writes ``room`` bytes in all, then fails with ENOSPC (a disk filling up)."""
+
+    def __init__(self, room: int):
+        self.room = room
+
+    def __call__(self, fd, data):
+        if self.room <= 0:
+            raise OSError(28, "No space left on device")
+        n = os.write(fd, data[:self.room])
+        self.room -= n
+        return n
+
+
+def test_a_write_that_fails_half_way_leaves_the_file_as_it_was_and_the_journal_in_doubt(tmp_path):
+    path = tmp_path / "s.journal"
+    full = ShortThenFull(10**9)
+    j = Journal(path, write=full)
+    j.open()
+    j.append(intent(1))
+    before = path.read_bytes()
+    full.room = 20  # the next record gets 20 bytes out, then ENOSPC
+    with pytest.raises(OSError):
+        j.append(intent(2))
+    assert path.read_bytes() == before and j.bytes == len(before)  # the fragment was cut away
+    assert j.in_doubt and "No space left" in j.doubt and 2 not in j.state.orders
+    full.room = 10**9  # space comes back
+    j.append(intent(3))
+    assert not j.in_doubt
+    st = Journal(path).open()
+    assert st.torn == 0 and set(st.orders) == {1, 3}
+
+
+def test_while_the_fragment_cannot_be_cut_away_nothing_is_appended(tmp_path):
+    path = tmp_path / "s.journal"
+    full = ShortThenFull(10**9)
+    cut = {"ok": False}
+
+    def truncate(fd, n):
+        if not cut["ok"]:
+            raise OSError(5, "Input/output error")
+        os.ftruncate(fd, n)
+
+    j = Journal(path, write=full, truncate=truncate)
+    j.open()
+    j.append(intent(1))
+    full.room = 20
+    with pytest.raises(OSError):
+        j.append(intent(2))
+    assert j.in_doubt and not path.read_bytes().endswith(b"\n")  # the fragment is still there
+    full.room = 10**9
+    with pytest.raises(OSError):  # recovery fails first: the new record is not glued onto the fragment
+        j.append(intent(3))
+    assert 3 not in j.state.orders and not path.read_bytes().endswith(b"\n")
+    cut["ok"] = True
+    j.append(intent(4))
+    st = Journal(path).open()
+    assert st.torn == 0 and set(st.orders) == {1, 4}
+
+
+def test_a_failed_fsync_rolls_the_record_back_and_the_next_append_syncs_again(tmp_path):
+    path = tmp_path / "s.journal"
+    calls = {"fail": True, "n": 0}
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["fail"]:
+            raise OSError(5, "Input/output error")
+        os.fsync(fd)
+
+    j = Journal(path, fsync=fsync)
+    j.open()
+    with pytest.raises(OSError):
+        j.append(intent(1))
+    assert path.read_bytes() == b"" and j.in_doubt and 1 not in j.state.orders
+    calls["fail"] = False
+    j.append(intent(2))
+    assert not j.in_doubt and calls["n"] == 3  # the failed one, recovery's, the append's
+    assert set(Journal(path).open().orders) == {2}
+
+
+def test_kept_records_are_applied_now_and_written_first_once_the_disk_has_room(tmp_path):
+    path = tmp_path / "s.journal"
+    full = ShortThenFull(10**9)
+    j = Journal(path, write=full)
+    j.open()
+    j.append(intent(1))
+    full.room = 0
+    with pytest.raises(OSError):
+        j.append(fill(1, 10, 0.01, 100.0))
+    j.keep(fill(1, 10, 0.01, 100.0))  # it happened at the venue: applied, queued
+    assert j.state.position(1).qty == pytest.approx(0.01) and j.in_doubt
+    full.room = 10**9
+    j.append(fill(1, 11, 0.01, 100.0))
+    st = Journal(path).open()
+    assert [r for r in sorted(st.trade_ids)] == [10, 11] and st.position(1).qty == pytest.approx(0.02)
+
+
+def _tmpfs(path, size_bytes: int) -> bool:
+    """Mount a tmpfs of ``size_bytes`` at ``path``; False where this machine cannot (not root, no
+    mount namespace rights)."""
+    import subprocess
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+                       capture_output=True, timeout=10)
+    return r.returncode == 0
+
+
+def test_on_a_real_full_tmpfs_every_record_that_was_appended_replays_after_space_returns(tmp_path):
+    """The issue's scenario: the journal on a small tmpfs filled to the brim by another file, appends
+    fail with ENOSPC part way, then the filler is removed: every append that returned replays, no
+    line is torn, and the record after the failure is not glued onto a fragment."""
+    import subprocess
+    mnt = tmp_path / "mnt"
+    if not _tmpfs(mnt, 256 * 1024):
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        path = mnt / "sender.journal"
+        partial = {"n": 0}
+
+        def write(fd, data):  # os.write, noting a short write (the case that left a fragment)
+            n = os.write(fd, data)
+            partial["n"] += n < len(data)
+            return n
+
+        j = Journal(path, write=write)
+        j.open()
+        ok, failed = [1, 2, 3], 0
+        for oid in ok:  # the journal's last page is partly used: appends then fill it and break off mid-line
+            j.append(intent(oid))
+        filler = mnt / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # fill to the brim: page by page, then byte by byte
+            for chunk in (b"x" * 4096, b"x"):
+                try:
+                    while True:
+                        os.write(fd, chunk)
+                except OSError as exc:
+                    assert exc.errno == 28
+        finally:
+            os.close(fd)
+        oid = 3
+        while failed < 3:  # the disk is full: every append is refused, the file stays clean
+            oid += 1
+            try:
+                j.append(intent(oid))
+                ok.append(oid)
+            except OSError as exc:
+                assert exc.errno == 28
+                failed += 1
+                assert path.read_bytes().endswith(b"\n") or path.stat().st_size == 0
+        assert j.in_doubt
+        filler.unlink()
+        for _ in range(5):
+            oid += 1
+            j.append(intent(oid))
+            ok.append(oid)
+        j.close()
+        st = Journal(path).open()
+        assert st.torn == 0 and sorted(st.orders) == ok and len(ok) >= 10 and partial["n"] >= 1
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)

@@ -186,8 +186,9 @@ def test_order_ids_are_deterministic_from_the_origin_and_round_trip_through_the_
     from pipeline.messages import client_oid, order_id_for, order_id_from_client_oid
 
     a = order_id_for(1, 123456, 0)
-    assert a == order_id_for(1, 123456, 0) == 7527908177910173304  # golden: blake2b-64 of the packed origin
-    assert client_oid(order_id_for(1, 5, 0)) == "tp3b512fa1abf6e19b"
+    assert a == order_id_for(1, 123456, 0) == 1073184998814412614  # golden: blake2b-64 of the packed origin
+    assert client_oid(order_id_for(1, 5, 0)) == "tp0faff092351e723d"
+    assert order_id_for(1, 123456, 0, epoch=7) == 8083511141968032023 != a  # another run: another id
     ids = {order_id_for(i, s, leg) for i in (1, 2) for s in range(200) for leg in range(3)}
     assert len(ids) == 1200 and all(0 < x < 2**63 for x in ids)
     oid = client_oid(a)

@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 from pipeline.config import InstrumentConfig
 from pipeline.errors import ConfigError
 from pipeline.messages import (EXEC_DTYPE, INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd,
-                               ControlReason, ExecType, Label, OrderCmd, OrderOrigin, Side, TimeInForce, order_id_for, pack_control)
-from pipeline.risk import (Book, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, InstructionExpired,
-                           InstructionPlanned, MessageRejected, OrderApproved, OrderDenied, RiskGateway, RiskLimits,
-                           StateChanged, Synced, SyncRequested, decode_limits, encode_order)
+                               ControlReason, ExecReason, ExecType, Label, OrderCmd, OrderOrigin, Side, TimeInForce,
+                               order_id_for, pack_control)
+from pipeline.risk import (Book, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
+                           InstructionExpired, InstructionPlanned, MessageRejected, OrderApproved, OrderDenied,
+                           PositionMismatch, RiskGateway, RiskLimits, StateChanged, Synced, SyncRequested, TradingState,
+                           VenueAccountChanged, decode_limits, encode_order)
 
 # AAA: tick 0.5, lot 1 (one lot at 100 is 100 of notional); BBB: tick 0.01, lot 0.1
 INSTRUMENTS = [InstrumentConfig(id=1, symbol="AAA", tick_size=0.5, lot_size=1.0),
@@ -670,3 +672,56 @@ def test_a_live_llm_plan_wins_over_lean_signals():
     gw.on_signal(sig(1, seq=11), clock())
     ev = gw.on_signal(sig(1, label=Label.LEAN_BUY, seq=12), clock())
     assert [c.why for c in of(ev, CancelSent)] == ["other_side"]
+
+
+# ------------------------------------------------------------------------------------- the venue's position
+def test_a_filled_answer_to_a_duplicate_id_is_never_applied_as_a_fill():
+    """The phantom fill of a restart that kept the journal: a FILLED with reason DUPLICATE (an old
+    sender's answer to a repeated id) must not move the position."""
+    gw, _ = gateway()
+    r = np.zeros(1, EXEC_DTYPE)
+    r["instrument_id"], r["exec_type"], r["side"], r["order_id"] = 1, ExecType.FILLED, Side.BUY, 77
+    r["price"], r["size"], r["reason"] = 100.0, 3.0, ExecReason.DUPLICATE
+    out = gw.on_exec(r.tobytes())
+    assert gw.books[1].position == 0.0 and of(out, MessageRejected) and not of(out, FillApplied)
+    fill(gw, size=1.0)  # an ordinary fill still counts
+    assert gw.books[1].position == 1.0
+
+
+def test_order_ids_carry_the_run_epoch():
+    clock = Clock()
+    ids = []
+    for epoch in (1, 2):
+        gw = RiskGateway(INSTRUMENTS, RiskLimits(**BASE), clock, epoch=epoch)
+        gw.start()
+        gw.on_exec(ex(ExecType.SYNC_DONE))
+        gw.on_signal(sig(1), clock())
+        out = gw.on_instruction(instr(clock, target=1, seq=77))
+        ids.append([e.order_id for e in of(out, OrderApproved)])
+    assert ids[0] == [order_id_for(1, 77, 0, 1)] and ids[1] == [order_id_for(1, 77, 0, 2)] and ids[0] != ids[1]
+
+
+def test_a_state_report_with_a_position_mismatch_takes_the_venues_position_and_reduces():
+    gw, clock = gateway()
+    fill(gw, size=6.0)
+    out = gw.on_exec(ex(ExecType.POSITION, iid=1, size=2.0, price=100.0))  # the venue's, after correction
+    out += gw.on_exec(ex(ExecType.POSITION_MISMATCH, iid=1, size=2.0, price=6.0))
+    out += gw.on_exec(ex(ExecType.SYNC_DONE))
+    (m,) = of(out, PositionMismatch)
+    assert (m.instrument_id, m.ours, m.venue, m.diff_lots) == (1, 6.0, 2.0, -4.0)
+    assert gw.books[1].position == 2.0 and gw.state == TradingState.REDUCING
+    assert of(out, StateChanged)[-1].cause == "position_mismatch"
+    gw.on_signal(sig(1), clock())
+    assert reason(order(gw, side=Side.BUY, size=1.0)) == DenyReason.REDUCING  # no risk-increasing order
+    assert reason(order(gw, side=Side.SELL, price=100.5, size=1.0)) == "APPROVED"
+    gw.on_control(ctl(ControlCmd.RESUME))
+    assert gw.state == TradingState.ACTIVE
+
+
+def test_a_state_report_from_a_new_venue_account_reduces():
+    gw, _ = gateway()
+    r = np.zeros(1, EXEC_DTYPE)
+    r["exec_type"], r["reason"] = ExecType.SYNC_DONE, ExecReason.ACCOUNT_CHANGED
+    gw.on_exec(ex(ExecType.POSITION, iid=1, size=0.0))
+    out = gw.on_exec(r.tobytes())
+    assert of(out, VenueAccountChanged) and gw.state == TradingState.REDUCING

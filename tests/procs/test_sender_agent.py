@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -25,14 +26,20 @@ import orjson
 import pytest
 
 from pipeline.agent import AgentContext
-from pipeline.bitget.signing import Credentials, verify, write_credentials_file
+from pipeline.bitget.signing import (Credentials, generate_paper_credentials, load_credentials, verify,
+                                     write_credentials_file)
 from pipeline.config import ProcessConfig, parse_config
 from pipeline.journal import Journal, encode_record
 from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, Side, TimeInForce,
                                client_oid)
+from pipeline.venue.orders import InstrumentRules, OrderEngine
+from pipeline.venue.rest import RestApi, RestServer
+from pipeline.venue.server import VenueServer as MarketServer
+from pipeline.venue.server import VenueThread
 from procs.sender import CRASH_ENV, SenderAgent, TokenBucket
 from ringbuf import Ring
 from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from tests.pipeline.venue._client import synthetic
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 from tests.procs.test_features_agent import ListInput
 
@@ -58,6 +65,8 @@ class ContractVenue:
         self.gate = None  # called with the endpoint as a request arrives, outside the lock (may block)
         self.next_vid = 5000
         self.next_tid = 100
+        self.account_id = "7001"  # account/info's userId: a reset venue answers another
+        self.behind: dict[str, float] = {}  # position changes made behind the sender's back (base units)
 
     # --- test controls
     def fault(self, endpoint: str, *actions) -> None:
@@ -80,7 +89,11 @@ class ContractVenue:
 
     def position(self, symbol: str) -> float:
         with self.lock:
-            return sum(float(f["size"]) * (1 if f["side"] == "buy" else -1) for f in self.fills if f["symbol"] == symbol)
+            return self._position(symbol)
+
+    def _position(self, symbol: str) -> float:
+        return self.behind.get(symbol, 0.0) + sum(float(f["size"]) * (1 if f["side"] == "buy" else -1)
+                                                  for f in self.fills if f["symbol"] == symbol)
 
     # --- the contract
     def handle(self, method: str, path: str, query: str, body: bytes, headers) -> tuple[int, dict] | None:
@@ -158,6 +171,11 @@ class ContractVenue:
             after = int(q.get("idGreaterThan", 0))
             return 200, [dict(f) for f in self.fills if int(f["tradeId"]) > after
                          and q.get("symbol") in (None, f["symbol"]) and q.get("orderId") in (None, f["orderId"])]
+        if endpoint == "info":
+            return 200, {"userId": self.account_id, "inviterId": "", "regisTime": "0"}
+        if endpoint == "assets":
+            return 200, [{"coin": sym[:-4], "available": repr(self._position(sym)), "frozen": "0", "locked": "0",
+                          "limitAvailable": "0", "uTime": str(now)} for sym in ("BTCUSDT", "ETHUSDT")]
         return 404, "40404"
 
 
@@ -634,12 +652,19 @@ def test_intents_that_cannot_be_made_durable_are_not_sent_and_each_is_answered_r
         (r, rts), = h.wait_for(ExecType.REJECTED, oid)
         assert rts == sent[oid] and int(r["reason"]) == ExecReason.HALTED and float(r["leaves"]) == 0.0
     assert not venue.placed and ("POST", "place-order") not in venue.requests
-    assert h.ctx.stats["journal_errors"] == len(oids) and h.ctx.stats.get("errors", 0) == 0 and h.ctx.stats["sent"] == 0
-    assert [e["order_id"] for e in h.log.named("sender_journal_failed")] == list(oids)
-    j._fsync = fsync  # the disk is back: the next order goes out as usual
+    # each intent, and each never_sent record that could not be made durable either (kept in memory)
+    assert h.ctx.stats["journal_errors"] == 2 * len(oids) and h.ctx.stats.get("errors", 0) == 0
+    assert h.ctx.stats["sent"] == 0 and h.ctx.stats["jdoubt"] == 1
+    failed = h.log.named("sender_journal_failed")
+    assert [e["order_id"] for e in failed if "record" not in e] == list(oids)
+    assert [e["order_id"] for e in failed if e.get("record") == "never_sent"] == list(oids)
+    h.send(order(oid=17))  # while the journal is in doubt nothing is sent
+    (r, _), = h.wait_for(ExecType.REJECTED, 17)
+    assert int(r["reason"]) == ExecReason.HALTED and not venue.placed
+    j._fsync = fsync  # the disk is back: the kept records are written first, the next order goes out
     h.send(order(oid=16))
     h.wait_for(ExecType.ACKED, 16)
-    assert venue.placed == [client_oid(16)]
+    assert venue.placed == [client_oid(16)] and h.ctx.stats["jdoubt"] == 0
     st = Journal(tmp_path / "sender.journal").open()  # what a restart would find: never sent, not pending
     assert [st.orders[oid].status for oid in oids] == ["never_sent"] * len(oids) and st.orders[16].status == "live"
 
@@ -767,6 +792,21 @@ def test_a_replayed_order_id_is_not_sent_again_and_is_answered_duplicate(tmp_pat
     assert dts == ts and int(d["reason"]) == ExecReason.DUPLICATE and float(d["leaves"]) == 0.02
     assert venue.placed == [client_oid(51)] and venue.requests.count(("POST", "place-order")) == 1
     assert h.ctx.stats["dups"] == 1 and h.ctx.stats["sent"] == 1
+
+
+def test_a_replayed_id_of_a_filled_order_is_answered_rejected_duplicate_never_with_a_fill(tmp_path, venue):
+    """The issue's phantom fills: an id the journal already holds as FILLED, sent again, must not be
+    answered with that order's fill (the risk gateway would apply it as a new one)."""
+    h = start(tmp_path, venue)
+    h.send(order(oid=52))
+    h.wait_for(ExecType.ACKED, 52)
+    venue.fill(client_oid(52), 0.02, 100.0)
+    h.wait_for(ExecType.FILLED, 52)
+    ts = h.send(order(oid=52))
+    (d, dts), = h.wait_for(ExecType.REJECTED, 52)
+    assert dts == ts and int(d["reason"]) == ExecReason.DUPLICATE and float(d["leaves"]) == 0.0
+    assert len(h.reports(ExecType.FILLED, 52)) == 1  # the one fill, reported once, when it came
+    assert venue.requests.count(("POST", "place-order")) == 1
 
 
 @pytest.mark.parametrize("faults, reason, retries", [
@@ -898,6 +938,82 @@ def test_restart_reconciles_an_intent_the_venue_never_saw_and_an_order_filled_wh
     assert int(d["reason"]) == ExecReason.DUPLICATE and client_oid(102) not in venue.placed
 
 
+def test_a_position_changed_behind_the_senders_back_is_found_on_restart_and_the_venues_is_taken(tmp_path, venue):
+    """Reconcile positions, not only orders: the venue's balance moved without an order of ours (an
+    operator, another client): the restarted sender journals the venue's position, reports it, and
+    flags the difference (POSITION_MISMATCH: the risk gateway reduces); the next start finds none."""
+    h = start(tmp_path, venue)
+    h.send(order(oid=121, price=100.0, size=0.02))
+    h.wait_for(ExecType.ACKED, 121)
+    venue.fill(client_oid(121), 0.02, 100.0)
+    h.wait_for(ExecType.FILLED, 121)
+    assert not h.reports(ExecType.POSITION_MISMATCH)
+    h.agent.on_close()
+    venue.behind["BTCUSDT"] = -0.0005  # five lots of 0.0001 gone behind its back
+    h2 = Harness(tmp_path, venue.url)
+    h2.synced()
+    (pos,) = [r for r, _ in h2.reports(ExecType.POSITION) if int(r["instrument_id"]) == 1]
+    (mm, _), = h2.reports(ExecType.POSITION_MISMATCH)
+    assert float(pos["size"]) == pytest.approx(venue.position("BTCUSDT")) == pytest.approx(0.0195)
+    assert (int(mm["instrument_id"]), float(mm["price"]), float(mm["size"])) == (1, pytest.approx(0.02),
+                                                                                  pytest.approx(0.0195))
+    assert h2.ctx.stats["pdiff_1"] == -5 and h2.log.named("sender_position_mismatch")[0]["diff_lots"] == -5
+    h2.send(order(OrderCmd.SYNC, oid=0, iid=0))  # every state report repeats it while this process lives
+    h2.wait_for(ExecType.POSITION_MISMATCH, n=2)
+    h2.agent.on_close()
+    h3 = Harness(tmp_path, venue.url)  # the journal took the venue's position: nothing apart any more
+    h3.synced()
+    assert not h3.reports(ExecType.POSITION_MISMATCH) and "pdiff_1" not in h3.ctx.stats
+    (pos,) = [r for r, _ in h3.reports(ExecType.POSITION) if int(r["instrument_id"]) == 1]
+    assert float(pos["size"]) == pytest.approx(0.0195)
+
+
+def test_a_fill_arriving_while_the_balances_are_read_is_not_taken_for_a_difference(tmp_path, venue):
+    h = start(tmp_path, venue)
+    h.send(order(oid=131, price=100.0, size=0.02))
+    h.wait_for(ExecType.ACKED, 131)
+    h.agent.on_close()
+    filled, seen = [], len(venue.requests)
+
+    def gate(endpoint):  # the order fills just after the restarted sender has read the balances
+        if endpoint == "fills" and ("GET", "assets") in venue.requests[seen:] and not filled:
+            filled.append(1)
+            venue.fill(client_oid(131), 0.02, 100.0)
+
+    venue.gate = gate
+    h2 = Harness(tmp_path, venue.url)
+    h2.synced()
+    assert filled and not h2.reports(ExecType.POSITION_MISMATCH)
+    (pos,) = [r for r, _ in h2.reports(ExecType.POSITION) if int(r["instrument_id"]) == 1]
+    assert float(pos["size"]) == pytest.approx(0.02) == pytest.approx(venue.position("BTCUSDT"))
+
+
+def test_a_venue_reset_to_a_new_account_sets_the_journal_aside_and_replays_no_old_fill(tmp_path, venue):
+    """A paper venue started afresh is a new account: the old journal's orders and fills are not
+    queried or replayed into it; the state report says ACCOUNT_CHANGED (the gateway reduces)."""
+    h = start(tmp_path, venue)
+    h.send(order(oid=141, price=100.0, size=0.02))
+    h.wait_for(ExecType.ACKED, 141)
+    venue.fill(client_oid(141), 0.02, 100.0)
+    h.wait_for(ExecType.FILLED, 141)
+    h.agent.on_close()
+    with venue.lock:  # the venue reset: a new account, nothing of the old one
+        venue.account_id = "7002"
+        venue.orders.clear()
+        venue.fills.clear()
+    h2 = Harness(tmp_path, venue.url)
+    (done, _), = h2.synced()
+    assert int(done["reason"]) == ExecReason.ACCOUNT_CHANGED
+    assert not h2.reports(ExecType.FILLED) and not h2.reports(ExecType.POSITION_MISMATCH)
+    assert all(float(r["size"]) == 0.0 for r, _ in h2.reports(ExecType.POSITION))
+    assert h2.ctx.stats["acct_changed"] == 1 and h2.log.named("sender_venue_account_changed")[0]["old"] == "7001"
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("sender.journal.7001.")]
+    assert len(aside) == 1 and Journal(aside[0]).open().orders[141].status == "filled"
+    assert Journal(tmp_path / "sender.journal").open().account == "7002"
+    h2.send(order(oid=142))  # trading goes on against the new account
+    h2.wait_for(ExecType.ACKED, 142)
+
+
 def test_no_key_material_in_logs_stats_journal_or_reports(tmp_path, venue):
     h = start(tmp_path, venue)
     venue.fault("place-order", ("status", 401, "40009"))
@@ -992,19 +1108,9 @@ def test_sigkill_around_the_send_leaves_no_duplicate_and_the_position_matches_th
 def test_against_the_paper_venue_place_fill_cancel_duplicate_and_position(tmp_path):
     """The same contract from the other side: pipeline.venue's order engine and REST server (a paused
     synthetic market), the sender in-process."""
-    try:
-        from decimal import Decimal
-
-        from pipeline.bitget.signing import generate_paper_credentials, load_credentials
-        from pipeline.venue.orders import InstrumentRules, OrderEngine
-        from pipeline.venue.rest import RestApi, RestServer
-        from pipeline.venue.server import VenueServer, VenueThread
-        from tests.pipeline.venue._client import synthetic
-    except ImportError as exc:  # the paper venue's order side is not there yet
-        pytest.skip(f"paper venue REST not available: {exc}")
     generate_paper_credentials(tmp_path / "key.json")  # Harness's key_file() then keeps this one
     creds = load_credentials(tmp_path / "key.json")
-    market = VenueServer(synthetic(), start_paused=True)
+    market = MarketServer(synthetic(), start_paused=True)
     rules = {"BTCUSDT": InstrumentRules("BTCUSDT", Decimal("0.1"), Decimal("0.0001")),
              "ETHUSDT": InstrumentRules("ETHUSDT", Decimal("0.01"), Decimal("0.001"))}
     engine = OrderEngine(rules, market.market.levels, lambda: time.time_ns() // 1_000_000, max_notional=1_000_000)
