@@ -1,7 +1,13 @@
 """Command line: ``python -m pipeline up | down | status | restart NAME | halt | kill-switch | resume``.
 
 ``up`` runs the supervisor in the foreground (``make up``) with a live status view; the others talk
-to it over the control socket. ``down`` with no supervisor answering cleans what a killed one left.
+to it over the control socket. ``down`` with no supervisor answering cleans what a killed one left
+(under the run lock: never what a live supervisor that holds it is using).
+
+Exit status: 0 done; 1 the supervisor refused the request, or ``down`` could not finish; 2 an error
+stopped the command, printed as one line ``error: ...`` on stderr (a config error, another
+supervisor already running, a stage that cannot start and why, a file that cannot be created with
+its path and the OS's reason, no supervisor answering); never a traceback for these.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pipeline.config import load_config
 from pipeline.control import request
 from pipeline.errors import ControlError, PipelineError
 from pipeline.log import open_event_log
-from pipeline.supervisor import Supervisor, clean_stale, format_status
+from pipeline.supervisor import RunLock, RunLockHeld, Supervisor, clean_stale, format_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if args.cmd == "up":
             sup = cfg.supervisor
-            log = open_event_log("supervisor", sup.log_dir, sup.log_max_bytes, sup.log_backups)
+            try:
+                log = open_event_log("supervisor", sup.log_dir, sup.log_max_bytes, sup.log_backups)
+            except OSError as exc:
+                print(f"error: cannot open the supervisor log in {sup.log_dir}: {exc.strerror or exc}"
+                      + (f" ({exc.filename})" if exc.filename else ""), file=sys.stderr)
+                return 2
             return Supervisor(cfg, args.config, log, out=sys.stdout).up(status_every_s=args.status_every, run_for_s=args.run_for)
         if args.cmd == "down":
             return _down(cfg)
@@ -60,14 +71,42 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file the command needed; one line, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def _down(cfg) -> int:
+    """Ask the supervisor to go down and wait for it; with none answering, clean what a killed one
+    left, holding the run lock meanwhile (a supervisor that holds it is alive: nothing is touched).
+    Returns the exit status.
+
+    Raises:
+        StartupError: the run's pid file cannot be opened or locked for a reason other than another
+            holder (the path and the OS's reason).
+    """
     pid_file = Path(cfg.supervisor.run_dir) / "supervisor.pid"
     try:
         request(cfg, {"cmd": "down"}, timeout_ms=2_000)
     except ControlError:
-        removed = clean_stale(cfg)
+        lock = RunLock(cfg.supervisor.run_dir)
+        try:
+            lock.acquire(create=False, write_pid=False)
+        except FileNotFoundError:
+            pass  # no pid file: no supervisor holds the lock
+        except RunLockHeld as exc:  # a live supervisor that does not answer: touch nothing of it
+            who = f"pid {exc.pid}" if exc.pid else "pid unknown"
+            print(f"error: a supervisor ({who}) holds the run lock {pid_file} but did not answer `down` on "
+                  f"{cfg.control_endpoint()} (hung?); nothing was cleaned: try again, or stop it with SIGTERM",
+                  file=sys.stderr)
+            return 1
+        try:
+            removed = clean_stale(cfg, keep_pid_file=lock.held)
+            if lock.release(unlink=True):
+                removed.append(str(pid_file))
+        finally:
+            lock.release()
         print("no supervisor running; " + (f"cleaned: {', '.join(removed)}" if removed else "nothing to clean"))
         return 0
     deadline = time.monotonic() + cfg.supervisor.stop_grace_ms / 1000 + 10

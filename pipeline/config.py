@@ -114,7 +114,9 @@ class SupervisorConfig(_Strict):
     shm_prefix: Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,15}$")] = "tp"
     run_dir: str = "run"
     log_dir: str = "logs"
-    control_endpoint: str = ""  # default: ipc://<run_dir>/control.sock
+    # ipc://PATH only (default: ipc://<run_dir>/control.sock, created 0600 in the 0700 run dir): whoever
+    # can connect can halt, restart or stop the pipeline, so there is no tcp:// option
+    control_endpoint: str = ""
     control_ring: str = ""  # ring the supervisor writes CONTROL messages into ("" = none)
     # "zmq" / "mp-queue": the same processes over pyzmq / multiprocessing.Queue, for comparison only
     transport: Literal["ring", "zmq", "mp-queue"] = "ring"
@@ -157,7 +159,7 @@ class Config(_Strict):
         return self.supervisor.control_endpoint or f"ipc://{Path(self.supervisor.run_dir).resolve()}/control.sock"
 
 
-_ENDPOINT = re.compile(r"^(ipc://.+|tcp://127\.0\.0\.1:\d{1,5})$")
+_ENDPOINT = re.compile(r"^ipc://.+$")
 
 
 def _check(cfg: Config) -> None:
@@ -201,7 +203,8 @@ def _check(cfg: Config) -> None:
         ids.add(ins.id)
     ep = cfg.supervisor.control_endpoint
     if ep and not _ENDPOINT.match(ep):
-        raise ConfigError(f"$.supervisor.control_endpoint: must be ipc://PATH or tcp://127.0.0.1:PORT, got {ep!r}")
+        raise ConfigError(f"$.supervisor.control_endpoint: must be ipc://PATH, got {ep!r} (a TCP control endpoint "
+                          "would let any local user halt, restart or stop the pipeline; the ipc socket is 0600)")
 
 
 def parse_config(text: str | bytes, source: str = "<config>") -> Config:

@@ -13,9 +13,12 @@ def request(cfg: Config, req: dict, timeout_ms: int = 3_000) -> dict:
     """Send ``req`` to the supervisor of ``cfg`` and return its answer.
 
     Raises:
-        ControlError: no supervisor answered within ``timeout_ms``.
+        ControlError: the endpoint is not ``ipc://`` (the only kind a supervisor binds), or no
+            supervisor answered within ``timeout_ms``.
     """
     ep = cfg.control_endpoint()
+    if not ep.startswith("ipc://"):
+        raise ControlError(f"control endpoint {ep!r}: only ipc:// is supported")
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)

@@ -23,7 +23,10 @@ With ``SHMPIPE_LATENCY_DIR`` set, the context gets a ``LatencyTap`` dumped there
 SIGTERM or SIGINT: finish the current batch, commit input cursors, ``on_close``, exit 0. A write
 waiting for room in a full ``backpressure`` ring keeps the heartbeat going and gives up on SIGTERM
 (StopRequested; the message being handled is not committed, so it is seen again after a restart).
-Exit codes: 0 clean stop, 1 start failed, 70 too many consecutive errors.
+Exit codes: 0 clean stop, 1 start failed (the supervisor may retry), 78 start failed for good (a
+``ConfigError`` or ``StartupError`` from loading the config or the agent's ``on_start``: a restart
+cannot fix it; the supervisor stops retrying and reports the cause, the last line
+``NAME: start failed: TYPE: MESSAGE`` of the stage's ``.out`` file), 70 too many consecutive errors.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import traceback
 from pipeline import proctable as PT
 from pipeline.agent import LATENCY_DIR_ENV, Agent, AgentContext, LatencyTap
 from pipeline.config import Config, load_config
-from pipeline.errors import StartupError
+from pipeline.errors import ConfigError, StartupError
 from pipeline.linux import die_with_parent
 from pipeline.log import EventLog, open_event_log
 from pipeline.transport import open_ports
@@ -49,6 +52,7 @@ from ringbuf.ring import Ring, wait_any
 
 EXIT_OK = 0
 EXIT_START_FAILED = 1
+EXIT_START_PERMANENT = 78  # sysexits EX_CONFIG: a ConfigError / StartupError at start; retrying cannot help
 EXIT_TOO_MANY_ERRORS = 70
 MAX_CONSECUTIVE_ERRORS = 100
 
@@ -322,7 +326,11 @@ def main(argv: list[str] | None = None, queues: dict | None = None) -> int:
     args = ap.parse_args(argv)
     if args.supervisor_pid:
         _die_with_parent(args.supervisor_pid)
-    cfg = load_config(args.config)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:  # the file was changed to something invalid after `up`
+        print(f"{args.name}: start failed: ConfigError: {exc}", file=sys.stderr)
+        return EXIT_START_PERMANENT
     sup = cfg.supervisor
     log = open_event_log(args.name, sup.log_dir, sup.log_max_bytes, sup.log_backups)
     runner = Runner(cfg, args.name, core=args.core, wait=args.wait, log=log, queues=queues)
@@ -335,7 +343,7 @@ def main(argv: list[str] | None = None, queues: dict | None = None) -> int:
         if runner.rec is not None:
             runner.rec.set_last_error(f"start failed: {type(exc).__name__}: {exc}")
         print(f"{args.name}: start failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_START_FAILED
+        return EXIT_START_PERMANENT if isinstance(exc, (ConfigError, StartupError)) else EXIT_START_FAILED
     return runner.run()
 
 

@@ -13,8 +13,19 @@ Process states (a polled state machine, one ``tick`` every ``poll_interval_ms``)
   limit); a FATAL process makes the supervisor write CONTROL HALT to the ``control_ring``;
 - ``down``: SIGTERM to every process, ``stop_grace_ms``, then SIGKILL; then every segment, the
   semaphores, the control socket and the pid file are removed;
+- the run lock: before anything else, ``up`` takes an exclusive ``flock`` on
+  ``<run_dir>/supervisor.pid`` (and writes its pid there); a second ``up`` of the same run dir fails
+  at once naming the running supervisor, and touches nothing. The lock goes with the process (a
+  killed supervisor leaves no lock behind); ``down`` removes the pid file, then lets go of it;
 - a stale run (a supervisor that was killed) is detected from the pid file and the process table
-  and cleaned before anything new is created.
+  and cleaned before anything new is created;
+- the run epoch: after taking the lock and before any stage starts, ``up`` writes a fresh random
+  64-bit number to ``<run_dir>/run.epoch`` (0600, pipeline/runepoch.py); stages read it with
+  ``read_run_epoch`` (ids unique across runs). A stage restart keeps it;
+- a stage whose start fails with ``ConfigError`` or ``StartupError`` (runner exit code 78) is not
+  retried: it goes FATAL at once (trading is halted as for flapping) and, during ``up``, ``up``
+  fails naming the stage and the cause (the runner's ``NAME: start failed: ...`` line of
+  ``logs/NAME.out``). Other start failures (exit code 1) follow the restart policy.
 
 Transport ``mp-queue`` (comparison only): the supervisor creates one spawn-context
 ``multiprocessing.Queue`` per ring (not the control ring, a shared-memory ring in every transport)
@@ -30,14 +41,17 @@ answering, is logged (``forkserver_unavailable`` / ``forkserver_lost``), shown i
 and the stages are exec'd from then on. Every stage gets ``OPENBLAS_NUM_THREADS=1`` unless set: each
 is one pinned core.
 
-Control plane: a zmq REP socket (``ipc://`` with mode 0600, or ``tcp://127.0.0.1``) answering JSON
-requests ``{"cmd": "status" | "restart" | "halt" | "kill-switch" | "resume" | "down", "name": ...}``.
+Control plane: a zmq REP socket on ``ipc://`` only (created mode 0600, by default in the 0700 run
+dir: only this user can connect; there is no TCP option, as anyone who can connect can halt, restart
+or stop the pipeline) answering JSON requests ``{"cmd": "status" | "restart" | "halt" | "kill-switch"
+| "resume" | "down", "name": ...}``. It is served during start-up too (``down`` aborts a start).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import multiprocessing
 import os
 import signal
@@ -58,6 +72,7 @@ from pipeline.gpu import budget_from_config, check_budget, probe_gpu
 from pipeline.log import EventLog
 from pipeline.messages import ControlCmd, ControlReason, Kind, pack_control
 from pipeline.pinning import available_cores, plan_cores
+from pipeline.runepoch import EPOCH_FILE, read_run_epoch, write_run_epoch  # noqa: F401 (read_run_epoch: re-exported)
 from pipeline.transport import bind_private, doorbell_ring, port_transport
 from ringbuf.ring import open_doorbell
 from ringbuf import Ring, layout as L
@@ -96,6 +111,7 @@ class Proc:
         self.last_exit: str = ""
         self.down_ns = 0  # when it was last seen dead (for time-to-RUNNING)
         self.recoveries_ns: list[int] = []  # death seen -> RUNNING again, per restart
+        self.permanent = ""  # why its last start failed for good (ConfigError / StartupError), else ""
 
 
 #: set in the environment of a runner started as a multiprocessing process (its command line is
@@ -175,6 +191,159 @@ def _is_our_runner(pid: int) -> bool:
     return any(e.startswith(RUNNER_ENV.encode() + b"=") for e in env)
 
 
+#: the runner's exit code for a start that failed with ConfigError / StartupError (retrying cannot
+#: help); ``pipeline.runner.EXIT_START_PERMANENT`` (not imported: the runner pulls in numpy)
+EXIT_START_PERMANENT = 78
+
+PID_FILE = "supervisor.pid"
+
+
+def _flock_holder(fd: int) -> int:
+    """The pid holding a ``flock`` on the file open as ``fd``, from /proc/locks (0: not found)."""
+    st = os.fstat(fd)
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 1234 08:01:567 0 EOF"
+        f = line.split()
+        if len(f) >= 6 and f[1] == "FLOCK" and f[3] == "WRITE" and f[5].rsplit(":", 1)[-1] == str(st.st_ino):
+            try:
+                return int(f[4])
+            except ValueError:
+                return 0
+    return 0
+
+
+class RunLockHeld(StartupError):
+    """Another process holds the run lock; ``pid`` is its pid (0: unknown)."""
+
+    def __init__(self, message: str, pid: int):
+        super().__init__(message)
+        self.pid = pid
+
+
+class RunLock:
+    """The exclusive lock of one run dir: ``flock(LOCK_EX)`` on ``<run_dir>/supervisor.pid``.
+
+    Held by the supervisor from the first thing ``up`` does until the end of ``down``; the kernel
+    drops it when the process dies, however it dies. The descriptor is close-on-exec and the
+    supervisor's children are started with ``close_fds``, so no child keeps it.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / PID_FILE
+        self.fd: int | None = None
+        self.previous_pid = 0  # the pid the file held when we took the lock (a killed supervisor's)
+        self.was_held = False  # taken at least once
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def acquire(self, *, create: bool = True, write_pid: bool = True) -> None:
+        """Take the lock without waiting; with ``create``, make the run dir (0700) and the pid file
+        (0600) when missing; with ``write_pid``, write this process's pid into the pid file.
+
+        Raises:
+            RunLockHeld: another process holds the lock (a StartupError naming its pid).
+            StartupError: the run dir or the pid file cannot be created or written (the path and
+                the OS's reason).
+            FileNotFoundError: ``create`` is False and there is no pid file.
+        """
+        if self.fd is not None:
+            return
+        if create:
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as exc:
+                raise StartupError(f"cannot create the run directory {self.run_dir}: {exc.strerror or exc}") from None
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        for _ in range(100):
+            try:
+                fd = os.open(self.path, flags, 0o600)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                raise StartupError(f"cannot create the pid file {self.path}: {os.strerror(2)}") from None
+            except OSError as exc:
+                raise StartupError(f"cannot open the pid file {self.path}: {exc.strerror or exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder(fd)
+                os.close(fd)
+                who = f"pid {holder}" if holder else "pid unknown"
+                raise RunLockHeld(f"a supervisor ({who}) is already running for {self.run_dir} "
+                                  f"(it holds the lock on {self.path}); `make down` first", holder) from None
+            except OSError as exc:
+                os.close(fd)
+                raise StartupError(f"cannot lock the pid file {self.path}: {exc.strerror or exc}") from None
+            # a supervisor going down unlinks the file it locked: ours must still be the one at the path
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+            if not create:
+                raise FileNotFoundError(2, os.strerror(2), str(self.path))
+        else:  # pragma: no cover - the file replaced under us 100 times in a row
+            raise StartupError(f"cannot lock the pid file {self.path}: it keeps being replaced")
+        self.fd = fd
+        self.was_held = True
+        try:
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            self.previous_pid = int(text) if text.isdigit() else 0
+        except OSError:
+            self.previous_pid = 0
+        if write_pid:
+            try:
+                os.fchmod(fd, 0o600)
+                os.ftruncate(fd, 0)
+                data = f"{os.getpid()}\n".encode()
+                if os.pwrite(fd, data, 0) != len(data):
+                    raise OSError(28, os.strerror(28))
+            except OSError as exc:
+                self.release(unlink=True)
+                raise StartupError(f"cannot write the pid file {self.path}: {exc.strerror or exc}") from None
+
+    def _holder(self, fd: int) -> int:
+        """The pid of the lock's holder: the pid file's content (it writes it right after locking,
+        so wait up to 1 s for it), else /proc/locks; 0 when neither tells."""
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                if text.isdigit() and int(text) > 0:
+                    return int(text)
+            except OSError:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return _flock_holder(fd)
+
+    def release(self, *, unlink: bool = False) -> bool:
+        """Let go of the lock (idempotent); with ``unlink``, remove the pid file first (while still
+        holding it, so no other process's pid file is removed). Returns whether it was removed."""
+        if self.fd is None:
+            return False
+        removed = False
+        if unlink:
+            try:
+                if os.path.samestat(os.fstat(self.fd), os.stat(self.path)):
+                    os.unlink(self.path)
+                    removed = True
+            except FileNotFoundError:
+                pass
+        os.close(self.fd)
+        self.fd = None
+        return removed
+
+
 class Supervisor:
     """Owns the rings and processes of one configuration."""
 
@@ -188,7 +357,10 @@ class Supervisor:
         sup = cfg.supervisor
         self.run_dir = Path(sup.run_dir)
         self.log_dir = Path(sup.log_dir)
-        self.pid_file = self.run_dir / "supervisor.pid"
+        self.pid_file = self.run_dir / PID_FILE
+        self.lock = RunLock(self.run_dir)
+        self.run_epoch = 0  # written at `up` (pipeline/runepoch.py)
+        self.all_started = False  # start_all has brought every process up
         self.rings: dict[str, Ring] = {}
         self.table: PT.ProcTable | None = None
         self.procs: dict[str, Proc] = {}
@@ -205,40 +377,62 @@ class Supervisor:
         self.launcher = "exec"  # what starts the stages now, with why when it is not the configured one
 
     # ------------------------------------------------------------------------------ start-up
-    def preflight(self) -> None:
-        """Checks that must pass before anything is created.
+    def acquire_lock(self) -> None:
+        """Take the run lock (``RunLock``: flock on the pid file, which then holds our pid); the
+        first thing ``up`` does, so that two ``up`` at the same instant cannot both go on.
 
         Raises:
-            StartupError: a supervisor of this configuration is running, or the GPU budget fails.
+            StartupError: another supervisor holds it (the message names its pid), or the run dir
+                or pid file cannot be created or written (the path and the OS's reason).
         """
-        if self.pid_file.exists():
-            try:
-                pid = int(self.pid_file.read_text().strip() or 0)
-            except ValueError:
-                pid = 0
-            if pid and pid != os.getpid() and _pid_alive(pid):
-                raise StartupError(f"a supervisor (pid {pid}) is already running for {self.run_dir}; `make down` first")
+        self.lock.acquire()
+        self.log.info("run_lock_taken", path=str(self.lock.path), pid=os.getpid())
+
+    def preflight(self) -> None:
+        """Checks that must pass before anything is created (the run lock is held).
+
+        Raises:
+            StartupError: the GPU budget fails.
+        """
         info, why = probe_gpu(self.cfg.gpu.device_id)
         verdict = check_budget(budget_from_config(self.cfg), info, why)
         self.log.info("gpu_budget", verdict=verdict)
 
     def clean_stale(self) -> list[str]:
-        """Remove what a killed supervisor left: its runners, segments, semaphores, socket, pid file.
+        """Remove what a killed supervisor left: its runners, segments, semaphores, socket, run
+        epoch; its pid file is kept (it is the run lock, held by this process now, its pid in it)
+        and listed when it held another pid.
 
         Returns what was removed (for the log).
         """
-        return clean_stale(self.cfg)
+        removed = clean_stale(self.cfg, keep_pid_file=True)
+        if self.lock.previous_pid and self.lock.previous_pid != os.getpid():
+            removed.append(str(self.pid_file))  # a killed supervisor's pid, replaced by ours under the lock
+        return removed
 
     def create(self) -> None:
-        """Create the process table and every ring (mode 0600)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.pid_file.write_text(f"{os.getpid()}\n")
-        os.chmod(self.pid_file, 0o600)
-        self.table = PT.ProcTable.create(self.cfg.supervisor.shm_prefix, len(self.cfg.processes))
-        for rc in self.cfg.rings:
-            self.rings[rc.name] = Ring.create(self.cfg.segment_name(rc.name), slot_size=L.slot_size_for(rc.max_payload_bytes),
-                                              capacity=rc.capacity, full_policy=rc.full_policy, replace=True)
+        """Create the directories (0700), a fresh run epoch (0600), the process table and every
+        ring (mode 0600).
+
+        Raises:
+            StartupError: a directory, the run epoch, the table or a ring cannot be created (the
+                message names the path or segment and the OS's reason, e.g. "No space left on device").
+        """
+        what = f"the run directory {self.run_dir}"
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            what = f"the log directory {self.log_dir}"
+            self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.run_epoch = write_run_epoch(self.run_dir)  # StartupError names the file
+            self.log.info("run_epoch", epoch=self.run_epoch, path=str(self.run_dir / EPOCH_FILE))
+            what = f"the process table /dev/shm/{PT.segment_name(self.cfg.supervisor.shm_prefix).lstrip('/')}"
+            self.table = PT.ProcTable.create(self.cfg.supervisor.shm_prefix, len(self.cfg.processes))
+            for rc in self.cfg.rings:
+                what = f"the ring segment /dev/shm/{self.cfg.segment_name(rc.name)}"
+                self.rings[rc.name] = Ring.create(self.cfg.segment_name(rc.name), slot_size=L.slot_size_for(rc.max_payload_bytes),
+                                                  capacity=rc.capacity, full_policy=rc.full_policy, replace=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create {what}: {exc.strerror or exc}") from None
         if self.cfg.supervisor.control_ring:  # a shared-memory ring in every transport
             ctl_ring = self.cfg.supervisor.control_ring
             self.control_writer = self.rings[ctl_ring].writer()
@@ -256,12 +450,22 @@ class Supervisor:
             self.procs[p.name] = Proc(p, i, plan.cores[p.name], plan.wait[p.name])
 
     def open_control(self) -> str:
-        """Bind the control socket; an ipc:// socket file is created 0600."""
+        """Bind the control socket: ``ipc://`` only, the socket file created 0600.
+
+        Raises:
+            StartupError: the endpoint is not ``ipc://`` (a TCP control socket would let any local
+                user halt, restart or stop the pipeline), or it cannot be bound (the endpoint and why).
+        """
         ep = self.cfg.control_endpoint()
+        if not ep.startswith("ipc://"):
+            raise StartupError(f"control endpoint {ep!r}: only ipc:// is allowed (any local user could use a TCP one)")
         self.zctx = zmq.Context()
         self.sock = self.zctx.socket(zmq.REP)
         self.sock.setsockopt(zmq.LINGER, 0)
-        bind_private(self.sock, ep)
+        try:
+            bind_private(self.sock, ep)
+        except (zmq.ZMQError, OSError) as exc:
+            raise StartupError(f"cannot bind the control socket {ep}: {getattr(exc, 'strerror', None) or exc}") from None
         self.log.info("control_listening", endpoint=ep)
         return ep
 
@@ -281,10 +485,13 @@ class Supervisor:
         return order
 
     def start_all(self) -> None:
-        """Start every process in dependency order, waiting for each to report ready.
+        """Start every process in dependency order, waiting for each to report ready; control
+        requests are answered meanwhile (``status``; ``down`` aborts the start).
 
         Raises:
-            StartupError: a process did not become RUNNING (it went FATAL or timed out).
+            StartupError: a process did not become RUNNING: it failed with a ConfigError or
+                StartupError (not retried; the message names the process and the cause), went FATAL
+                after its restarts, or timed out; or ``down``, SIGTERM or SIGINT came first.
         """
         self.start_launcher()
         for name in self.start_order():
@@ -293,10 +500,17 @@ class Supervisor:
             deadline = self.clock() + p.cfg.ready_timeout_ms * 1_000_000
             while p.state not in (State.RUNNING, State.FATAL):
                 self.tick()
+                if self.sock is not None:
+                    self.serve_control()
+                if self.stopping:
+                    raise StartupError(f"start-up stopped (down, SIGTERM or SIGINT) while process {name} was starting")
                 if self.clock() > deadline:
                     raise StartupError(f"process {name} did not report ready within {p.cfg.ready_timeout_ms} ms (state {p.state.value})")
                 time.sleep(self.cfg.supervisor.poll_interval_ms / 1000)
             if p.state is State.FATAL:
+                if p.permanent:
+                    raise StartupError(f"process {name} cannot start: {p.permanent} "
+                                       f"(not retried: a restart cannot fix this); see {self.log_dir / (name + '.out')}")
                 raise StartupError(f"process {name} failed to start: {p.last_exit}; see {self.log_dir / (name + '.log')}")
 
     def start_launcher(self) -> None:
@@ -353,6 +567,7 @@ class Supervisor:
                 "--supervisor-pid", str(os.getpid())]
         out_path = self.log_dir / f"{p.name}.out"
         p.popen = None
+        p.permanent = ""
         if self.mp_ctx is not None:
             p.popen = self._spawn_mp(p, argv)
         elif self.forkserver is not None:
@@ -426,6 +641,39 @@ class Supervisor:
         p.backoff_until_ns = now + int(delay_ms * 1_000_000)
         self._set(p, State.BACKOFF, delay_ms=int(delay_ms))
 
+    def _start_failure_cause(self, p: Proc) -> str:
+        """Why a start failed, as the runner told it: the last ``NAME: start failed: ...`` line of
+        ``logs/NAME.out`` (complete, unlike the process table's 160 bytes), else the table's last
+        error, else the exit code."""
+        marker = f"{p.name}: start failed: "
+        try:
+            with open(self.log_dir / f"{p.name}.out", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(f.tell() - 16_384, 0))
+                tail = f.read().decode("utf-8", "replace")
+            for line in reversed(tail.splitlines()):
+                if line.startswith(marker):
+                    return line[len(marker):].strip()
+        except OSError:
+            pass
+        rec = self.table.record(p.index)
+        text = rec.last_error() if rec.get(PT.OFF_PID) == p.pid else ""
+        if text.startswith("start failed: "):
+            return text[len("start failed: "):]
+        return f"exit code {EXIT_START_PERMANENT} (start failed for good)"
+
+    def _start_failed_for_good(self, p: Proc) -> None:
+        """A start that failed with ConfigError / StartupError: FATAL at once, no restart (the same
+        start would fail the same way); trading is halted as for any FATAL process."""
+        cause = self._start_failure_cause(p)
+        p.last_exit = f"start failed: {cause}"
+        p.permanent = cause
+        p.popen = None
+        p.down_ns = self.clock()
+        self.log.error("start_failed_permanently", stage=p.name, pid=p.pid, cause=cause)
+        self._set(p, State.FATAL, why=p.last_exit)
+        self.halt(ControlReason.STAGE_FATAL, f"process {p.name} cannot start: {cause}")
+
     def tick(self) -> None:
         """One pass of the state machine over every process."""
         now = self.clock()
@@ -434,7 +682,10 @@ class Supervisor:
             if p.state in (State.STARTING, State.RUNNING, State.STOPPING):
                 rc = self._reap(p)
                 if rc is not None:
-                    self._on_death(p, self._describe_exit(rc))
+                    if rc == EXIT_START_PERMANENT and p.state is State.STARTING and not self.stopping:
+                        self._start_failed_for_good(p)
+                    else:
+                        self._on_death(p, self._describe_exit(rc))
                     continue
             if p.state is State.STARTING:
                 if rec.get(PT.OFF_PHASE) == PT.PHASE_READY and rec.get(PT.OFF_PID) == p.pid:
@@ -525,6 +776,8 @@ class Supervisor:
             p = self.procs.get(req.get("name", ""))
             if p is None:
                 return {"ok": False, "error": f"unknown process {req.get('name')!r}; known: {sorted(self.procs)}"}
+            if not self.all_started:
+                return {"ok": False, "error": "the supervisor is still starting its processes; try again once they run"}
             self.log.info("restart_requested", stage=p.name)
             self.stop_proc(p, then_start=True)
             return {"ok": True, "state": p.state.value}
@@ -581,7 +834,7 @@ class Supervisor:
         rings = [{"name": n, **{k: getattr(s, k) for k in ("write_cursor", "read_cursor", "depth", "dropped", "crc_errors", "full_events", "capacity", "full_policy")}}
                  for n, s in ((n, r.stats()) for n, r in self.rings.items())]
         return {"supervisor_pid": os.getpid(), "halted": self.halted, "plan": self.plan_note, "launcher": self.launcher,
-                "processes": procs, "rings": rings}
+                "run_epoch": self.run_epoch, "processes": procs, "rings": rings}
 
     def render_status(self, interval_s: float) -> str:
         """The live view, with message rates since the last render."""
@@ -592,19 +845,31 @@ class Supervisor:
 
     # ------------------------------------------------------------------------------ lifecycle
     def up(self, *, status_every_s: float = 1.0, run_for_s: float | None = None) -> int:
-        """Clean, create, start, then supervise until `down`, SIGTERM/SIGINT or ``run_for_s``."""
-        self.preflight()
-        removed = self.clean_stale()
-        if removed:
-            self.log.warning("stale_run_cleaned", removed=removed)
-            self._say(f"cleaned a stale run: {', '.join(removed)}")
-        self.create()
-        self.open_control()
-        self._say(self.plan_note)
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
-        signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
+        """Lock, check, clean, create (a fresh run epoch among it), start, then supervise until
+        `down`, SIGTERM/SIGINT or ``run_for_s``. Returns 0. Whatever fails after the lock is taken,
+        everything created is removed and the lock let go (``down``) before the exception leaves.
+
+        Raises:
+            StartupError: another supervisor runs for this run dir (nothing is touched; the message
+                names its pid); the run dir, pid file, run epoch, a segment or the control socket
+                cannot be created (the path and the OS's reason); the GPU budget fails; a process
+                cannot start (its name and the cause: at once for a ConfigError / StartupError of
+                its own, after its restart policy gives up for anything else).
+        """
+        self.acquire_lock()  # before anything else: a second `up` stops here
         try:
+            self.preflight()
+            removed = self.clean_stale()
+            if removed:
+                self.log.warning("stale_run_cleaned", removed=removed)
+                self._say(f"cleaned a stale run: {', '.join(removed)}")
+            self.create()
+            self.open_control()
+            self._say(self.plan_note)
+            signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+            signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
             self.start_all()
+            self.all_started = True
             self.log.info("all_running", processes=list(self.procs))
             poll_s = self.cfg.supervisor.poll_interval_ms / 1000
             t0 = time.monotonic()
@@ -637,10 +902,12 @@ class Supervisor:
         self.out.flush()
 
     def down(self) -> None:
-        """Stop every process (SIGTERM, grace, SIGKILL) and remove every resource. Idempotent."""
+        """Stop every process (SIGTERM, grace, SIGKILL), remove every resource (the run epoch and,
+        last, the pid file), then let go of the run lock. Idempotent; copes with a partial start."""
         self.stopping = True
         for name in reversed(self.start_order()):  # producers first, so consumers drain
-            self.stop_proc(self.procs[name])
+            if name in self.procs:
+                self.stop_proc(self.procs[name])
         deadline = self.clock() + self.cfg.supervisor.stop_grace_ms * 1_000_000
         while any(p.popen is not None for p in self.procs.values()):
             for p in self.procs.values():
@@ -673,7 +940,11 @@ class Supervisor:
         if self.table is not None:
             self.table.close()
             self.table = None
-        removed = clean_stale(self.cfg, kill_runners=False)
+        # the pid file is the lock's: removed below while held; a second `down` leaves it (by then
+        # it may be the next supervisor's)
+        removed = clean_stale(self.cfg, kill_runners=False, keep_pid_file=self.lock.held or self.lock.was_held)
+        if self.lock.release(unlink=True):  # the pid file goes while still locked; `down` (CLI) waits for that
+            removed.append(str(self.lock.path))
         self.log.info("down", removed=removed)
 
 
@@ -709,10 +980,12 @@ def resources_of(cfg: Config) -> tuple[list[str], str]:
     return [cfg.segment_name(r.name) for r in cfg.rings], PT.segment_name(cfg.supervisor.shm_prefix)
 
 
-def clean_stale(cfg: Config, *, kill_runners: bool = True) -> list[str]:
+def clean_stale(cfg: Config, *, kill_runners: bool = True, keep_pid_file: bool = False) -> list[str]:
     """Remove every resource of this configuration: runners still alive (from the process table),
-    ring segments and semaphores, the process table, the control socket, the pid file, and the
-    zmq transport sockets. Returns what was removed.
+    ring segments and semaphores, the process table, the control socket, the run epoch, the pid
+    file (unless ``keep_pid_file``: the caller holds the run lock on it), and the zmq transport
+    sockets. Returns what was removed. Call it only while no supervisor of the run is alive (the
+    CLI's ``down`` holds the run lock while it does).
     """
     removed: list[str] = []
     if kill_runners:
@@ -738,7 +1011,7 @@ def clean_stale(cfg: Config, *, kill_runners: bool = True) -> list[str]:
         removed.append(table_name)
     run_dir = Path(cfg.supervisor.run_dir)
     ep = cfg.control_endpoint()
-    paths = [run_dir / "supervisor.pid"]
+    paths = [run_dir / EPOCH_FILE] + ([] if keep_pid_file else [run_dir / PID_FILE])
     if ep.startswith("ipc://"):
         paths.append(Path(ep[len("ipc://"):]))
     paths += list(run_dir.glob(f"zmq-{cfg.supervisor.shm_prefix}-*.sock")) if run_dir.exists() else []
@@ -746,6 +1019,6 @@ def clean_stale(cfg: Config, *, kill_runners: bool = True) -> list[str]:
         try:
             path.unlink()
             removed.append(str(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
     return removed

@@ -9,7 +9,9 @@ The decisions are ``pipeline.risk.RiskGateway``'s (see there); this stage moves 
   ``ts_origin_ns`` is that of the message the decision came from (``clock()`` for the start-up SYNC);
   an ORDER the port refuses anyway (a ``drop`` ring) is counted (``order_drops``), logged, and no
   longer counted as open;
-- ``on_start`` writes one ORDER SYNC; new orders are NOT_SYNCED until EXEC_REPORT SYNC_DONE;
+- ``on_start`` reads the run epoch (``<run_dir>/run.epoch``, written by ``up``: order ids never repeat
+  across runs; StartupError when it is missing) and writes one ORDER SYNC; new orders are NOT_SYNCED
+  until EXEC_REPORT SYNC_DONE;
 - every decision event goes to the audit log: one JSON object a line (``msgspec`` encoding of the event,
   ``ev`` = its type), appended (O_APPEND, created 0600) to ``audit_path``, one ``write`` per
   ``do_work``; no fsync (the sender's journal is the durable record of what was sent).
@@ -36,6 +38,7 @@ import msgspec
 from pipeline.agent import MARK_DECIDED, Agent, mark_code
 from pipeline.errors import ConfigError, StartupError
 from pipeline.messages import ExecType, Kind, Label
+from pipeline.runepoch import read_run_epoch
 from pipeline.risk import (EXEC_S, SIGNAL_S, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
                            InstructionExpired, MessageRejected, OrderApproved, OrderDenied, PositionMismatch,
                            RiskGateway, RiskLimits, StateChanged, Synced, SyncStarted, VenueAccountChanged, decode_limits,
@@ -85,7 +88,8 @@ class RiskAgent(Agent):
         if unknown:
             raise ConfigError(f"risk: unknown params {unknown} (known: {sorted(known)})")
         limits = decode_limits(prm.get("limits"))
-        self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock)
+        epoch = read_run_epoch(ctx.config.supervisor.run_dir)  # StartupError: not started by `up`
+        self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock, epoch=epoch)
         out_name = prm.get("output", "orders")
         self.out = ctx.outputs.get(out_name)
         if self.out is None:

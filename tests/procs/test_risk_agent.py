@@ -15,6 +15,7 @@ from pipeline.config import ProcessConfig, parse_config
 from pipeline.errors import ConfigError
 from pipeline.messages import (INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd, ExecType, Kind, Label,
                                OrderCmd, Side, order_id_for)
+from pipeline.runepoch import epoch_path, read_run_epoch, write_run_epoch
 from procs.risk import RiskAgent
 from tests.pipeline._support import BACK_OFF, process, read_log, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
@@ -53,7 +54,11 @@ def orders(port) -> list[np.void]:
 def make(tmp_path, *, control=(), exec_=(), signals=(), instrs=(), params=None, inputs=("control", "exec", "sig_risk",
                                                                                          "instr"), clock=None):
     feeds = {"control": control, "exec": exec_, "sig_risk": signals, "instr": instrs}
-    cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\n\n' + ring("sig_risk") + ring("instr", payload=128)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    if not epoch_path(run_dir).exists():
+        write_run_epoch(run_dir)
+    cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\nrun_dir = "{run_dir}"\n\n' + ring("sig_risk") + ring("instr", payload=128)
                        + ring("exec", payload=128) + ring("control", payload=16) + ring("orders", payload=128)
                        + INSTRUMENTS)
     proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=list(inputs), outputs=["orders"], batch=64,
@@ -90,7 +95,8 @@ def test_sync_then_an_instruction_becomes_new_orders_and_every_decision_is_audit
     new = got[1:]
     assert [round(float(o["size"]), 8) for o in new] == [0.0005, 0.0005, 0.0002]
     assert {float(o["price"]) for o in new} == {49_999.5} and {int(o["side"]) for o in new} == {Side.BUY}
-    assert [int(o["order_id"]) for o in new] == [order_id_for(1, 11, leg) for leg in range(3)]
+    epoch = read_run_epoch(tmp_path / "run")
+    assert [int(o["order_id"]) for o in new] == [order_id_for(1, 11, leg, epoch) for leg in range(3)]
     assert {int(o["origin_seq"]) for o in new} == {11} and {int(o["decided_ns"]) for o in new} == {t}
     assert [ts for k, _, ts, _ in port.msgs][1:] == [t - 3_000_000] * 3  # the instruction's origin stamp
     st = ctx.stats
@@ -98,7 +104,7 @@ def test_sync_then_an_instruction_becomes_new_orders_and_every_decision_is_audit
     lines = audit(tmp_path)
     assert [d["ev"] for d in lines] == ["SyncRequested", "Synced", "InstructionPlanned", "OrderApproved",
                                         "OrderApproved", "OrderApproved", "InstructionExpired"]
-    assert lines[3]["order_id"] == order_id_for(1, 11, 0) and lines[6]["signal_seq"] == 12
+    assert lines[3]["order_id"] == order_id_for(1, 11, 0, epoch) and lines[6]["signal_seq"] == 12
     assert stat.S_IMODE(os.stat(tmp_path / "logs" / "risk_audit.jsonl").st_mode) == 0o600
     agent.on_close()
 
@@ -318,3 +324,15 @@ def test_keep_warm_runs_the_fast_paths_on_a_shadow_and_leaves_the_real_gateway_u
     drain(agent)
     assert [(int(o["cmd"]), int(o["origin_seq"])) for o in orders(port)][-1] == (OrderCmd.CANCEL_ALL, 9)
     agent.on_close()
+
+
+def test_without_a_run_epoch_the_stage_does_not_start(tmp_path):
+    """Order ids must not repeat across runs: a risk stage started outside `up` (no run epoch) refuses."""
+    from pipeline.errors import StartupError
+    cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\nrun_dir = "{tmp_path / "empty"}"\n\n'
+                       + ring("exec", payload=128) + ring("orders", payload=128) + INSTRUMENTS)
+    proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=["exec"], outputs=["orders"], params={})
+    ctx = AgentContext(config=cfg, process=proc, inputs={"exec": ListInput([])}, outputs={"orders": RecordingPort()},
+                       log=ListLog(), clock=Clock())
+    with pytest.raises(StartupError, match="run.epoch"):
+        RiskAgent().on_start(ctx)
