@@ -9,8 +9,18 @@ sockets, like the real exchange.
 
 Orders (``pipeline.venue.orders.OrderEngine``) are matched against the venue's own live public book
 and trades, which the engine sees through the market server's listener hook on the same loop; the
-public market is never changed by our orders. State is in memory: a restart of the venue forgets
-every order (ids still never repeat: they start from the wall clock).
+public market is never changed by our orders.
+
+The account persists, like an exchange's across its own restarts: every accepted order, fill,
+cancel and admin adjustment is appended as it happens to the account log (``account_path``, default
+``<run_dir>/<process name>.account``, e.g. run/venue.account; 0600; format in
+``pipeline.venue.account``), and a restarted venue replays it: the same account id (``GET
+/api/v2/spot/account/info`` userId), orders, fills, positions and clientOids seen (an old one is
+still refused with 43118); resting orders rest again; ids continue above the old ones. A reset is on
+purpose only: ``reset_account = true`` (the old file is renamed to ``<path>.<UTC ts>.bak``), or with
+the venue stopped ``rm run/venue.account`` / ``python -m pipeline.venue.account reset
+run/venue.account``. A reset venue is a new account (another userId, no orders, flat), which a client
+can tell from the account id. A corrupt log (an invalid line before the last) fails the start.
 
 Config (one process entry; every param optional, unknown params fail the start)::
 
@@ -61,6 +71,12 @@ Config (one process entry; every param optional, unknown params fail the start):
     max_notional = 0.0           # > 0: an order with price * size above it is refused (43012); 0: no limit
     recv_window_ms = 30000       # ACCESS-TIMESTAMP further than this from the venue's clock: 40008
     latency_ms = 0.0             # artificial latency before each place / cancel is processed
+    account_path = ""            # the account log; default <supervisor.run_dir>/<process name>.account
+    reset_account = false        # true: start a new account (the old log renamed aside to .<ts>.bak);
+                                 # at EVERY start while it stays true, supervisor restarts included
+    allow_admin = false          # true: serve POST /api/v2/paper/adjust-position (change a position
+                                 # without an order, persisted: a chaos test's "behind the back");
+                                 # false: it answers 403 "40014"
 
 Instruments: the synthetic source makes a market in every ``[[instruments]]`` entry with
 ``venue = "paper"`` (symbol, tick_size, lot_size); a replay serves the instruments of its capture.
@@ -86,8 +102,10 @@ as it arrived, it did not cross the opposite best price (a buy below the best as
 best bid) and was within max_away_ticks of its own side's best price; see
 ``pipeline.venue.orders``); the ledger: dup_coid (places refused because the clientOid was already
 placed, 43118: a client that sent an order twice) and positions (``{symbol: signed base position}``
-from our fills, a float per symbol, for reconciliation with the sender and the risk gateway); and
-itch_msgs (messages sent over MoldUDP64) when ITCH is on.
+of the account: every fill since the account was created, restored ones included, plus admin
+adjustments; a float per symbol, for reconciliation with the sender and the risk gateway); and
+itch_msgs (messages sent over MoldUDP64) when ITCH is on. The counters are this process's own: they
+start at 0 after a restart, the account does not.
 """
 
 from __future__ import annotations
@@ -100,6 +118,7 @@ from pathlib import Path
 from pipeline.agent import Agent, AgentContext
 from pipeline.bitget.signing import Credentials, generate_paper_credentials, load_credentials
 from pipeline.errors import ConfigError
+from pipeline.venue.account import AccountLog
 from pipeline.venue.errors import VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 from pipeline.venue.orders import CODE_DUPLICATE, OrderEngine, OrderRejected, rules_from_config
@@ -110,7 +129,8 @@ PARAMS = frozenset({"port", "port_file", "source", "capture", "speed", "seed", "
                     "drop_prob", "itch_port", "itch_events", "itch_rate", "itch_drop_prob", "rest_port",
                     "rest_port_file", "key_file", "rate_limit_per_s", "max_notional", "recv_window_ms",
                     "latency_ms", "delay_jitter_ms", "jump_prob", "jump_ticks", "disconnect_every_s",
-                    "gap_every_s", "bad_checksum_every_s", "max_away_ticks"})
+                    "gap_every_s", "bad_checksum_every_s", "max_away_ticks", "account_path", "reset_account",
+                    "allow_admin"})
 FAULT_STATS = ("jitter_frames", "jumps", "disconnects", "gaps", "bad_checksums")
 MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
                 "slow_disconnects", "book_events", "trade_events", "listener_errors") + FAULT_STATS
@@ -179,6 +199,18 @@ def _integer(params: dict, name: str, default: int, lo: int) -> int:
     return v
 
 
+def _flag(params: dict, name: str, default: bool) -> bool:
+    """``params[name]`` (or ``default``) as a bool.
+
+    Raises:
+        VenueError: not a bool (a 0 / 1 or a string is not one).
+    """
+    v = params.get(name, default)
+    if not isinstance(v, bool):
+        raise VenueError(f"{name} must be true or false, got {v!r}"[:200])
+    return v
+
+
 class CountingOrderEngine(OrderEngine):
     """``OrderEngine`` that also counts the places it refused as a duplicate clientOid (43118) in
     ``duplicate_refusals`` (a client that sends the same clientOid twice, e.g. after a crash)."""
@@ -202,9 +234,11 @@ class VenueAgent(Agent):
 
     def on_start(self, ctx: AgentContext) -> None:
         """Raises:
-        VenueError: an unknown param, a bad value, no paper instrument, an unreadable capture, or the
-            server thread not starting. ConfigError: the key file or environment key cannot be loaded
-            (the message names the file or variable only). OSError: a port cannot be bound.
+        VenueError: an unknown param, a bad value, no paper instrument, an unreadable capture, a
+            corrupt account log or one another venue process holds, or the server thread not
+            starting. ConfigError: the key file or environment key cannot be loaded (the message names
+            the file or variable only). OSError: a port cannot be bound, the account log cannot be
+            created, read or renamed.
         """
         self.ctx = ctx
         p = dict(ctx.params)
@@ -223,6 +257,12 @@ class VenueAgent(Agent):
         every = {name: _number(p, name, 0.0, 0.0, 1e9)
                  for name in ("disconnect_every_s", "gap_every_s", "bad_checksum_every_s")}
         max_away_ticks = _integer(p, "max_away_ticks", 50, 0)
+        reset_account = _flag(p, "reset_account", False)
+        allow_admin = _flag(p, "allow_admin", False)
+        run_dir = Path(ctx.config.supervisor.run_dir)
+        account_path = p.get("account_path") or run_dir / f"{ctx.name}.account"
+        if not isinstance(account_path, (str, Path)):
+            raise VenueError(f"account_path must be a path string, got {account_path!r}"[:200])
         source = make_source(kind, instruments=specs, capture=p.get("capture") or None, seed=seed,
                              step_ms=int(step_ms) if step_ms is not None else None, jump_prob=jump_prob,
                              jump_ticks=jump_ticks)
@@ -244,25 +284,41 @@ class VenueAgent(Agent):
                                   self.server.market.levels, lambda: time.time_ns() // 1_000_000,
                                   max_notional=max_notional if max_notional > 0 else None,
                                   max_away_ticks=max_away_ticks)
-        self.server.add_market_listener(self.engine)
-        api = RestApi(self.engine, creds, recv_window_ms=int(p.get("recv_window_ms", 30_000)),
-                      rate_limit_per_s=float(p.get("rate_limit_per_s", 10.0)), log=ctx.log)
-        self.rest = RestServer(api, port=int(p.get("rest_port", 0)), latency_ms=float(p.get("latency_ms", 0.0)),
-                               log=ctx.log)
-        extra = [self.itch] if self.itch else []
-        self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[*extra, self.rest])
-        port = self.thread.start()
-        run_dir = Path(ctx.config.supervisor.run_dir)
-        self.port_file = Path(p.get("port_file") or run_dir / f"{ctx.name}.port")
-        self.rest_port_file = Path(p.get("rest_port_file") or run_dir / f"{ctx.name}.rest.port")
-        write_port_file(self.port_file, port)
-        write_port_file(self.rest_port_file, self.rest.port)
-        self._next_stats_ns = 0
-        self._dead = False
-        self._publish_stats()
-        ctx.log.info("venue_listening", url=self.server.url, rest_url=self.rest.url, source=kind,
-                     instruments=self.server.inst_ids, port_file=str(self.port_file),
-                     rest_port_file=str(self.rest_port_file), key=f"#{creds.fingerprint}")
+        self.account = AccountLog(account_path)
+        records = self.account.open(reset=reset_account)
+        try:  # the account log is open (and locked): closed again when the start fails
+            self.engine.restore(records)
+            self.engine.on_event = self.account.append
+            ctx.log.info("venue_account", path=str(self.account.path), account_id=self.engine.account_id,
+                         new=self.account.created, reset_backup=str(self.account.backup or ""),
+                         orders=len(self.engine.orders), open_orders=len(self.engine.open_orders()),
+                         fills=len(self.engine.fills), torn_bytes=self.account.torn_bytes,
+                         positions={sym: str(q) for sym, q in self.engine.positions().items()})
+            self.server.add_market_listener(self.engine)
+            api = RestApi(self.engine, creds, recv_window_ms=int(p.get("recv_window_ms", 30_000)),
+                          rate_limit_per_s=float(p.get("rate_limit_per_s", 10.0)), log=ctx.log,
+                          allow_admin=allow_admin)
+            self.rest = RestServer(api, port=int(p.get("rest_port", 0)), latency_ms=float(p.get("latency_ms", 0.0)),
+                                   log=ctx.log)
+            extra = [self.itch] if self.itch else []
+            self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[*extra, self.rest])
+            port = self.thread.start()
+            self.port_file = Path(p.get("port_file") or run_dir / f"{ctx.name}.port")
+            self.rest_port_file = Path(p.get("rest_port_file") or run_dir / f"{ctx.name}.rest.port")
+            write_port_file(self.port_file, port)
+            write_port_file(self.rest_port_file, self.rest.port)
+            self._next_stats_ns = 0
+            self._dead = False
+            self._publish_stats()
+            ctx.log.info("venue_listening", url=self.server.url, rest_url=self.rest.url, source=kind,
+                         instruments=self.server.inst_ids, port_file=str(self.port_file),
+                         rest_port_file=str(self.rest_port_file), key=f"#{creds.fingerprint}")
+        except BaseException:
+            thread = getattr(self, "thread", None)
+            if thread is not None:
+                thread.stop()
+            self.account.close()
+            raise
 
     def _publish_stats(self) -> None:
         s = self.server.stats()
@@ -303,8 +359,12 @@ class VenueAgent(Agent):
     def on_close(self) -> None:
         thread = getattr(self, "thread", None)
         if thread is None:
+            account = getattr(self, "account", None)
+            if account is not None:
+                account.close()
             return
         thread.stop()
+        self.account.close()
         self._publish_stats()
         for f in (self.port_file, self.rest_port_file):
             with suppress(OSError):

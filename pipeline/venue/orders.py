@@ -24,11 +24,34 @@ Matching, per symbol:
   our resting orders of that side). Among our resting orders: price-time priority (better price
   first, then the earlier order).
 - Every fill gets a new, increasing ``tradeId``; orderIds are increasing too. Both start from a base
-  taken from the clock at construction (``clock_ms() * 1000``), so ids do not repeat after a venue
-  restart. Status: ``live`` -> ``partially_filled`` -> ``filled``, or ``cancelled`` (by request, an
-  ioc remainder, a killed fok; a cancelled order keeps its fills).
-- ``clientOid`` is unique for the engine's whole life (one engine per API key): a second order with
-  the same clientOid is refused with 43118 and NOT placed again, whatever the state of the first.
+  taken from the clock at construction (``clock_ms() * 1000``), or above the account's last ones
+  after ``restore`` (whichever is higher), so ids do not repeat after a venue restart. Status:
+  ``live`` -> ``partially_filled`` -> ``filled``, or ``cancelled`` (by request, an ioc remainder, a
+  killed fok; a cancelled order keeps its fills).
+- ``clientOid`` is unique for the account's whole life (one engine per API key; restored orders
+  included): a second order with the same clientOid is refused with 43118 and NOT placed again,
+  whatever the state of the first.
+
+The account (persistence, sans-I/O): every state change is handed, as it happens, to the injected
+``on_event(record)`` callback as one JSON-able dict (``ACCOUNT_RECORDS`` below; decimals as strings,
+ids and ms as ints), and ``restore(records)`` rebuilds the whole account from those records (orders
+with their fields and status, fills, positions, cash, clientOids seen, the id counters; resting
+orders back in the book's resting lists, so they still fill). ``pipeline.venue.account`` writes the
+records to the account log file and reads them back; the engine does no I/O. Records::
+
+    account  account_id created_ms                 the first record: the account's identity
+    order    id coid sym side force px sz ts seq   an order accepted (px / sz: the texts received)
+    fill     tid id px sz scope ts                 one fill of order ``id`` at ``px``
+    cancel   id ts                                 order ``id`` cancelled (by request, ioc remainder,
+                                                   killed fok)
+    adjust   sym delta ts                          admin: the position of ``sym`` changed by ``delta``
+                                                   without an order (``adjust_position``)
+
+Balances: the position of a symbol is the sum of its signed fills (buys +, sells -) and adjustments;
+the quote coin's (USDT) cash is -sum(signed price * size) of every fill of a USDT-quoted symbol (the
+paper venue charges no fees, and an adjustment moves no cash). Both may go negative: the paper
+venue lends without limit (a negative base balance is a paper short). The counters (``counters``,
+``book_checks``) are the engine's own, per process: a restored engine starts them at 0.
 
 Sanity (``OrderRejected`` with the venue's code; the engine's state is unchanged):
 40001 malformed field (missing, not a string, not a positive finite decimal, off the instrument's
@@ -50,6 +73,7 @@ Numbers are ``decimal.Decimal`` inside; amounts and prices are decimal strings o
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import NamedTuple
@@ -63,6 +87,10 @@ CODE_NO_ORDER = "43001"
 CODE_NOTIONAL = "43012"
 CODE_DUPLICATE = "43118"
 CODE_POST_ONLY = "43027"
+
+QUOTE_COIN = "USDT"
+#: ``on_event`` record types (field lists in the module docstring)
+ACCOUNT_RECORDS = frozenset(("account", "order", "fill", "cancel", "adjust"))
 
 SIDES = ("buy", "sell")
 FORCES = ("gtc", "post_only", "ioc", "fok")
@@ -108,6 +136,18 @@ def rules_from_config(instruments: Iterable, symbols: Iterable[str]) -> dict[str
         out[s] = (InstrumentRules(s, Decimal(repr(float(i.tick_size))), Decimal(repr(float(i.lot_size))))
                   if i is not None else InstrumentRules(s))
     return out
+
+
+def base_coin(symbol: str) -> str:
+    """The base coin of a USDT-quoted spot symbol: the symbol without its ``QUOTE_COIN`` suffix
+    (``"BTCUSDT"`` -> ``"BTC"``).
+
+    Raises:
+        ValueError: ``symbol`` is not a string ending in "USDT" with something before it.
+    """
+    if not isinstance(symbol, str) or not symbol.endswith(QUOTE_COIN) or len(symbol) <= len(QUOTE_COIN):
+        raise ValueError(f"{str(symbol)[:32]!r} is not a {QUOTE_COIN}-quoted symbol")
+    return symbol[: -len(QUOTE_COIN)]
 
 
 def fmt(d: Decimal) -> str:
@@ -215,12 +255,21 @@ class OrderEngine:
     ``book(symbol, n)``: the current public (bids, asks), best first, at most ``n`` a side (all when
     None); ``clock_ms``: wall-clock ms for cTime / uTime (and the id bases); ``max_notional``: the
     most price * size one order may have (None: no limit); ``max_away_ticks``: how far from its own
-    side's best price an order may be and still count as valid against the book (``book_checks``).
+    side's best price an order may be and still count as valid against the book (``book_checks``);
+    ``on_event``: called with each account record (see the module docstring) BEFORE the change it
+    describes is applied, or None. It should not raise: what it raises propagates out of the command
+    or market hook that made the change (a place, cancel, fill or adjustment), and the engine's state
+    may then already hold part of that command (e.g. the earlier fills of a taker order).
+
+    ``account_id`` / ``created_ms``: the account's identity, from the ``account`` record given to
+    ``restore`` (for an engine that was never restored: a random id of its own and the construction
+    time: an account that lives as long as the engine).
     """
 
     def __init__(self, instruments: Mapping[str, InstrumentRules], book: Callable[[str, int | None], tuple],
                  clock_ms: Callable[[], int], *, max_notional: Decimal | float | str | None = None,
-                 max_away_ticks: int = DEFAULT_MAX_AWAY_TICKS) -> None:
+                 max_away_ticks: int = DEFAULT_MAX_AWAY_TICKS,
+                 on_event: Callable[[dict], None] | None = None) -> None:
         """Raises:
         VenueError: no instrument, a max_notional that is not a positive number, a max_away_ticks
             that is not an integer >= 0.
@@ -241,7 +290,11 @@ class OrderEngine:
             if not max_notional.is_finite() or max_notional <= 0:
                 raise VenueError(f"max_notional must be positive, got {max_notional}")
         self.max_notional = max_notional
-        base = int(clock_ms()) * 1000
+        self.on_event = on_event
+        self.account_id = str(secrets.randbits(63) or 1)  # an account of this engine's life until restored
+        self._restored = False
+        self.created_ms = int(clock_ms())
+        base = self.created_ms * 1000
         self._next_order_id = base + 1
         self._next_trade_id = base + 1
         self._seq = 0
@@ -251,6 +304,8 @@ class OrderEngine:
         self._consumed: dict[str, dict[tuple[str, Decimal], Decimal]] = {s: {} for s in self.rules}
         self.fills: list[Fill] = []
         self._positions: dict[str, Decimal] = dict.fromkeys(self.rules, _ZERO)
+        self._cash = _ZERO  # quote coin: -sum(signed price * size) of the fills
+        self._u_ms: dict[str, int] = {}  # symbol or QUOTE_COIN -> ms of its last balance change
         self.counters = {"orders_placed": 0, "orders_rejected": 0, "fills": 0, "cancels": 0}
         #: validity of arriving orders against the book (see the module docstring)
         self.book_checks = {"orders_valid": 0, "orders_invalid": 0}
@@ -262,7 +317,18 @@ class OrderEngine:
         return self._positions.get(symbol, _ZERO)
 
     def positions(self) -> dict[str, Decimal]:
+        """Every symbol's net base position (the served ones, and any other the account traded)."""
         return dict(self._positions)
+
+    def cash(self) -> Decimal:
+        """The quote coin's (USDT) balance change from our fills of USDT-quoted symbols:
+        -sum(signed price * size); may be negative (the paper venue lends without limit; no fees)."""
+        return self._cash
+
+    def balance_u_ms(self, symbol_or_quote: str) -> int:
+        """When the position of a symbol (or, given ``QUOTE_COIN``, the cash) last changed, in ms;
+        ``created_ms`` when it never did."""
+        return self._u_ms.get(symbol_or_quote, self.created_ms)
 
     def order(self, order_id: int | str | None = None, client_oid: str | None = None) -> Order:
         """An order by venue id or clientOid.
@@ -376,14 +442,18 @@ class OrderEngine:
             raise OrderRejected(CODE_POST_ONLY, "post_only order would take liquidity")
         now = int(self._clock_ms())
         order_id = self._next_order_id
+        seq = self._seq + 1
+        coid = coid if coid is not None else f"venue{order_id}"
+        self._emit({"t": "order", "id": order_id, "coid": coid, "sym": symbol, "side": side, "force": force,
+                    "px": price_text, "sz": size_text, "ts": now, "seq": seq})
         self._next_order_id += 1
-        self._seq += 1
-        o = Order(order_id, coid if coid is not None else f"venue{order_id}", symbol, side, force, price, size,
-                  price_text, size_text, now, self._seq)
+        self._seq = seq
+        o = Order(order_id, coid, symbol, side, force, price, size, price_text, size_text, now, seq)
         self.orders[order_id] = o
         self._by_client_oid[o.client_oid] = o
         visible = sum((a for _, a in crossing), _ZERO)
         if force == "fok" and visible < size:
+            self._emit({"t": "cancel", "id": order_id, "ts": now})
             o.status = STATUS_CANCELLED
             return o
         for p, avail in crossing:
@@ -394,6 +464,7 @@ class OrderEngine:
             if force == "gtc" or force == "post_only":
                 self._rest(o)
             else:  # ioc remainder (a fok is complete here)
+                self._emit({"t": "cancel", "id": order_id, "ts": now})
                 o.status = STATUS_CANCELLED
                 o.u_ms = now
         return o
@@ -422,6 +493,125 @@ class OrderEngine:
         for o in out:
             self._cancel(o)
         return out
+
+    def adjust_position(self, symbol: str, delta: Decimal | str) -> Decimal:
+        """Admin (a test hook for chaos scenarios): change the position of ``symbol`` by ``delta``
+        without an order or a fill, as if it had changed behind the client's back (no cash moves).
+        Recorded (``adjust``), so it persists. Returns the new position.
+
+        Raises:
+            OrderRejected: 40034 unknown symbol; 40001 a delta that is not a non-zero finite decimal
+                (a string of at most 40 characters, or a Decimal).
+        """
+        self._check_symbol(symbol)
+        if isinstance(delta, str):
+            if not delta or len(delta) > 40:
+                raise OrderRejected(CODE_BAD_REQUEST, "delta must be a decimal string")
+            try:
+                d = Decimal(delta)
+            except InvalidOperation:
+                raise OrderRejected(CODE_BAD_REQUEST, f"delta is not a decimal: {delta!r}") from None
+        elif isinstance(delta, Decimal):
+            d = delta
+        else:
+            raise OrderRejected(CODE_BAD_REQUEST, "delta must be a decimal string")
+        if not d.is_finite() or d == 0:
+            raise OrderRejected(CODE_BAD_REQUEST, "delta must be a non-zero finite decimal")
+        now = int(self._clock_ms())
+        self._emit({"t": "adjust", "sym": symbol, "delta": fmt(d), "ts": now})
+        self._apply_adjust(symbol, d, now)
+        return self._positions[symbol]
+
+    # -- the account (persistence) ------------------------------------------------------------
+
+    def restore(self, records: Iterable[Mapping]) -> int:
+        """Rebuild the account from its records (what ``on_event`` was given, in order; the first one
+        the ``account`` record), on a fresh engine: orders with their fields and status, fills,
+        positions, cash, the clientOids seen (an old one is refused with 43118), ``account_id`` /
+        ``created_ms``; open orders of a served symbol rest again in price-time priority (they fill
+        and cancel as before); the next order / trade id goes above the last ones (and never below
+        the clock base). Orders of a symbol no longer served are kept (their clientOids stay taken,
+        their fills count) but cannot rest. ``on_event`` is not called and the counters stay at 0.
+        Pure. Returns the number of records.
+
+        Raises:
+            VenueError: the engine was already restored or has orders; no records; the first record
+                not an ``account`` one (or a later one that is); a record of an unknown type, with a
+                missing or malformed field, a repeated id or clientOid, or about an order no earlier
+                record placed (the message names the record's index). The engine is then left
+                half-restored: discard it.
+        """
+        if self._restored or self.orders or self.fills:
+            raise VenueError("restore needs a fresh engine (no account, no orders)")
+        self._restored = True
+        n = 0
+        for rec in records:
+            try:
+                self._restore_one(rec, n == 0)
+            except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+                raise VenueError(f"account record {n}: {type(exc).__name__}: {exc}"[:300]) from None
+            n += 1
+        if n == 0:
+            raise VenueError("no account record to restore")
+        if self.orders:
+            self._next_order_id = max(self._next_order_id, max(self.orders) + 1)
+            self._seq = max(self._seq, max(o.seq for o in self.orders.values()))
+        if self.fills:
+            self._next_trade_id = max(self._next_trade_id, max(f.trade_id for f in self.fills) + 1)
+        for o in self.orders.values():
+            if o.is_open and o.symbol in self._resting:
+                self._resting[o.symbol][o.side].append(o)
+        for sides in self._resting.values():
+            sides["buy"].sort(key=lambda x: (-x.price, x.seq))
+            sides["sell"].sort(key=lambda x: (x.price, x.seq))
+        return n
+
+    def _restore_one(self, rec: Mapping, first: bool) -> None:
+        t = rec["t"]
+        if first != (t == "account"):
+            raise ValueError("the account record must be the first record, and only it")
+        if t == "account":
+            aid = rec["account_id"]
+            if not (isinstance(aid, str) and aid.isascii() and aid.isdigit() and len(aid) <= 20):
+                raise ValueError("account_id must be a decimal string")
+            self.account_id = aid
+            self.created_ms = _rec_int(rec, "created_ms")
+        elif t == "order":
+            oid, seq, ts = _rec_int(rec, "id"), _rec_int(rec, "seq"), _rec_int(rec, "ts")
+            coid, sym, px, sz = (_rec_str(rec, k) for k in ("coid", "sym", "px", "sz"))
+            side, force = rec["side"], rec["force"]
+            if side not in SIDES or force not in FORCES:
+                raise ValueError(f"bad side or force {side!r} {force!r}")
+            if oid in self.orders or coid in self._by_client_oid:
+                raise ValueError(f"order {oid} / clientOid {coid!r} placed twice")
+            o = Order(oid, coid, sym, side, force, Decimal(px), Decimal(sz), px, sz, ts, seq)
+            self.orders[oid] = o
+            self._by_client_oid[coid] = o
+            self._positions.setdefault(sym, _ZERO)
+        elif t == "fill":
+            o = self.orders.get(_rec_int(rec, "id"))
+            if o is None:
+                raise ValueError(f"a fill of order {rec['id']} that no earlier record placed")
+            tid = _rec_int(rec, "tid")
+            if self.fills and tid <= self.fills[-1].trade_id:
+                raise ValueError(f"trade id {tid} not above the previous one")
+            scope = rec["scope"]
+            if scope not in ("maker", "taker"):
+                raise ValueError(f"bad scope {scope!r}")
+            self._apply_fill(o, tid, Decimal(_rec_str(rec, "px")), Decimal(_rec_str(rec, "sz")), scope,
+                             _rec_int(rec, "ts"))
+        elif t == "cancel":
+            o = self.orders.get(_rec_int(rec, "id"))
+            if o is None:
+                raise ValueError(f"a cancel of order {rec['id']} that no earlier record placed")
+            o.status = STATUS_CANCELLED
+            o.u_ms = _rec_int(rec, "ts")
+        elif t == "adjust":
+            sym = _rec_str(rec, "sym")
+            self._positions.setdefault(sym, _ZERO)
+            self._apply_adjust(sym, Decimal(_rec_str(rec, "delta")), _rec_int(rec, "ts"))
+        else:
+            raise ValueError(f"unknown record type {str(t)[:32]!r}")
 
     # -- market events (the venue server's hook) ----------------------------------------------
 
@@ -525,23 +715,42 @@ class OrderEngine:
                 out.append((pd, sd))
         return out
 
+    def _emit(self, rec: dict) -> None:
+        if self.on_event is not None:
+            self.on_event(rec)
+
     def _fill(self, o: Order, price: Decimal, qty: Decimal, scope: str, now_ms: int,
               consume_at: Decimal | None = None) -> None:
         if qty <= 0:
             return
+        tid = self._next_trade_id
+        self._emit({"t": "fill", "tid": tid, "id": o.order_id, "px": fmt(price), "sz": fmt(qty), "scope": scope,
+                    "ts": now_ms})
+        self._next_trade_id += 1
         if consume_at is not None:  # displayed size taken in this book state
             key = ("ask" if o.side == "buy" else "bid", consume_at)
             c = self._consumed[o.symbol]
             c[key] = c.get(key, _ZERO) + qty
+        self._apply_fill(o, tid, price, qty, scope, now_ms)
+        self.counters["fills"] += 1
+
+    def _apply_fill(self, o: Order, tid: int, price: Decimal, qty: Decimal, scope: str, now_ms: int) -> None:
+        """The account side of one fill (shared by matching and ``restore``)."""
         o.filled += qty
         o.notional += price * qty
         o.status = STATUS_FILLED if o.filled >= o.size else STATUS_PARTIAL
         o.u_ms = now_ms
-        tid = self._next_trade_id
-        self._next_trade_id += 1
         self.fills.append(Fill(tid, o.order_id, o.client_oid, o.symbol, o.side, price, qty, scope, now_ms))
-        self._positions[o.symbol] += qty if o.side == "buy" else -qty
-        self.counters["fills"] += 1
+        signed = qty if o.side == "buy" else -qty
+        self._positions[o.symbol] += signed
+        self._u_ms[o.symbol] = now_ms
+        if o.symbol.endswith(QUOTE_COIN):  # a symbol of another quote moves no USDT
+            self._cash -= signed * price
+            self._u_ms[QUOTE_COIN] = now_ms
+
+    def _apply_adjust(self, symbol: str, delta: Decimal, now_ms: int) -> None:
+        self._positions[symbol] += delta
+        self._u_ms[symbol] = now_ms
 
     def _rest(self, o: Order) -> None:
         orders = self._resting[o.symbol][o.side]
@@ -557,8 +766,10 @@ class OrderEngine:
             orders[:] = [o for o in orders if o.is_open]
 
     def _cancel(self, o: Order) -> None:
+        now = int(self._clock_ms())
+        self._emit({"t": "cancel", "id": o.order_id, "ts": now})
         o.status = STATUS_CANCELLED
-        o.u_ms = int(self._clock_ms())
+        o.u_ms = now
         orders = self._resting[o.symbol][o.side]
         if o in orders:
             orders.remove(o)
@@ -575,6 +786,22 @@ def _best(levels) -> Decimal | None:
         if p.is_finite():
             return p
     return None
+
+
+def _rec_int(rec: Mapping, name: str) -> int:
+    """An integer field of an account record. Raises KeyError (missing), TypeError (not an int)."""
+    v = rec[name]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+    return v
+
+
+def _rec_str(rec: Mapping, name: str) -> str:
+    """A non-empty string field of an account record. Raises KeyError (missing), TypeError."""
+    v = rec[name]
+    if not isinstance(v, str) or not v:
+        raise TypeError(f"{name} must be a non-empty string")
+    return v
 
 
 def _int_id(v, name: str) -> int:

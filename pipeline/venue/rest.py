@@ -5,8 +5,10 @@ Three layers, the first two sans-I/O:
 - ``HttpParser``: bytes in, ``HttpRequest``s out (request line, headers, a ``Content-Length``
   body; keep-alive by HTTP/1.1 rules). Bounded: the request line and headers at most
   ``MAX_HEADER_BYTES``, a body at most ``MAX_BODY_BYTES``. Malformed input raises ``HttpError``
-  (answered with its status: 400 malformed, 413 body too large, 431 head too large, 501 chunked
-  body or another HTTP version; code "40001"; then the connection is closed: its framing is lost).
+  (answered with its status: 400 malformed, a bare LF / bare CR line ending (at once, before the
+  head is complete), or a request cut short by the peer's end of file; 413 body too large, 431 head
+  too large, 501 chunked body or another HTTP version; code "40001"; then the connection is closed:
+  its framing is lost).
 - ``RestApi``: one request in, ``(http_status, json_bytes)`` out. Checks, in order: known route
   (404 "40404"), the auth headers (400 "40001" missing), ACCESS-KEY and ACCESS-PASSPHRASE (401
   "40006"), ACCESS-TIMESTAMP within ``recv_window_ms`` of the venue's wall clock (400 "40008"),
@@ -16,8 +18,12 @@ Three layers, the first two sans-I/O:
   ``OrderEngine`` (``pipeline.venue.orders``). Every answer is
   ``{"code","msg","requestTime","data"}``; HTTP 200 with code "00000", or the error's status.
 - ``RestServer``: ``asyncio.start_server`` on 127.0.0.1 (never another interface), one task per
-  connection, requests answered in order; idle connections are closed after ``idle_timeout_s``;
-  at most ``max_connections`` at once (more are closed at once). ``latency_ms`` > 0 delays each
+  connection, requests answered in order. Per-connection deadlines (slowloris): a request's head
+  must be complete ``header_timeout_s`` after its first byte, its body ``body_timeout_s`` after its
+  head (else 408 and close), an answer must be taken by the peer within ``write_timeout_s``, and a
+  connection idle between requests is closed after ``idle_timeout_s``. At most ``max_connections``
+  at once: a new one beyond that evicts the most suspect existing one (see ``RestServer``), and is
+  refused (503) only when every connection is processing a request. ``latency_ms`` > 0 delays each
   place / cancel request's processing (an artificial venue latency; requests of one connection
   stay in order). Runs as a ``VenueThread`` ``extra`` service (``start`` / ``stop`` /
   ``pump_task``) on the market server's loop, so the engine and the market hook share one thread.
@@ -27,6 +33,26 @@ Endpoints (all need the signed headers)::
     POST /api/v2/spot/trade/place-order          POST /api/v2/spot/trade/cancel-order
     POST /api/v2/spot/trade/cancel-symbol-order  GET  /api/v2/spot/trade/orderInfo
     GET  /api/v2/spot/trade/unfilled-orders      GET  /api/v2/spot/trade/fills
+    GET  /api/v2/spot/account/info               GET  /api/v2/spot/account/assets[?coin=BTC]
+    POST /api/v2/paper/adjust-position           (admin, paper only: 403 "40014" unless allow_admin)
+
+Account routes (the account persists across venue restarts: ``pipeline.venue.account``)::
+
+    info    data {"userId": <account id>, "inviterId": "", "channelCode": "", "channel": "",
+                  "regisTime": <account created ms>}          (strings; a reset venue: another userId)
+    assets  data [{"coin", "available", "frozen": "0", "locked": "0", "limitAvailable": "0",
+                   "uTime": <ms of the coin's last change>}, ...]
+            one per base coin of the served USDT-quoted symbols (``base_coin``: BTCUSDT -> BTC;
+            a symbol of another quote is left out, and out of the cash), in symbol order, then
+            USDT; ``coin`` (case-insensitive) keeps that coin only ([] when the account has none).
+            A base coin's available is the account's signed position in its symbol; USDT's is the
+            cash from fills, -sum(signed price * size) (no fees). Both may be negative: the paper
+            venue lends without limit (a negative base balance is a paper short). Nothing is ever
+            frozen for open orders. An engine never restored from an account log answers userId "".
+    adjust-position  body {"symbol": "BTCUSDT", "delta": "0.002"} (a non-zero decimal string, may
+            be negative): the position changes by delta with no order, fill or cash (a position
+            changed behind the client's back, for chaos tests); persisted; data {"symbol",
+            "position": <new position>}.
 
 Secrets: the credentials are held by ``RestApi`` only; no log line, counter, response or exception
 text carries the secret, the passphrase or a signature (log lines name the key by its fingerprint).
@@ -45,7 +71,7 @@ import orjson
 
 from pipeline.bitget.signing import Credentials, verify
 from pipeline.venue.errors import VenueError
-from pipeline.venue.orders import CODE_BAD_REQUEST, OrderEngine, OrderRejected
+from pipeline.venue.orders import CODE_BAD_REQUEST, QUOTE_COIN, OrderEngine, OrderRejected, base_coin, fmt
 
 HOST = "127.0.0.1"
 MAX_HEADER_BYTES = 16 * 1024
@@ -60,7 +86,11 @@ CANCEL_SYMBOL = PREFIX + "cancel-symbol-order"
 ORDER_INFO = PREFIX + "orderInfo"
 UNFILLED = PREFIX + "unfilled-orders"
 FILLS = PREFIX + "fills"
-ROUTES = {PLACE: "POST", CANCEL: "POST", CANCEL_SYMBOL: "POST", ORDER_INFO: "GET", UNFILLED: "GET", FILLS: "GET"}
+ACCOUNT_INFO = "/api/v2/spot/account/info"
+ASSETS = "/api/v2/spot/account/assets"
+ADJUST_POSITION = "/api/v2/paper/adjust-position"  # admin: only with allow_admin
+ROUTES = {PLACE: "POST", CANCEL: "POST", CANCEL_SYMBOL: "POST", ORDER_INFO: "GET", UNFILLED: "GET", FILLS: "GET",
+          ACCOUNT_INFO: "GET", ASSETS: "GET", ADJUST_POSITION: "POST"}
 RATE_LIMITED = frozenset({PLACE, CANCEL, CANCEL_SYMBOL})
 
 CODE_OK = "00000"
@@ -70,17 +100,21 @@ CODE_BAD_SIGN = "40009"
 CODE_RATE = "429"
 CODE_NOT_FOUND = "40404"
 CODE_INTERNAL = "50000"
+CODE_FORBIDDEN = "40014"  # Bitget's "incorrect permissions": an admin route on a venue without allow_admin
 
 #: HTTP status of each error code (the engine's codes are all 400)
-HTTP_STATUS = {CODE_BAD_KEY: 401, CODE_BAD_SIGN: 401, CODE_RATE: 429, CODE_NOT_FOUND: 404, CODE_INTERNAL: 500}
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable"}
+HTTP_STATUS = {CODE_BAD_KEY: 401, CODE_BAD_SIGN: 401, CODE_RATE: 429, CODE_NOT_FOUND: 404, CODE_INTERNAL: 500,
+               CODE_FORBIDDEN: 403}
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed",
+           408: "Request Timeout", 413: "Payload Too Large", 429: "Too Many Requests",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+           503: "Service Unavailable"}
 
 #: Counter names of ``RestApi.stats`` / ``RestServer.stats()``
 STAT_NAMES = ("requests", "orders_placed", "orders_rejected", "fills", "cancels", "bad_signatures",
               "stale_timestamps", "rate_limited", "bad_requests", "http_errors", "connections", "connections_total",
-              "connections_refused")
+              "connections_refused", "slow_closed", "idle_closed", "evicted")
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,9 +147,13 @@ class HttpParser:
     """Incremental request parser for one connection: ``feed(data)`` returns the requests completed
     by ``data`` (possibly several: pipelining), keeping a partial one for the next call.
 
+    A bare LF (an LF not after a CR) or a bare CR (a CR not before an LF) in the request line or
+    headers fails the parser as soon as the byte is fed, not only once the head is complete (a peer
+    that ends its lines with LF alone would otherwise wait for a CRLF CRLF that never comes).
+
     Raises (from ``feed``):
-        HttpError: 400 malformed request line / header / Content-Length, a bare LF line ending, a
-            target not starting with "/"; 431 request line and headers over ``max_header_bytes``;
+        HttpError: 400 malformed request line / header / Content-Length, a bare LF or bare CR line
+            ending, a target not starting with "/"; 431 request line and headers over ``max_header_bytes``;
             413 a body over ``max_body_bytes``; 501 Transfer-Encoding (chunked bodies) or an HTTP
             version other than 1.0 / 1.1. Requests completed before the error in the same ``feed``
             are returned first (``failed`` is then set, and the next ``feed`` raises); after an
@@ -128,6 +166,7 @@ class HttpParser:
         self._buf = bytearray()
         self._head: tuple | None = None  # parsed head waiting for its body: (method, path, query, headers, ka, n)
         self._failed: HttpError | None = None
+        self._scanned = 0  # bytes of a partial head already checked for bare LF / CR
 
     def feed(self, data: bytes) -> list[HttpRequest]:
         if self._failed is not None:
@@ -139,6 +178,7 @@ class HttpParser:
                 if self._head is None:
                     end = self._buf.find(b"\r\n\r\n")
                     if end < 0:
+                        self._check_line_endings()
                         if len(self._buf) > self.max_header_bytes:
                             raise HttpError(431, "request line and headers too large")
                         break
@@ -146,6 +186,7 @@ class HttpParser:
                         raise HttpError(431, "request line and headers too large")
                     head = bytes(self._buf[:end])
                     del self._buf[: end + 4]
+                    self._scanned = 0
                     if not head:  # an empty line before a request line (RFC 9112 2.2): ignored
                         continue
                     self._head = self._parse_head(head)
@@ -154,6 +195,7 @@ class HttpParser:
                     break
                 body = bytes(self._buf[:n])
                 del self._buf[:n]
+                self._scanned = 0
                 method, path, query, headers, ka, _ = self._head
                 self._head = None
                 out.append(HttpRequest(method, path, query, headers, body, ka))
@@ -168,10 +210,52 @@ class HttpParser:
         """The error that stopped this parser (the next ``feed`` raises it), or None."""
         return self._failed
 
+    def feed_eof(self) -> None:
+        """The peer ended its side of the connection (end of file): a partial request can never complete.
+
+        Raises:
+            HttpError: 400 when part of a request is buffered (a head without its blank line, or a body
+                shorter than its Content-Length); the parser is then failed. The error that already
+                failed the parser, if any.
+        """
+        if self._failed is not None:
+            raise self._failed
+        if self._head is not None:
+            self._failed = HttpError(400, f"body shorter than its Content-Length ({self._head[5]})")
+        elif self._buf:
+            self._failed = HttpError(400, "request head cut short by end of file")
+        else:
+            return
+        raise self._failed
+
     @property
     def idle(self) -> bool:
         """No partial request buffered."""
         return self._head is None and not self._buf
+
+    @property
+    def awaiting_body(self) -> bool:
+        """A request's head is complete and its body is not."""
+        return self._head is not None
+
+    def _check_line_endings(self) -> None:
+        """Check the partial head's new bytes (each byte once; a CR at the very end waits for the next).
+
+        Raises:
+            HttpError: 400 on a bare LF (not after a CR) or a bare CR (not before an LF).
+        """
+        buf = self._buf
+        i = buf.find(b"\n", self._scanned)
+        while i >= 0:
+            if i == 0 or buf[i - 1] != 0x0D:
+                raise HttpError(400, "bad line ending (bare LF)")
+            i = buf.find(b"\n", i + 1)
+        i = buf.find(b"\r", self._scanned)
+        while 0 <= i < len(buf) - 1:
+            if buf[i + 1] != 0x0A:
+                raise HttpError(400, "bad line ending (bare CR)")
+            i = buf.find(b"\r", i + 1)
+        self._scanned = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
 
     def _parse_head(self, head: bytes) -> tuple:
         lines = head.split(b"\r\n")
@@ -267,12 +351,13 @@ class RestApi:
 
     ``credentials``: the one key the venue accepts; ``now_ms``: the venue's wall clock (ms since the
     epoch) for the timestamp window and ``requestTime``; ``mono_ns``: monotonic ns for the rate
-    limit; ``log``: an ``EventLog``-like object (``warning(event, **fields)``) for rejections, or None.
+    limit; ``log``: an ``EventLog``-like object (``warning(event, **fields)``) for rejections, or None;
+    ``allow_admin``: serve the admin route (adjust-position) instead of refusing it (403 "40014").
     """
 
     def __init__(self, engine: OrderEngine, credentials: Credentials, *, now_ms: Callable[[], int] | None = None,
                  mono_ns: Callable[[], int] | None = None, recv_window_ms: int = 30_000,
-                 rate_limit_per_s: float = 10.0, log=None) -> None:
+                 rate_limit_per_s: float = 10.0, log=None, allow_admin: bool = False) -> None:
         """Raises:
         VenueError: recv_window_ms not positive, rate_limit_per_s not positive.
         """
@@ -285,6 +370,11 @@ class RestApi:
         self.recv_window_ms = int(recv_window_ms)
         self.limiter = TokenBucket(rate_limit_per_s)
         self.log = log
+        self.allow_admin = bool(allow_admin)
+        self._coins = []  # (base coin, symbol) of the served USDT-quoted symbols (others: not in assets)
+        for sym in engine.rules:
+            with suppress(ValueError):
+                self._coins.append((base_coin(sym), sym))
         self.stats = dict.fromkeys(STAT_NAMES, 0)
 
     def counters(self) -> dict[str, int]:
@@ -362,6 +452,8 @@ class RestApi:
 
     def _post(self, path: str, body: dict):
         eng = self.engine
+        if path == ADJUST_POSITION and not self.allow_admin:
+            raise OrderRejected(CODE_FORBIDDEN, "admin routes are off at this venue (venue param allow_admin)")
         if path == PLACE:
             try:
                 o = eng.place(body)
@@ -374,9 +466,24 @@ class RestApi:
         if path == CANCEL:
             o = eng.cancel(symbol, body.get("orderId"), body.get("clientOid"))
             return {"orderId": str(o.order_id), "clientOid": o.client_oid}
-        cancelled = eng.cancel_symbol(symbol)
-        return {"symbol": symbol, "cancelled": [{"orderId": str(o.order_id), "clientOid": o.client_oid}
-                                                for o in cancelled]}
+        if path == CANCEL_SYMBOL:
+            cancelled = eng.cancel_symbol(symbol)
+            return {"symbol": symbol, "cancelled": [{"orderId": str(o.order_id), "clientOid": o.client_oid}
+                                                    for o in cancelled]}
+        return self._adjust(symbol, body.get("delta"))
+
+    def _adjust(self, symbol: str, delta) -> dict:
+        """The admin route (``ADJUST_POSITION``; ``_post`` refused it with 40014 unless ``allow_admin``).
+
+        Raises:
+            OrderRejected: 40034 / 40001 from ``adjust_position``.
+        """
+        if not isinstance(delta, str):
+            raise OrderRejected(CODE_BAD_REQUEST, "delta must be a decimal string")
+        pos = self.engine.adjust_position(symbol, delta)
+        if self.log is not None:
+            self.log.warning("paper_position_adjusted", symbol=symbol, delta=delta[:40], position=fmt(pos))
+        return {"symbol": symbol, "position": fmt(pos)}
 
     def _get(self, path: str, q: dict):
         eng = self.engine
@@ -384,6 +491,11 @@ class RestApi:
             return [eng.order(q.get("orderId"), q.get("clientOid")).to_json()]
         if path == UNFILLED:
             return [o.to_json() for o in eng.open_orders(q.get("symbol") or None)]
+        if path == ACCOUNT_INFO:
+            return {"userId": eng.account_id, "inviterId": "", "channelCode": "", "channel": "",
+                    "regisTime": str(eng.created_ms)}
+        if path == ASSETS:
+            return self._assets(q.get("coin") or None)
         limit = q.get("limit")
         if limit is not None:
             if not (limit.isascii() and limit.isdigit() and 0 < int(limit) <= 1_000_000):
@@ -394,6 +506,15 @@ class RestApi:
             eng._check_symbol(symbol)
         return [f.to_json() for f in eng.fills_since(symbol, q.get("orderId") or None,
                                                      q.get("idGreaterThan") or None, limit)]
+
+    def _assets(self, coin: str | None) -> list[dict]:
+        """The assets route's data (see the module docstring)."""
+        eng = self.engine
+        rows = [(c, eng.position(sym), eng.balance_u_ms(sym)) for c, sym in self._coins]
+        rows.append((QUOTE_COIN, eng.cash(), eng.balance_u_ms(QUOTE_COIN)))
+        want = coin.upper() if coin is not None else None
+        return [{"coin": c, "available": fmt(avail), "frozen": "0", "locked": "0", "limitAvailable": "0",
+                 "uTime": str(u)} for c, avail, u in rows if want is None or c == want]
 
 
 class _EngineRejected(OrderRejected):
@@ -435,13 +556,54 @@ def _query(text: str) -> dict:
 # The server (asyncio)
 
 
-class RestServer:
-    """Serves a ``RestApi`` over HTTP/1.1 on 127.0.0.1 (see the module docstring)."""
+class _Conn:
+    """One connection's state, for the deadlines and the choice of whom to evict at the cap."""
 
-    def __init__(self, api: RestApi, *, port: int = 0, latency_ms: float = 0.0, idle_timeout_s: float = 60.0,
+    __slots__ = ("writer", "since_s", "proven", "partial", "busy", "writing", "evicted")
+
+    def __init__(self, writer: asyncio.StreamWriter, now_s: float) -> None:
+        self.writer = writer
+        self.since_s = now_s  # loop time the current phase began: idle wait, head, or body
+        self.proven = False  # at least one complete request was answered
+        self.partial = False  # bytes of an incomplete request are buffered
+        self.busy = False  # complete requests are being processed (never evicted then)
+        self.writing = False  # waiting for the peer to take an answer (drain)
+        self.evicted = False
+
+    @property
+    def suspect(self) -> bool:
+        """Never completed a request, is in the middle of one, or is not reading its answers."""
+        return not self.proven or self.partial or self.writing
+
+
+class RestServer:
+    """Serves a ``RestApi`` over HTTP/1.1 on 127.0.0.1 (see the module docstring).
+
+    Deadlines, per connection (loop time; each one closes the connection, counted in the API's
+    stats): the head of a request must be complete ``header_timeout_s`` after its first byte arrived
+    and its body ``body_timeout_s`` after the head (else a 408 answer, then close: ``slow_closed``);
+    a connection with nothing buffered is closed ``idle_timeout_s`` after its last answer or its
+    accept (``idle_closed``); a write the peer does not take within ``write_timeout_s`` closes the
+    connection (``slow_closed``). A peer's end of file in the middle of a request is answered 400 at
+    once (``bad_requests``). A complete request resets the clock, so a client sending whole requests
+    is never cut off; only one that dribbles a request or sits idle is.
+
+    The cap (``max_connections``): a connection accepted beyond it evicts one existing connection
+    that is not processing a request, choosing first among the *suspect* ones (never completed a
+    request, partway through one, or not reading its answers) the one whose current phase began
+    earliest, and only when there is none, the proven idle one idle the longest (``evicted``; the
+    evicted socket is reset). So a slowloris holding every slot only ever displaces its own
+    connections, while a well-behaved client (a complete request at once, like the order sender's)
+    is accepted at once and its keep-alive connection is kept. A new connection is refused (503,
+    ``connections_refused``) only when every connection is processing a request (``latency_ms``).
+    """
+
+    def __init__(self, api: RestApi, *, port: int = 0, latency_ms: float = 0.0, idle_timeout_s: float = 15.0,
+                 header_timeout_s: float = 2.0, body_timeout_s: float = 2.0, write_timeout_s: float = 5.0,
                  max_connections: int = 64, log=None) -> None:
         """Raises:
-        VenueError: a port outside 0..65535, a negative latency, max_connections < 1.
+        VenueError: a port outside 0..65535, a latency outside 0..60000 ms, max_connections < 1, an
+            idle, header, body or write timeout that is not a positive finite number of seconds.
         """
         if not 0 <= int(port) <= 65535:
             raise VenueError(f"rest_port must be in 0..65535, got {port}")
@@ -449,16 +611,24 @@ class RestServer:
             raise VenueError(f"latency_ms must be in 0..60000, got {latency_ms}")
         if max_connections < 1:
             raise VenueError(f"max_connections must be >= 1, got {max_connections}")
+        for name, value in (("idle_timeout_s", idle_timeout_s), ("header_timeout_s", header_timeout_s),
+                            ("body_timeout_s", body_timeout_s), ("write_timeout_s", write_timeout_s)):
+            if not 0.0 < float(value) < float("inf"):
+                raise VenueError(f"{name} must be a positive number of seconds, got {value}")
         self.api = api
         self.requested_port = int(port)
         self.port = 0
         self.latency_s = float(latency_ms) / 1000.0
         self.idle_timeout_s = float(idle_timeout_s)
+        self.header_timeout_s = float(header_timeout_s)
+        self.body_timeout_s = float(body_timeout_s)
+        self.write_timeout_s = float(write_timeout_s)
         self.max_connections = int(max_connections)
         self.log = log
         self._server: asyncio.base_events.Server | None = None
         self._pump_task: asyncio.Task | None = None
-        self._conn_tasks: set[asyncio.Task] = set()
+        self._conn_tasks: set[asyncio.Task] = set()  # every live connection task (stop awaits them)
+        self._conns: dict[asyncio.Task, _Conn] = {}  # the connections counted against the cap
 
     async def start(self) -> int:
         """Bind 127.0.0.1:``port``; returns the bound port.
@@ -497,32 +667,102 @@ class RestServer:
         """The API's and the engine's counters (a copy)."""
         return self.api.counters()
 
+    def _evict_one(self) -> bool:
+        """Reset the connection the class docstring says goes first; False when every one is busy."""
+        victim_task, victim = None, None
+        for t, c in self._conns.items():
+            if c.busy:
+                continue
+            if victim is None or (not c.suspect, c.since_s) < (not victim.suspect, victim.since_s):
+                victim_task, victim = t, c
+        if victim is None:
+            return False
+        del self._conns[victim_task]
+        victim.evicted = True
+        self.api.stats["evicted"] += 1
+        with suppress(Exception):
+            victim.writer.transport.abort()
+        return True
+
+    def _write_error(self, writer: asyncio.StreamWriter, status: int, msg: str) -> None:
+        writer.write(http_response(status, envelope(CODE_BAD_REQUEST, msg, self.api._now_ms()), False))
+
+    def _bad_http(self, writer: asyncio.StreamWriter, exc: HttpError) -> None:
+        st = self.api.stats
+        st["bad_requests"] += 1
+        st["http_errors"] += 1
+        if self.log is not None:
+            self.log.warning("rest_bad_http", status=exc.status, msg=exc.msg)
+        self._write_error(writer, exc.status, exc.msg)
+
+    async def _drain(self, writer: asyncio.StreamWriter, conn: _Conn) -> bool:
+        """Wait until the peer has taken what was written; False (counted ``slow_closed``) when it
+        did not within ``write_timeout_s``."""
+        conn.writing = True
+        try:
+            await asyncio.wait_for(writer.drain(), self.write_timeout_s)
+        except TimeoutError:
+            self.api.stats["slow_closed"] += 1
+            return False
+        finally:
+            conn.writing = False
+        return True
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         st = self.api.stats
         task = asyncio.current_task()
-        if len(self._conn_tasks) >= self.max_connections:
+        loop = asyncio.get_running_loop()
+        if len(self._conns) >= self.max_connections and not self._evict_one():
             st["connections_refused"] += 1
             with suppress(Exception):
                 writer.write(http_response(503, envelope("50000", "too many connections", self.api._now_ms()), False))
                 writer.close()
             return
+        conn = _Conn(writer, loop.time())
         self._conn_tasks.add(task)
+        self._conns[task] = conn
         st["connections"] += 1
         st["connections_total"] += 1
         parser = HttpParser()
+        abort = False
         try:
             while True:
+                if parser.idle:
+                    phase, limit_s = "idle", self.idle_timeout_s
+                elif parser.awaiting_body:
+                    phase, limit_s = "body", self.body_timeout_s
+                else:
+                    phase, limit_s = "head", self.header_timeout_s
                 try:
-                    data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), self.idle_timeout_s)
+                    data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES),
+                                                  max(0.0, conn.since_s + limit_s - loop.time()))
                 except TimeoutError:
+                    if phase == "idle":
+                        st["idle_closed"] += 1
+                    else:
+                        st["slow_closed"] += 1
+                        self._write_error(writer, 408, f"request {phase} not complete within {limit_s:g} s")
+                        abort = not await self._drain(writer, conn)
                     break
-                if not data:
+                if conn.evicted:
+                    break
+                if not data:  # end of file: a partial request can never complete
+                    try:
+                        parser.feed_eof()
+                    except HttpError as exc:
+                        self._bad_http(writer, exc)
+                        abort = not await self._drain(writer, conn)
                     break
                 try:
                     reqs = parser.feed(data)
                 except HttpError:
                     reqs = []
+                now = loop.time()
+                if reqs or phase != ("idle" if parser.idle else "body" if parser.awaiting_body else "head"):
+                    conn.since_s = now  # a new phase (the first byte of a request, a head done) starts its clock
+                conn.partial = not parser.idle
                 close = False
+                conn.busy = bool(reqs)
                 for req in reqs:
                     if self.latency_s and req.path in RATE_LIMITED:
                         await asyncio.sleep(self.latency_s)
@@ -531,23 +771,36 @@ class RestServer:
                     if not req.keep_alive:
                         close = True
                         break
+                conn.busy = False
                 exc = parser.failed
                 if exc is not None and not close:
-                    st["bad_requests"] += 1
-                    st["http_errors"] += 1
-                    if self.log is not None:
-                        self.log.warning("rest_bad_http", status=exc.status, msg=exc.msg)
-                    writer.write(http_response(exc.status, envelope(CODE_BAD_REQUEST, exc.msg, self.api._now_ms()),
-                                               False))
+                    self._bad_http(writer, exc)
                     close = True
-                await writer.drain()
+                if not await self._drain(writer, conn):
+                    abort = True
+                    break
+                if reqs:
+                    conn.proven = True
+                    conn.since_s = loop.time()  # the idle wait (or a pipelined request's head) starts now
                 if close:
                     break
         except (ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            # stop(): this task is a leaf and ends here; ending it normally keeps asyncio's (3.11)
+            # client_connected_cb done-callback from logging the CancelledError as an error
+            abort = True
         finally:
             self._conn_tasks.discard(task)
+            self._conns.pop(task, None)
             st["connections"] -= 1
-            writer.close()
-            with suppress(Exception):
-                await writer.wait_closed()
+            if abort or conn.evicted:
+                writer.transport.abort()
+            else:
+                writer.close()
+                try:
+                    await asyncio.wait_for(writer.wait_closed(), self.write_timeout_s)
+                except TimeoutError:  # the peer does not take the last bytes: reset
+                    writer.transport.abort()
+                except Exception:  # noqa: BLE001 - a reset peer; the socket is closed either way
+                    pass
