@@ -80,7 +80,8 @@ exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; 
 ``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
 (50), ``rate_limit_per_s`` (10), ``max_retries`` (3), ``retry_backoff_ms`` (20),
 ``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (order connections: 4; 1..16),
-``crash_after`` ("" | "journal" | "send" | "ack"; tests only, effective only when the environment has
+``account_check_ms`` (1000; 0 = only at start: how often the running sender checks the venue's
+account id and compares positions with balances), ``crash_after`` ("" | "journal" | "send" | "ack"; tests only, effective only when the environment has
 ``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at that point of a place; the marker file
 "<journal>.crashed" makes it once).
 
@@ -123,7 +124,8 @@ _ORDER_BYTES = ORDER_DTYPE.itemsize
 _NS_PER_MS = 1_000_000
 FILL_PAGE = 100  # a fills answer this long may have more after it
 MAX_CONNECTIONS = 16
-_POLL, _FILLS, _QUERY = "poll", "fills", "query"  # kinds of lane jobs
+_POLL, _FILLS, _QUERY, _ACCOUNT = "poll", "fills", "query", "account"  # kinds of lane jobs
+EXIT_ACCOUNT_CHANGED = 75  # the venue answers for another account while running: restart and reconcile
 INFLIGHT_NAP_NS = 50_000  # while requests are in flight the idle wait is at most this: answers wait <= 50 µs
 
 
@@ -145,6 +147,7 @@ class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     reconcile_grace_ms: int = 0
     crash_after: Literal["", "journal", "send", "ack"] = ""
     connections: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONNECTIONS)] = 4
+    account_check_ms: Annotated[int, msgspec.Meta(ge=0)] = 1000
 
 
 class TokenBucket:
@@ -337,6 +340,8 @@ class SenderAgent(Agent):
         self.last_tid = self.state.last_trade_id
         self.open = {oid for oid, o in self.orders.items() if not o.terminal}  # non-terminal order ids
         self.next_poll = now
+        self.account_check_ns = p.account_check_ms * _NS_PER_MS
+        self.next_account_check = now + self.account_check_ns
         self.reconciling = True
         self.rec_due = now
         self.rec_attempt = 0
@@ -425,8 +430,33 @@ class SenderAgent(Agent):
             self.next_poll = now + self.poll_ns
             if self._working() and not self._lane_has(_POLL):
                 self.jobs.append([self._poll_gen(now), None, _POLL])
+        if self.account_check_ns and now >= self.next_account_check:
+            self.next_account_check = now + self.account_check_ns
+            if not self._lane_has(_ACCOUNT):
+                self.jobs.append([self._account_check_gen(), None, _ACCOUNT])
         work += self._run_lane(now)
         return work
+
+    def _account_check_gen(self):
+        """Lane job, every ``account_check_ms`` while running: the venue's account id (another one:
+        the venue was reset under us; this process exits with ``EXIT_ACCOUNT_CHANGED`` and the
+        supervisor's restart reconciles from scratch, ``_account_gen``), then the positions against
+        the balances (``_positions_gen``); a difference it finds sends an unsolicited state report
+        carrying POSITION_MISMATCH. An answer that fails leaves it to the next round."""
+        res = yield rest.build_account_info(self.creds, self._wall())
+        if not res.ok:
+            return
+        try:
+            uid = rest.parse_account_id(res.data)
+        except ValueError:
+            self.stats["malformed"] += 1
+            return
+        if uid != self.state.account:
+            self.ctx.log.error("sender_venue_account_changed", old=self.state.account, new=uid, live=True)
+            raise SystemExit(EXIT_ACCOUNT_CHANGED)  # past the lane's error handler: restart, reconcile
+        known = dict(self.mismatches)
+        if (yield from self._positions_gen()) and self.mismatches != known:
+            self._state_report(self.ctx.clock())
 
     def keep_warm(self) -> None:
         """Runner hook (``keep_warm_us``, while idle): the cancel-all and place paths up to the bytes

@@ -968,6 +968,32 @@ def test_a_position_changed_behind_the_senders_back_is_found_on_restart_and_the_
     assert float(pos["size"]) == pytest.approx(0.0195)
 
 
+def test_a_running_sender_finds_a_position_changed_behind_its_back_and_reports_it(tmp_path, venue):
+    h = start(tmp_path, venue, account_check_ms=20)
+    h.send(order(oid=125, price=100.0, size=0.02))
+    h.wait_for(ExecType.ACKED, 125)
+    venue.fill(client_oid(125), 0.02, 100.0)
+    h.wait_for(ExecType.FILLED, 125)
+    h.settle(0.1)  # several checks: nothing apart
+    assert not h.reports(ExecType.POSITION_MISMATCH) and len(h.reports(ExecType.SYNC_DONE)) == 1
+    venue.behind["ETHUSDT"] = 0.003
+    (mm, _), = h.wait_for(ExecType.POSITION_MISMATCH, timeout=2.0)
+    assert int(mm["instrument_id"]) == 2 and float(mm["size"]) == pytest.approx(0.003) and float(mm["price"]) == 0.0
+    h.wait_for(ExecType.SYNC_DONE, n=2)  # an unsolicited state report carries it
+    (pos,) = [r for r, _ in h.reports(ExecType.POSITION)[-2:] if int(r["instrument_id"]) == 2]
+    assert float(pos["size"]) == pytest.approx(0.003)
+    h.settle(0.1)  # reported once, not every round
+    assert len(h.reports(ExecType.POSITION_MISMATCH)) == 1
+
+
+def test_a_venue_reset_under_a_running_sender_makes_it_exit_for_a_reconciling_restart(tmp_path, venue):
+    h = start(tmp_path, venue, account_check_ms=20)
+    venue.account_id = "7003"
+    with pytest.raises(SystemExit) as exc:
+        h.settle(1.0)
+    assert exc.value.code == 75 and h.log.named("sender_venue_account_changed")[0]["new"] == "7003"
+
+
 def test_a_fill_arriving_while_the_balances_are_read_is_not_taken_for_a_difference(tmp_path, venue):
     h = start(tmp_path, venue)
     h.send(order(oid=131, price=100.0, size=0.02))
