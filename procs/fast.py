@@ -29,7 +29,8 @@ Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm
 ``model_path`` ("models/generated/fast.onnx"), ``providers`` ("auto" | "cpu" | "cuda"),
 ``require_gpu`` (false), ``device_id`` (0), ``gpu_mem_limit_mib`` (256), ``arena_extend_strategy``
 ("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5}),
-``warmup_runs`` (20).
+``warmup_runs`` (20). Typed (``FastParams``): an unknown or ill-typed field fails the start with a
+ConfigError naming the process and the field (``fast: bad params: Object contains unknown field ...``).
 
 Counters (``ctx.stats``): provider, model (first 8 hex digits of the file's SHA-256), features,
 signals, hold, lean_buy, lean_sell, emergency, runs, risk_drops, llm_drops, rejected, unknown_kind,
@@ -44,7 +45,9 @@ import io
 import os
 import tempfile
 from pathlib import Path
+from typing import Annotated, Literal
 
+import msgspec
 import numpy as np
 
 from pipeline.agent import Agent
@@ -60,6 +63,42 @@ _HOLD, _BUY, _SELL, _EMERG = (int(lab) for lab in (Label.HOLD, Label.LEAN_BUY, L
 _SIG_WARMUP = int(SIGNAL_FLAG_WARMUP)
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
+
+
+class FastThresholds(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``params.thresholds``: each label's probability threshold."""
+
+    buy: float = 0.4
+    sell: float = 0.4
+    emergency: float = 0.5
+
+
+class FastParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The stage's params (see the module docstring); an unknown or ill-typed field fails the start."""
+
+    input: str | None = None  # default: the only input
+    risk_output: str = "sig_risk"
+    llm_output: str = "sig_llm"
+    model_path: str = "models/generated/fast.onnx"
+    providers: Literal["auto", "cpu", "cuda"] = "auto"
+    require_gpu: bool = False
+    device_id: Annotated[int, msgspec.Meta(ge=0)] = 0
+    gpu_mem_limit_mib: Annotated[int, msgspec.Meta(ge=0)] = 256
+    arena_extend_strategy: Literal["kSameAsRequested", "kNextPowerOfTwo"] = "kSameAsRequested"
+    thresholds: FastThresholds = FastThresholds()
+    warmup_runs: Annotated[int, msgspec.Meta(ge=0)] = 20
+
+
+def parse_params(name: str, params: dict) -> FastParams:
+    """``params`` of process ``name`` as ``FastParams``.
+
+    Raises:
+        ConfigError: an unknown or ill-typed field, named with the process.
+    """
+    try:
+        return msgspec.convert(dict(params), FastParams)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: bad params: {exc}") from None
 
 
 class _StderrCapture:
@@ -140,10 +179,13 @@ def build_session(model_path: str, *, providers: str = "auto", device_id: int = 
 class FastAgent(Agent):
     """FEATURES in, SIGNAL out (see the module docstring)."""
 
+    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
+    params_type = FastParams
+
     def on_start(self, ctx) -> None:
         self.ctx = ctx
-        prm = ctx.params
-        name = prm.get("input")
+        self.p = p = parse_params(ctx.name, ctx.params)
+        name = p.input
         if name is None:
             if len(ctx.inputs) != 1:
                 raise ConfigError(f"fast: name the input ring (params.input); it has {sorted(ctx.inputs)}")
@@ -151,25 +193,19 @@ class FastAgent(Agent):
         if name not in ctx.inputs:
             raise ConfigError(f"fast: input ring {name!r} is not among {sorted(ctx.inputs)}")
         self.inp = ctx.inputs[name]
-        self.risk = ctx.outputs.get(prm.get("risk_output", "sig_risk"))
-        self.llm = ctx.outputs.get(prm.get("llm_output", "sig_llm"))
+        self.risk = ctx.outputs.get(p.risk_output)
+        self.llm = ctx.outputs.get(p.llm_output)
         if self.risk is None and self.llm is None:
             raise ConfigError(f"fast: neither a risk nor an llm output among {sorted(ctx.outputs)}")
-        th = dict(prm.get("thresholds", {}))
-        unknown = set(th) - {"buy", "sell", "emergency"}
-        if unknown:
-            raise ConfigError(f"fast: unknown thresholds {sorted(unknown)} (buy, sell, emergency)")
-        self.th_buy = float(th.get("buy", 0.4))
-        self.th_sell = float(th.get("sell", 0.4))
-        self.th_emergency = float(th.get("emergency", 0.5))
+        self.th_buy = p.thresholds.buy
+        self.th_sell = p.thresholds.sell
+        self.th_emergency = p.thresholds.emergency
         # the same thresholds rounded to float32, as numpy compares them with the float32 probabilities
         self._th32 = tuple(float(np.float32(t)) for t in (self.th_buy, self.th_sell, self.th_emergency))
-        self.model_path = str(prm.get("model_path", "models/generated/fast.onnx"))
+        self.model_path = p.model_path
         self.sess, self.provider, cause = build_session(
-            self.model_path, providers=str(prm.get("providers", "auto")), device_id=int(prm.get("device_id", 0)),
-            gpu_mem_limit_mib=int(prm.get("gpu_mem_limit_mib", 256)),
-            arena_extend_strategy=str(prm.get("arena_extend_strategy", "kSameAsRequested")),
-            require_gpu=bool(prm.get("require_gpu", False)), log=ctx.log)
+            self.model_path, providers=p.providers, device_id=p.device_id, gpu_mem_limit_mib=p.gpu_mem_limit_mib,
+            arena_extend_strategy=p.arena_extend_strategy, require_gpu=p.require_gpu, log=ctx.log)
         inp, out = self.sess.get_inputs()[0], self.sess.get_outputs()[0]
         if inp.shape[-1] != FEATURES_LEN or out.shape[-1] != N_LABELS:
             raise StartupError(f"fast: model {self.model_path!r} maps {inp.shape} -> {out.shape}, "
@@ -198,10 +234,10 @@ class FastAgent(Agent):
                           model=self.model_id, features=0, signals=0, hold=0, lean_buy=0, lean_sell=0, emergency=0,
                           runs=0, risk_drops=0, llm_drops=0, rejected=0)
         self._logged_error = False
-        for i in range(max(0, int(prm.get("warmup_runs", 20)))):
+        for i in range(p.warmup_runs):
             self._infer(1 if i % 2 == 0 else n)
         ctx.log.info("fast_ready", provider=self.provider, model=self.model_path, model_sha256_8=self.model_id,
-                     cuda_cause=cause, warmup_runs=int(prm.get("warmup_runs", 20)))
+                     cuda_cause=cause, warmup_runs=p.warmup_runs)
 
     def _binding(self, n: int):
         io = self._bindings.get(n)

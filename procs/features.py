@@ -13,7 +13,9 @@ per configured instrument (tick size from the config). Per message read with ``R
 Params (``[[processes]] params = {...}``): ``input`` / ``output`` ring names (default: the only
 one), ``tau_ofi_ms`` (1000), ``tau_trade_ms`` (1000), ``tau_vol_fast_ms`` (1000),
 ``tau_vol_slow_ms`` (10000), ``vpin_buckets`` (50), ``vpin_bucket_volume``: a number, or a
-``{symbol: volume}`` table (default: 1000 lots of the instrument).
+``{symbol: volume}`` table of configured symbols (default, and for a symbol the table leaves out: 1000
+lots of the instrument). Typed (``FeatureStageParams``): an unknown or ill-typed field fails the start
+with a ConfigError naming the process and the field (``features: bad params: ...``).
 
 Counters (``ctx.stats``): books, trades, emitted, rejected, out_drops, then rej_<reason>,
 trade_rej_<reason>, unknown_kind, bad_size, unknown_instrument, errors.
@@ -21,6 +23,9 @@ trade_rej_<reason>, unknown_kind, bad_size, unknown_instrument, errors.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import numpy as np
 
 from pipeline.agent import Agent
@@ -31,6 +36,34 @@ from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
 _BOOK_BYTES = BOOK_DTYPE.itemsize
 _TRADE_BYTES = TRADE_DTYPE.itemsize
 _U16 = np.dtype("<u2")
+
+
+_Positive = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class FeatureStageParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The stage's params (see the module docstring); an unknown or ill-typed field fails the start."""
+
+    input: str | None = None  # default: the only input
+    output: str | None = None  # default: the only output
+    tau_ofi_ms: _Positive = 1000.0
+    tau_trade_ms: _Positive = 1000.0
+    tau_vol_fast_ms: _Positive = 1000.0
+    tau_vol_slow_ms: _Positive = 10_000.0
+    vpin_buckets: Annotated[int, msgspec.Meta(ge=1)] = 50
+    vpin_bucket_volume: _Positive | dict[str, _Positive] | None = None  # None: 1000 lots of each instrument
+
+
+def parse_params(name: str, params: dict) -> FeatureStageParams:
+    """``params`` of process ``name`` as ``FeatureStageParams``.
+
+    Raises:
+        ConfigError: an unknown or ill-typed field, named with the process.
+    """
+    try:
+        return msgspec.convert(dict(params), FeatureStageParams)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: bad params: {exc}") from None
 
 
 def _port(ports: dict, name, what: str):
@@ -46,21 +79,31 @@ def _port(ports: dict, name, what: str):
 class FeatureAgent(Agent):
     """BOOK / TRADE in, FEATURES out (see the module docstring)."""
 
+    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
+    params_type = FeatureStageParams
+
     def on_start(self, ctx) -> None:
         self.ctx = ctx
-        prm = ctx.params
-        self.inp = _port(ctx.inputs, prm.get("input"), "input")
-        self.out = _port(ctx.outputs, prm.get("output"), "output")
-        bucket = prm.get("vpin_bucket_volume")
+        self.p = p = parse_params(ctx.name, ctx.params)
+        self.inp = _port(ctx.inputs, p.input, "input")
+        self.out = _port(ctx.outputs, p.output, "output")
+        bucket = p.vpin_bucket_volume
+        if isinstance(bucket, dict):
+            unknown = sorted(set(bucket) - {inst.symbol for inst in ctx.config.instruments})
+            if unknown:
+                raise ConfigError(f"{ctx.name}: bad params: vpin_bucket_volume names unconfigured instruments "
+                                  f"{unknown} - at `$.vpin_bucket_volume`")
         self.states: dict[int, FeatureState] = {}
         for inst in ctx.config.instruments:
             vol = (bucket.get(inst.symbol) if isinstance(bucket, dict) else bucket) or 1000 * inst.lot_size
-            params = FeatureParams(
-                tau_ofi_ns=int(prm.get("tau_ofi_ms", 1000) * 1_000_000),
-                tau_trade_ns=int(prm.get("tau_trade_ms", 1000) * 1_000_000),
-                tau_vol_fast_ns=int(prm.get("tau_vol_fast_ms", 1000) * 1_000_000),
-                tau_vol_slow_ns=int(prm.get("tau_vol_slow_ms", 10_000) * 1_000_000),
-                vpin_bucket_volume=float(vol), vpin_buckets=int(prm.get("vpin_buckets", 50)))
+            try:
+                params = FeatureParams(
+                    tau_ofi_ns=int(p.tau_ofi_ms * 1_000_000), tau_trade_ns=int(p.tau_trade_ms * 1_000_000),
+                    tau_vol_fast_ns=int(p.tau_vol_fast_ms * 1_000_000),
+                    tau_vol_slow_ns=int(p.tau_vol_slow_ms * 1_000_000),
+                    vpin_bucket_volume=float(vol), vpin_buckets=p.vpin_buckets)
+            except ValueError as exc:  # a decay constant under 1 ns
+                raise ConfigError(f"{ctx.name}: bad params: {exc}") from None
             self.states[inst.id] = FeatureState(inst.id, inst.tick_size, params)
         self.buf = np.zeros(1, FEATURES_DTYPE)
         self.payload = memoryview(self.buf).cast("B")

@@ -73,6 +73,10 @@ switch_interval_us     100
 decode_in              ``"network"`` (default) or ``"agent"``: which thread decodes (see above)
 =====================  ==============================================================================
 
+Typed (``BitgetFeedParams``; ``ItchFeedParams`` for the ITCH agent below): an unknown or ill-typed field
+fails the start with a ConfigError naming the process and the field (``feed: bad params: Object
+contains unknown field ...``).
+
 Counters (``ctx.stats``, published with each heartbeat; the first ten fit the status record)::
 
     frames, rejected, books_emitted, trades_emitted, resyncs, reconnects, stale_timeouts,
@@ -110,7 +114,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable, Literal
+
+import msgspec
 
 from pipeline.agent import Agent, AgentContext
 from pipeline.bitget.book import Applied, BitgetBooks
@@ -211,8 +217,67 @@ class ResyncThrottle:
         return True
 
 
-def _output_port(ctx: AgentContext):
-    name = ctx.params.get("output")
+_AtLeastMilli = Annotated[float, msgspec.Meta(ge=0.001)]
+_NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+_Instruments = list[str] | dict[str, int] | None  # configured symbols, or a {symbol: id} table; None: every one
+
+
+class BitgetFeedParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``BitgetFeedAgent``'s params (see the module docstring); an unknown or ill-typed field fails the start."""
+
+    url: str = ""  # one of url / port_file is required
+    port_file: str = ""
+    inst_type: str = "SPOT"
+    channels: tuple[str, ...] = ("books15", "trade")
+    instruments: _Instruments = None
+    ping_interval_s: _AtLeastMilli = 30.0
+    stale_after_s: _AtLeastMilli = 10.0
+    backoff_initial_ms: _AtLeastMilli = 100.0
+    backoff_max_ms: _AtLeastMilli = 5_000.0
+    backoff_jitter: _NonNegative = 0.2
+    seed: int | None = None  # None: unseeded
+    open_timeout_s: _AtLeastMilli = 5.0
+    resync_max_per_min: Annotated[int, msgspec.Meta(ge=1)] = 30
+    queue_frames: Annotated[int, msgspec.Meta(ge=1)] = 8192
+    max_msgs_per_s: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    record_path: str = ""  # "": no recording
+    output: str | None = None  # default: the only output
+    emit_trade_snapshots: bool = False
+    decoder: str = "msgspec"
+    join_timeout_s: _NonNegative = 2.0
+    switch_interval_us: Annotated[float, msgspec.Meta(ge=1)] = 100.0
+    decode_in: Literal["network", "agent"] = "network"
+
+
+class ItchFeedParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``ItchFeedAgent``'s params (see the module docstring); an unknown or ill-typed field fails the start."""
+
+    path: str | None = None  # exactly one of path / port
+    port: Annotated[int, msgspec.Meta(ge=0, le=65_535)] | None = None
+    speed: Literal["max"] | Annotated[float, msgspec.Meta(gt=0)] = "max"
+    require_end: bool = True
+    skip_empty: bool = False
+    symbols: _Instruments = None
+    midnight_epoch_ns: int | None = None
+    session: str | None = None
+    recv_buffer_bytes: Annotated[int, msgspec.Meta(ge=1)] = 4 << 20
+    port_file: str = ""  # "": the bound port is not written anywhere
+    output: str | None = None  # default: the only output
+
+
+def parse_params(name: str, params: dict, kind: type[msgspec.Struct]):
+    """``params`` of process ``name`` as ``kind`` (``BitgetFeedParams`` or ``ItchFeedParams``).
+
+    Raises:
+        ConfigError: an unknown or ill-typed field, named with the process.
+    """
+    try:
+        return msgspec.convert(dict(params), kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: bad params: {exc}") from None
+
+
+def _output_port(ctx: AgentContext, name: str | None):
     if name is None:
         if len(ctx.outputs) != 1:
             raise ConfigError(f"process {ctx.name}: needs exactly one output ring or params.output, "
@@ -223,35 +288,25 @@ def _output_port(ctx: AgentContext):
     return ctx.outputs[name]
 
 
-def _instrument_map(ctx: AgentContext, key: str) -> dict[str, int]:
-    """``{symbol: id}`` from ``params[key]`` (list of configured symbols or a table), default every
-    configured instrument."""
+def _instrument_map(ctx: AgentContext, key: str, want: _Instruments) -> dict[str, int]:
+    """``{symbol: id}`` from ``params[key]`` (``want``: a list of configured symbols or a table), default
+    every configured instrument."""
     configured = {i.symbol: i.id for i in ctx.config.instruments}
-    want = ctx.params.get(key)
     if want is None:
         out = configured
     elif isinstance(want, dict):
         out = {str(k): v for k, v in want.items()}
-    elif isinstance(want, list):
+    else:
         missing = [s for s in want if s not in configured]
         if missing:
             raise ConfigError(f"process {ctx.name}: params.{key} names unconfigured instruments {missing}")
         out = {s: configured[s] for s in want}
-    else:
-        raise ConfigError(f"process {ctx.name}: params.{key} must be a list of symbols or a table")
     if not out:
         raise ConfigError(f"process {ctx.name}: no instruments (configure [[instruments]] or params.{key})")
     for s, i in out.items():
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i <= 0xFFFF:
             raise ConfigError(f"process {ctx.name}: instrument {s!r} has id {i!r}, not an int in 0..65535")
     return out
-
-
-def _num(params: dict, key: str, default, *, minimum=None, name: str = "") -> float:
-    v = params.get(key, default)
-    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or (minimum is not None and v < minimum):
-        raise ConfigError(f"process {name}: params.{key} must be a number >= {minimum}, got {v!r}")
-    return v
 
 
 # ----------------------------------------------------------------------------------- network thread
@@ -534,28 +589,31 @@ class WsClient(threading.Thread):
 class BitgetFeedAgent(Agent):
     """Bitget v2 public WebSocket -> BOOK / TRADE messages (see the module docstring)."""
 
+    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
+    params_type = BitgetFeedParams
+
     def on_start(self, ctx: AgentContext) -> None:
         self.ctx = ctx
-        p = ctx.params
+        self.p = p = parse_params(ctx.name, ctx.params, self.params_type)
         name = ctx.name
-        self.out = _output_port(ctx)
-        inst_type = p.get("inst_type", "SPOT")
+        self.out = _output_port(ctx, p.output)
+        inst_type = p.inst_type
         if inst_type not in INST_TYPES:
             raise ConfigError(f"process {name}: params.inst_type {inst_type!r} not one of {sorted(INST_TYPES)}")
-        channels = list(p.get("channels", ["books15", "trade"]))
+        channels = list(p.channels)
         bad = [c for c in channels if c not in CHANNELS]
         if bad or not channels or len(set(channels)) != len(channels):
             raise ConfigError(f"process {name}: params.channels {channels!r}: each one of {sorted(CHANNELS)}, no repeats")
         if sum(c in BOOK_CHANNELS for c in channels) > 1:
             raise ConfigError(f"process {name}: params.channels {channels!r}: one book channel per feed "
                               "(two would emit two BOOK streams per instrument)")
-        self.instruments = _instrument_map(ctx, "instruments")
+        self.instruments = _instrument_map(ctx, "instruments", p.instruments)
         try:
-            self.books = BitgetBooks(self.instruments, emit_trade_snapshots=bool(p.get("emit_trade_snapshots", False)))
-            self.decoder = make_decoder(p.get("decoder", "msgspec"))
+            self.books = BitgetBooks(self.instruments, emit_trade_snapshots=p.emit_trade_snapshots)
+            self.decoder = make_decoder(p.decoder)
             # keep_warm's private decoder and books: the same code on the latest book frame, with no
             # effect on the real books, counters or ring
-            self._warm_decoder = make_decoder(p.get("decoder", "msgspec"))
+            self._warm_decoder = make_decoder(p.decoder)
             self._warm_books = BitgetBooks(self.instruments)
             self.subs = [Subscription(inst_type, ch, sym) for sym in self.instruments for ch in channels]
             texts = [subscribe_message(self.subs[i:i + SUBSCRIBE_CHUNK])
@@ -564,18 +622,15 @@ class BitgetFeedAgent(Agent):
             raise ConfigError(f"process {name}: {exc}") from None
         self.url_fn = self._url_resolver(p, name)
 
-        ping_s = _num(p, "ping_interval_s", 30, minimum=0.001, name=name)
-        stale_s = _num(p, "stale_after_s", 10, minimum=0.001, name=name)
-        seed = p.get("seed")
-        backoff = Backoff(_num(p, "backoff_initial_ms", 100, minimum=0.001, name=name),
-                          _num(p, "backoff_max_ms", 5_000, minimum=0.001, name=name),
-                          _num(p, "backoff_jitter", 0.2, minimum=0, name=name), random.Random(seed))
-        self.throttle = ResyncThrottle(int(_num(p, "resync_max_per_min", 30, minimum=1, name=name)))
-        queue_max = int(_num(p, "queue_frames", 8192, minimum=1, name=name))
-        self.join_timeout_s = _num(p, "join_timeout_s", 2.0, minimum=0, name=name)
-        open_timeout_s = _num(p, "open_timeout_s", 5, minimum=0.001, name=name)
-        max_msgs_per_s = _num(p, "max_msgs_per_s", 10, minimum=1, name=name)
-        switch_s = _num(p, "switch_interval_us", 100, minimum=1, name=name) / 1e6
+        ping_s = p.ping_interval_s
+        stale_s = p.stale_after_s
+        backoff = Backoff(p.backoff_initial_ms, p.backoff_max_ms, p.backoff_jitter, random.Random(p.seed))
+        self.throttle = ResyncThrottle(p.resync_max_per_min)
+        queue_max = p.queue_frames
+        self.join_timeout_s = p.join_timeout_s
+        open_timeout_s = p.open_timeout_s
+        max_msgs_per_s = p.max_msgs_per_s
+        switch_s = p.switch_interval_us / 1e6
 
         stats = ctx.stats
         for k in BITGET_COUNTERS:
@@ -592,15 +647,13 @@ class BitgetFeedAgent(Agent):
         self._rejects_logged = 0
 
         self.record_fp = None
-        record_path = p.get("record_path")
+        record_path = p.record_path
         if record_path:
             Path(record_path).parent.mkdir(parents=True, exist_ok=True)
             self.record_fp = open(record_path, "a", encoding="utf-8")
         self.inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
-        decode_in = p.get("decode_in", "network")
-        if decode_in not in ("network", "agent"):
-            raise ConfigError(f"process {name}: params.decode_in {decode_in!r} must be \"network\" or \"agent\"")
+        decode_in = p.decode_in
         self.inline = decode_in == "network"
         self._errors_logged = 0
         self._next_retry_ns = 0
@@ -616,15 +669,15 @@ class BitgetFeedAgent(Agent):
         self.net.start()
 
     @staticmethod
-    def _url_resolver(p: dict, name: str) -> Callable[[], str]:
-        url = p.get("url")
-        port_file = p.get("port_file")
+    def _url_resolver(p: BitgetFeedParams, name: str) -> Callable[[], str]:
+        url = p.url
+        port_file = p.port_file
         if port_file:
             template = url or DEFAULT_PORT_URL
             if "{port}" not in template:
                 raise ConfigError(f"process {name}: params.url {template!r} needs a {{port}} placeholder with port_file")
             return lambda: template.replace("{port}", str(read_port_file(port_file)))
-        if not url or not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
+        if not url.startswith(("ws://", "wss://")):
             raise ConfigError(f"process {name}: params.url must be ws://... or wss://... (or give port_file), got {url!r}")
         return lambda: url
 
@@ -815,14 +868,17 @@ _ITCH_TS_OFF = 5  # u48 BE nanoseconds since midnight at offset 5 of every messa
 class ItchFeedAgent(Agent):
     """ITCH 5.0 from a BinaryFILE replay or MoldUDP64 on UDP -> BOOK messages (module docstring)."""
 
+    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
+    params_type = ItchFeedParams
+
     def on_start(self, ctx: AgentContext) -> None:
         self.ctx = ctx
-        p = ctx.params
+        self.p = p = parse_params(ctx.name, ctx.params, self.params_type)
         name = ctx.name
-        self.out = _output_port(ctx)
-        symbols = _instrument_map(ctx, "symbols")
+        self.out = _output_port(ctx, p.output)
+        symbols = _instrument_map(ctx, "symbols", p.symbols)
         try:
-            self.book = L3Book(symbols, midnight_epoch_ns=p.get("midnight_epoch_ns"))
+            self.book = L3Book(symbols, midnight_epoch_ns=p.midnight_epoch_ns)
         except ItchError as exc:
             raise ConfigError(f"process {name}: {exc}") from None
         self.stats = ctx.stats
@@ -833,34 +889,26 @@ class ItchFeedAgent(Agent):
         self.sock = None
         self.port = None
         self._frames = None
-        if ("path" in p) == ("port" in p):
+        if (p.path is None) == (p.port is None):
             raise ConfigError(f"process {name}: give exactly one of params.path (BinaryFILE) or params.port (MoldUDP64)")
-        if "path" in p:
-            path = p["path"]
+        if p.path is not None:
+            path = p.path
             if not os.path.isfile(path):
                 raise ConfigError(f"process {name}: params.path {path!r} is not a file")
-            speed = p.get("speed", "max")
-            if speed == "max":
-                self.speed = 0.0
-            elif isinstance(speed, (int, float)) and not isinstance(speed, bool) and speed > 0:
-                self.speed = float(speed)
-            else:
-                raise ConfigError(f"process {name}: params.speed must be \"max\" or a number > 0, got {speed!r}")
-            self._frames = iter_file_frames(path, require_end=bool(p.get("require_end", True)),
-                                            skip_empty=bool(p.get("skip_empty", False)))
+            speed = p.speed
+            self.speed = 0.0 if speed == "max" else float(speed)
+            self._frames = iter_file_frames(path, require_end=p.require_end, skip_empty=p.skip_empty)
             self._pending = None
             self._t0_itch = None
             self._t0_clock = 0
             self._done = False
             ctx.log.info("feed_starting", venue="itch-file", path=str(path), speed=speed, symbols=symbols)
         else:
-            port = p["port"]
-            if not isinstance(port, int) or not 0 <= port < 65536:
-                raise ConfigError(f"process {name}: params.port must be an int in 0..65535, got {port!r}")
-            self.seqr = MoldSequencer(p.get("session"))
+            port = p.port
+            self.seqr = MoldSequencer(p.session)
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(p.get("recv_buffer_bytes", 4 << 20)))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, p.recv_buffer_bytes)
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 sock.close()
@@ -870,7 +918,7 @@ class ItchFeedAgent(Agent):
             self.port = sock.getsockname()[1]
             self._rx = bytearray(65536)
             self._rxv = memoryview(self._rx)
-            port_file = p.get("port_file")
+            port_file = p.port_file
             if port_file:
                 tmp = f"{port_file}.tmp"
                 Path(tmp).write_text(f"{self.port}\n")

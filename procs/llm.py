@@ -27,6 +27,9 @@
 - idle (any ``wait`` but busy-spin), the stage sleeps ``idle_poll_ms`` (2) between looks at its ring,
   or until the generation in flight finishes (``wait_for_work``), instead of the runner's back-off.
 
+Params: ``pipeline.llm.hub.LlmParams``; an unknown or ill-typed field fails the start with a ConfigError
+naming the process and the field (``llm: bad params: Object contains unknown field ...``).
+
 Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
 score, signals, conflated, breaker_drops, generations, instructions, instr_drops, rej_<reason>,
 prompt_tok / prompt_eval (prompt tokens in total / actually evaluated, summed), gen_tok, gen_ms_last,
@@ -37,12 +40,14 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import numpy as np
 
 from pipeline.agent import Agent
 from pipeline.errors import ConfigError
 from pipeline.llm.breaker import BreakerState, CircuitBreaker
-from pipeline.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, parse_params
+from pipeline.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, LlmParams
+from pipeline.llm.hub import parse_params as _hub_params
 from pipeline.llm.schema import instruction_bytes
 from pipeline.messages import SIGNAL_CTX_DTYPE, Kind
 
@@ -65,15 +70,33 @@ class _NoWait:
         return self.port.try_write(kind, payload, ts_origin_ns)
 
 
+def parse_params(name: str, params: dict) -> LlmParams:
+    """``params`` of process ``name`` as ``LlmParams`` (``pipeline.llm.hub``).
+
+    Raises:
+        ConfigError: an unknown or ill-typed field, named with the process (``llm: bad params: Object
+            contains unknown field ...``); ``min_ttl_ms > max_ttl_ms`` (the hub's own check).
+    """
+    try:
+        msgspec.convert(dict(params), LlmParams)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: bad params: {exc}") from None
+    return _hub_params(dict(params))
+
+
 class LlmAgent(Agent):
     """SIGNAL_CTX in, INSTRUCTION out (see the module docstring)."""
+
+    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``;
+    #: a subclass that takes params of its own must name its own struct)
+    params_type = LlmParams
 
     #: test hook: a callable returning a ready ``LlmHub`` instead of loading one from params
     hub_factory = None
 
     def on_start(self, ctx) -> None:
         self.ctx = ctx
-        self.p = p = parse_params(ctx.params)
+        self.p = p = parse_params(ctx.name, ctx.params)
         name = p.input
         if name is None:
             if len(ctx.inputs) != 1:

@@ -4,18 +4,20 @@ under the supervisor (FEATURES -> fast -> sig_risk / sig_llm), including a model
 from __future__ import annotations
 
 
+import msgspec
 import numpy as np
 import pytest
 
 from pipeline.agent import Agent, AgentContext
-from pipeline.config import ProcessConfig, parse_config
-from pipeline.errors import StartupError
+from pipeline.config import ProcessConfig, load_config, parse_config
+from pipeline.errors import ConfigError, StartupError
 from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
                                Kind, Label)
 from pipeline.model import Model, to_onnx
-from procs.fast import FastAgent
+from pipeline.runner import load_agent_class
+from procs.fast import FastAgent, FastParams, parse_params
 from tests.procs.agents import read_payloads
-from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 from tests.procs.test_features_agent import ListInput
 
@@ -41,10 +43,10 @@ def features(seq, f0=0.0, f1=0.0, *, iid=1, flags=0):
     return r.tobytes()
 
 
-def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm")):
+def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm"), name="fast"):
     cfg = parse_config(ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=576)
                        + INSTRUMENTS)
-    proc = ProcessConfig(name="fast", module="procs.fast:FastAgent", inputs=["feat"], outputs=list(outputs),
+    proc = ProcessConfig(name=name, module="procs.fast:FastAgent", inputs=["feat"], outputs=list(outputs),
                          batch=batch, params=params)
     return AgentContext(config=cfg, process=proc, inputs={"feat": ListInput(msgs)},
                         outputs={o: RecordingPort() for o in outputs}, log=ListLog())
@@ -128,6 +130,58 @@ def test_require_gpu_without_a_usable_cuda_provider_fails_the_start_naming_the_c
             assert "CUDAExecutionProvider failed to load:" in msg and len(msg.split("load:", 1)[1].strip()) > 10
     else:
         pytest.skip("this machine runs the model on CUDA")
+
+
+@pytest.mark.parametrize("name", ["fast", "fast_b"])
+@pytest.mark.parametrize("params, field", [
+    ({"requre_gpu": True}, "unknown field `requre_gpu`"),  # on CPU without a word, before params were typed
+    ({"provider": "cuda"}, "unknown field `provider`"),
+    ({"thresholds": {"buy": 0.5, "emergancy": 0.9}}, "unknown field `emergancy` - at `$.thresholds`"),
+])
+def test_a_misspelt_param_fails_the_start_naming_the_process_and_the_field(tmp_path, name, params, field):
+    model = write_model(tmp_path / "m.onnx")
+    ctx = make_ctx([], {"model_path": model, "providers": "cpu", **params}, name=name)
+    with pytest.raises(ConfigError) as err:
+        FastAgent().on_start(ctx)
+    assert str(err.value).startswith(f"{name}: bad params: ") and field in str(err.value)
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"require_gpu": "true"}, "Expected `bool`, got `str` - at `$.require_gpu`"),
+    ({"require_gpu": 1}, "Expected `bool`, got `int` - at `$.require_gpu`"),
+    ({"device_id": "0"}, "Expected `int`, got `str` - at `$.device_id`"),
+    ({"gpu_mem_limit_mib": 25.6}, "Expected `int`, got `float` - at `$.gpu_mem_limit_mib`"),
+    ({"providers": "gpu"}, "Invalid enum value 'gpu' - at `$.providers`"),
+    ({"arena_extend_strategy": "kDouble"}, "Invalid enum value 'kDouble' - at `$.arena_extend_strategy`"),
+    ({"thresholds": {"buy": "0.4"}}, "Expected `float`, got `str` - at `$.thresholds.buy`"),
+    ({"thresholds": 0.4}, "Expected `object`, got `float` - at `$.thresholds`"),
+    ({"warmup_runs": -1}, "Expected `int` >= 0 - at `$.warmup_runs`"),
+    ({"model_path": 7}, "Expected `str`, got `int` - at `$.model_path`"),
+])
+def test_an_ill_typed_param_fails_the_start_naming_the_process_and_the_field(tmp_path, params, field):
+    model = write_model(tmp_path / "m.onnx")
+    with pytest.raises(ConfigError) as err:
+        FastAgent().on_start(make_ctx([], {"model_path": model, "providers": "cpu", **params}))
+    assert str(err.value) == f"fast: bad params: {field}"
+
+
+def test_the_typed_params_keep_the_documented_defaults():
+    assert msgspec.to_builtins(parse_params("fast", {})) == {
+        "input": None, "risk_output": "sig_risk", "llm_output": "sig_llm",
+        "model_path": "models/generated/fast.onnx", "providers": "auto", "require_gpu": False, "device_id": 0,
+        "gpu_mem_limit_mib": 256, "arena_extend_strategy": "kSameAsRequested",
+        "thresholds": {"buy": 0.4, "sell": 0.4, "emergency": 0.5}, "warmup_runs": 20}
+
+
+@pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
+def test_the_shipped_configs_fast_params_load(config):
+    procs = [p for p in load_config(REPO_ROOT / "configs" / config).processes if p.module == "procs.fast:FastAgent"]
+    assert procs, f"configs/{config} has no fast stage"
+    for proc in procs:
+        assert load_agent_class(proc.module).params_type is FastParams  # what a check before start converts to
+        got = parse_params(proc.name, proc.params)
+        given = msgspec.to_builtins(got)
+        assert {k: given[k] for k in proc.params} == proc.params  # every value given arrived
 
 
 def test_a_missing_model_file_fails_the_start(tmp_path):

@@ -3,14 +3,17 @@ real supervisor (BookSource -> md -> features -> feat -> FeatureCounter)."""
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 
 from pipeline.agent import AgentContext
-from pipeline.config import ProcessConfig, parse_config
+from pipeline.config import ProcessConfig, load_config, parse_config
+from pipeline.errors import ConfigError
 from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, TRADE_SIDE_BUY, Kind
-from procs.features import FeatureAgent
-from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from pipeline.runner import load_agent_class
+from procs.features import FeatureAgent, FeatureStageParams, parse_params
+from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 
 
@@ -31,9 +34,10 @@ class ListInput:
         return n
 
 
-def start(msgs, port=None):
+def start(msgs, port=None, *, params=None, name="features"):
     cfg = parse_config(ring("md", payload=512) + ring("feat", payload=560) + INSTRUMENTS)
-    proc = ProcessConfig(name="features", module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"])
+    proc = ProcessConfig(name=name, module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"],
+                         params=params or {})
     ctx = AgentContext(config=cfg, process=proc, inputs={"md": ListInput(msgs)},
                        outputs={"feat": port or RecordingPort()}, log=ListLog())
     agent = FeatureAgent()
@@ -85,6 +89,66 @@ def test_a_full_output_is_counted_not_raised():
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
+def test_params_reach_every_instruments_state_and_a_table_leaves_the_others_at_1000_lots():
+    agent, _ = start([], params={"tau_ofi_ms": 250, "tau_trade_ms": 0.5, "tau_vol_fast_ms": 2000,
+                                 "tau_vol_slow_ms": 30_000, "vpin_buckets": 20, "vpin_bucket_volume": {"BTCUSDT": 3}})
+    got = {iid: (st.params.tau_ofi_ns, st.params.tau_trade_ns, st.params.tau_vol_fast_ns, st.params.tau_vol_slow_ns,
+                 st.params.vpin_buckets, st.params.vpin_bucket_volume) for iid, st in agent.states.items()}
+    assert got == {1: (250_000_000, 500_000, 2_000_000_000, 30_000_000_000, 20, 3.0),
+                   2: (250_000_000, 500_000, 2_000_000_000, 30_000_000_000, 20, 1000 * 0.001)}
+    agent, _ = start([])  # no params: the documented defaults
+    st = agent.states[1].params
+    assert (st.tau_ofi_ns, st.tau_trade_ns, st.tau_vol_fast_ns, st.tau_vol_slow_ns, st.vpin_buckets) == (
+        1_000_000_000, 1_000_000_000, 1_000_000_000, 10_000_000_000, 50)
+    assert st.vpin_bucket_volume == pytest.approx(1000 * 0.0001)
+
+
+@pytest.mark.parametrize("name", ["features", "features_b"])
+@pytest.mark.parametrize("params, field", [
+    ({"tau_ofi_msec": 500}, "Object contains unknown field `tau_ofi_msec`"),
+    ({"vpin_bucket_volumes": 2.0}, "Object contains unknown field `vpin_bucket_volumes`"),
+    ({"vpin_bucket_volume": {"BTCUSD": 2.0}}, "vpin_bucket_volume names unconfigured instruments ['BTCUSD']"),
+])
+def test_a_misspelt_param_fails_the_start_naming_the_process_and_the_field(name, params, field):
+    with pytest.raises(ConfigError) as err:
+        start([], params=params, name=name)
+    assert str(err.value).startswith(f"{name}: bad params: ") and field in str(err.value)
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"tau_ofi_ms": "1000"}, "Expected `float`, got `str` - at `$.tau_ofi_ms`"),
+    ({"tau_trade_ms": True}, "Expected `float`, got `bool` - at `$.tau_trade_ms`"),
+    ({"tau_vol_slow_ms": 0}, "Expected `float` > 0.0 - at `$.tau_vol_slow_ms`"),
+    ({"vpin_buckets": 50.0}, "Expected `int`, got `float` - at `$.vpin_buckets`"),
+    ({"vpin_buckets": 0}, "Expected `int` >= 1 - at `$.vpin_buckets`"),
+    ({"vpin_bucket_volume": "1000 lots"}, "Expected `float | object | null`, got `str` - at `$.vpin_bucket_volume`"),
+    ({"vpin_bucket_volume": {"BTCUSDT": "2"}}, "Expected `float`, got `str` - at `$.vpin_bucket_volume[...]`"),
+    ({"input": 1}, "Expected `str | null`, got `int` - at `$.input`"),
+])
+def test_an_ill_typed_param_fails_the_start_naming_the_process_and_the_field(params, field):
+    with pytest.raises(ConfigError) as err:
+        start([], params=params)
+    assert str(err.value) == f"features: bad params: {field}"
+
+
+def test_the_typed_params_keep_the_documented_defaults():
+    assert msgspec.to_builtins(parse_params("features", {})) == {
+        "input": None, "output": None, "tau_ofi_ms": 1000.0, "tau_trade_ms": 1000.0, "tau_vol_fast_ms": 1000.0,
+        "tau_vol_slow_ms": 10_000.0, "vpin_buckets": 50, "vpin_bucket_volume": None}
+
+
+@pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
+def test_the_shipped_configs_features_params_load(config):
+    procs = [p for p in load_config(REPO_ROOT / "configs" / config).processes
+             if p.module == "procs.features:FeatureAgent"]
+    assert procs, f"configs/{config} has no features stage"
+    for proc in procs:
+        assert load_agent_class(proc.module).params_type is FeatureStageParams  # what a check before start uses
+        got = parse_params(proc.name, proc.params)
+        given = msgspec.to_builtins(got)
+        assert {k: given[k] for k in proc.params} == proc.params  # every value given arrived
+
+
 def test_features_process_turns_books_into_features_end_to_end(pipe):
     src_out, feat_out = pipe.tmp / "src.txt", pipe.tmp / "feat.txt"
     pipe.write_config(

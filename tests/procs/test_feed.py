@@ -15,23 +15,28 @@ import socket
 import threading
 import time
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.agent import AgentContext
 from pipeline.bitget.book import Applied
 from pipeline.bitget.capture import OPEN, RECV, SEND, read_capture
 from pipeline.bitget.protocol import Subscription, subscribe_message, unsubscribe_message
+from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.itch import messages as M
 from pipeline.itch.book import L3Book
 from pipeline.itch.framing import encode_packet, iter_file_frames
 from pipeline.itch.synth import generate_binaryfile, generate_session
 from pipeline.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
+from pipeline.runner import load_agent_class
 from pipeline.venue.server import read_port_file
-from procs.feed import Backoff, BitgetFeedAgent, ItchFeedAgent, ResyncThrottle
-from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from procs.feed import (Backoff, BitgetFeedAgent, BitgetFeedParams, ItchFeedAgent, ItchFeedParams, ResyncThrottle,
+                        parse_params)
+from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, RecordingPort, make_ctx, pump, settle
 from tests.procs.frames import RefBook, depth, ladder, trades
 from tests.procs.wsserver import WsTestServer
@@ -114,6 +119,87 @@ def test_read_port_file_accepts_plain_host_port_and_json(tmp_path):
 def test_bad_params_fail_the_start(params):
     with pytest.raises(ConfigError):
         BitgetFeedAgent().on_start(make_ctx(params))
+
+
+def _named(ctx: AgentContext, name: str) -> AgentContext:
+    """``ctx`` for a process called ``name``."""
+    return AgentContext(config=ctx.config, process=msgspec.structs.replace(ctx.process, name=name), inputs=ctx.inputs,
+                        outputs=ctx.outputs, log=ctx.log, clock=ctx.clock)
+
+
+ITCH = "procs.feed:ItchFeedAgent"
+WS = {"url": "ws://127.0.0.1:9/x"}
+
+
+@pytest.mark.parametrize("name", ["feed", "feed_b"])
+@pytest.mark.parametrize("agent, params, field", [
+    (BitgetFeedAgent, {**WS, "ping_intervall_s": 5}, "unknown field `ping_intervall_s`"),
+    (BitgetFeedAgent, {**WS, "instrument": ["BTCUSDT"]}, "unknown field `instrument`"),
+    (BitgetFeedAgent, {**WS, "symbols": ["BTCUSDT"]}, "unknown field `symbols`"),  # the ITCH agent's name for it
+    (ItchFeedAgent, {"port": 0, "sped": 2.0}, "unknown field `sped`"),
+    (ItchFeedAgent, {"port": 0, "instruments": {"AAPL": 7}}, "unknown field `instruments`"),  # Bitget's name
+])
+def test_a_misspelt_param_fails_the_start_naming_the_process_and_the_field(name, agent, params, field):
+    module = ITCH if agent is ItchFeedAgent else "procs.feed:BitgetFeedAgent"
+    with pytest.raises(ConfigError) as err:
+        agent().on_start(_named(make_ctx(params, module=module), name))
+    assert str(err.value).startswith(f"{name}: bad params: Object contains ") and field in str(err.value)
+
+
+@pytest.mark.parametrize("agent, params, field", [
+    (BitgetFeedAgent, {"ping_interval_s": "30"}, "Expected `float`, got `str` - at `$.ping_interval_s`"),
+    (BitgetFeedAgent, {"stale_after_s": 0}, "Expected `float` >= 0.001 - at `$.stale_after_s`"),
+    (BitgetFeedAgent, {"backoff_jitter": -0.1}, "Expected `float` >= 0.0 - at `$.backoff_jitter`"),
+    (BitgetFeedAgent, {"queue_frames": 8.5}, "Expected `int`, got `float` - at `$.queue_frames`"),
+    (BitgetFeedAgent, {"resync_max_per_min": True}, "Expected `int`, got `bool` - at `$.resync_max_per_min`"),
+    (BitgetFeedAgent, {"channels": "books"}, "Expected `array`, got `str` - at `$.channels`"),
+    (BitgetFeedAgent, {"instruments": "BTCUSDT"}, "Expected `object | array | null`, got `str` - at `$.instruments`"),
+    (BitgetFeedAgent, {"instruments": {"BTCUSDT": "1"}}, "Expected `int`, got `str` - at `$.instruments[...]`"),
+    (BitgetFeedAgent, {"emit_trade_snapshots": 1}, "Expected `bool`, got `int` - at `$.emit_trade_snapshots`"),
+    (BitgetFeedAgent, {"seed": "7"}, "Expected `int | null`, got `str` - at `$.seed`"),
+    (BitgetFeedAgent, {"decode_in": "gpu"}, "Invalid enum value 'gpu' - at `$.decode_in`"),
+    (BitgetFeedAgent, {"port_file": 8080}, "Expected `str`, got `int` - at `$.port_file`"),
+    (ItchFeedAgent, {"port": "9000"}, "Expected `int | null`, got `str` - at `$.port`"),
+    (ItchFeedAgent, {"port": 70_000}, "Expected `int` <= 65535 - at `$.port`"),
+    (ItchFeedAgent, {"port": 0, "recv_buffer_bytes": 0}, "Expected `int` >= 1 - at `$.recv_buffer_bytes`"),
+    (ItchFeedAgent, {"path": "x", "speed": "fast"}, "Invalid enum value 'fast' - at `$.speed`"),
+    (ItchFeedAgent, {"path": "x", "speed": 0}, "Expected `float` > 0.0 - at `$.speed`"),
+    (ItchFeedAgent, {"path": "x", "require_end": "no"}, "Expected `bool`, got `str` - at `$.require_end`"),
+])
+def test_an_ill_typed_param_fails_the_start_naming_the_process_and_the_field(agent, params, field):
+    module = ITCH if agent is ItchFeedAgent else "procs.feed:BitgetFeedAgent"
+    with pytest.raises(ConfigError) as err:
+        agent().on_start(make_ctx({**(WS if agent is BitgetFeedAgent else {}), **params}, module=module))
+    assert str(err.value) == f"feed: bad params: {field}"
+
+
+def _plain(params: msgspec.Struct) -> dict:
+    """``params`` as TOML would give them (tuples as lists)."""
+    return msgspec.json.decode(msgspec.json.encode(params))
+
+
+def test_the_typed_params_keep_the_documented_defaults():
+    assert _plain(parse_params("feed", {}, BitgetFeedParams)) == {
+        "url": "", "port_file": "", "inst_type": "SPOT", "channels": ["books15", "trade"], "instruments": None,
+        "ping_interval_s": 30.0, "stale_after_s": 10.0, "backoff_initial_ms": 100.0, "backoff_max_ms": 5000.0,
+        "backoff_jitter": 0.2, "seed": None, "open_timeout_s": 5.0, "resync_max_per_min": 30, "queue_frames": 8192,
+        "max_msgs_per_s": 10.0, "record_path": "", "output": None, "emit_trade_snapshots": False,
+        "decoder": "msgspec", "join_timeout_s": 2.0, "switch_interval_us": 100.0, "decode_in": "network"}
+    assert _plain(parse_params("feed", {}, ItchFeedParams)) == {
+        "path": None, "port": None, "speed": "max", "require_end": True, "skip_empty": False, "symbols": None,
+        "midnight_epoch_ns": None, "session": None, "recv_buffer_bytes": 4 << 20, "port_file": "", "output": None}
+
+
+@pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
+def test_the_shipped_configs_feed_params_load(config):
+    kinds = {"procs.feed:BitgetFeedAgent": BitgetFeedParams, "procs.feed:ItchFeedAgent": ItchFeedParams}
+    procs = [p for p in load_config(REPO_ROOT / "configs" / config).processes if p.module in kinds]
+    assert procs, f"configs/{config} has no feed stage"
+    for proc in procs:
+        assert load_agent_class(proc.module).params_type is kinds[proc.module]  # what a check before start uses
+        got = parse_params(proc.name, proc.params, kinds[proc.module])
+        given = _plain(got)
+        assert {k: given[k] for k in proc.params} == proc.params  # every value given arrived
 
 
 # ------------------------------------------------------------------------------------- Bitget in-process

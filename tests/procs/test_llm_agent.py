@@ -6,15 +6,19 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import numpy as np
 import pytest
 
 from pipeline.agent import Agent, AgentContext
-from pipeline.config import ProcessConfig, parse_config
+from pipeline.config import ProcessConfig, load_config, parse_config
+from pipeline.errors import ConfigError
+from pipeline.llm.hub import LlmParams
 from pipeline.llm.prompt import example_signal
 from pipeline.messages import INSTRUCTION_DTYPE, Action, Kind
-from procs.llm import LlmAgent
-from tests.pipeline._support import BACK_OFF, process, ring, wait_until
+from pipeline.runner import load_agent_class
+from procs.llm import LlmAgent, parse_params
+from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
 from tests.procs.agents import read_payloads
 from tests.pipeline.llm.support import tiny_model
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
@@ -31,9 +35,9 @@ class Clock:
         return self.t
 
 
-def start(params, *, clock=None):
+def start(params, *, clock=None, name="llm"):
     cfg = parse_config(ring("sig_llm", payload=576) + ring("instr", payload=128) + INSTRUMENTS)
-    proc = ProcessConfig(name="llm", module="procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"],
+    proc = ProcessConfig(name=name, module="procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"],
                          params={"model_path": tiny_model(), "n_ctx": 2048, **params})
     kw = {"clock": clock} if clock else {}
     ctx = AgentContext(config=cfg, process=proc, inputs={"sig_llm": ListInput([])},
@@ -340,3 +344,37 @@ def test_idle_poll_ms_must_be_positive():
 
     with pytest.raises(ConfigError, match="idle_poll_ms"):
         start({**LIMITS, "idle_poll_ms": 0})
+
+
+@pytest.mark.parametrize("name", ["llm", "llm_b"])
+@pytest.mark.parametrize("params, field", [
+    ({"n_gpu_layer": 99}, "unknown field `n_gpu_layer`"),
+    ({"deadline": 500}, "unknown field `deadline`"),
+])
+def test_a_misspelt_param_fails_the_start_naming_the_process_and_the_field(name, params, field):
+    with pytest.raises(ConfigError) as err:
+        start({**LIMITS, **params}, name=name)
+    assert str(err.value).startswith(f"{name}: bad params: Object contains ") and field in str(err.value)
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"n_gpu_layers": "99"}, "Expected `int`, got `str` - at `$.n_gpu_layers`"),
+    ({"flash_attn": 1}, "Expected `bool`, got `int` - at `$.flash_attn`"),
+    ({"grammar": "none"}, "Invalid enum value 'none' - at `$.grammar`"),
+    ({"deadline_ms": 0}, "Expected `int` >= 1 - at `$.deadline_ms`"),
+])
+def test_an_ill_typed_param_fails_the_start_naming_the_process_and_the_field(params, field):
+    with pytest.raises(ConfigError) as err:
+        start({**LIMITS, **params})
+    assert str(err.value) == f"llm: bad params: {field}"
+
+
+@pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
+def test_the_shipped_configs_llm_params_load(config):
+    procs = [p for p in load_config(REPO_ROOT / "configs" / config).processes if p.module == "procs.llm:LlmAgent"]
+    assert procs, f"configs/{config} has no llm stage"
+    for proc in procs:
+        assert load_agent_class(proc.module).params_type is LlmParams  # what a check before start converts to
+        got = parse_params(proc.name, proc.params)
+        given = msgspec.json.decode(msgspec.json.encode(got))
+        assert {k: given[k] for k in proc.params} == proc.params  # every value given arrived
