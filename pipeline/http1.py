@@ -5,9 +5,17 @@ times that with cold caches: it validates every header name and value with regul
 builds the head line by line and goes through its state machine. The sender's requests are few,
 small and made of values it produced itself, so the request side here is one pure function
 (``encode_request``: method, target, host, headers, body -> the bytes on the wire, checked once for
-characters that would split a header) and one ``sendall``. The answer is parsed by the standard
-library's ``http.client.HTTPResponse`` (status line, headers, Content-Length or chunked body,
-``will_close``), which runs after the request has left and is off the latency path.
+characters that would split a header) and one ``sendall``. The answer is read by a small bounded
+parser (``Connection.receive``: status line, headers, a Content-Length, chunked or read-until-close
+body, whether the server closes), which runs after the request has left.
+
+The answer is bounded, so that a venue cannot hold the caller or fill its memory: ``receive``
+finishes within ``timeout_s`` in total (not per read: a server that trickles a byte at a time is cut
+off at the deadline), the head (status line and headers) within ``MAX_HEAD_BYTES`` and the body as
+sent within ``max_response_bytes`` (a Content-Length above it is refused before a byte of the body is
+read). Whatever goes wrong on the way in (deadline, size, a connection closed or reset, bytes that
+are not HTTP) comes out as ``ReceiveFailed`` and nothing else, and the connection is closed: the
+caller cannot know whether the request took effect (an unknown outcome).
 
 Wire layout of a request (ASCII; every line ends CR LF)::
 
@@ -27,17 +35,27 @@ request is not written into a dead socket, whose outcome the caller could not kn
 
 from __future__ import annotations
 
-import http.client
 import re
 import select
 import socket
 import ssl
+from time import monotonic
 
 _FORBIDDEN = ("\r", "\n", "\0")
 _PART_BAD = re.compile("[\r\n\0 ]")  # in the method, target or host
 _NAME_BAD = re.compile("[\r\n\0 :]")  # in a header name
 _VALUE_BAD = re.compile("[\r\n\0]")  # in a header value
 _RESERVED = frozenset(("host", "content-length"))  # header names encode_request writes itself
+
+MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers with the empty line (interim 1xx answers too)
+_RECV_BYTES = 64 * 1024  # the most one recv asks for (a larger buffer costs an mmap per call)
+_HEAD_END = re.compile(rb"\n\r?\n")  # the empty line that ends a head (bare LF line ends tolerated)
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) +([1-9][0-9][0-9])(?:[ \t][^\r\n]*)?\r?")  # fullmatch
+# the three headers that frame an answer, in a head in lower case (a line that starts with a blank
+# continues the line before: not one of them)
+_FRAMING = re.compile(rb"\n(content-length|transfer-encoding|connection)[ \t]*:([^\n]*)")
+_CHUNK_SIZE = re.compile(rb"[ \t]*([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?\r?")  # fullmatch; extensions ignored
+_DIGITS = re.compile(rb"[0-9]{1,18}")  # fullmatch
 
 
 class HeaderError(ValueError):
@@ -89,11 +107,14 @@ class SendFailed(Exception):
 
 
 class ReceiveFailed(Exception):
-    """No complete answer: timeout, connection reset or closed, malformed response.
+    """No complete answer; the message says why: "deadline" (not complete within ``timeout_s``),
+    "too large: ..." (head or body over its limit), "closed" (end of file before the answer was
+    complete), "malformed: ..." (not HTTP/1.x, a bad Content-Length or chunk size), the name of the
+    ``OSError`` (e.g. "ConnectionResetError"), "stale" (below) or "not connected".
 
     ``stale`` is True when a reused keep-alive connection turned out to be closed or reset by the
-    server before it answered (the request was most likely never seen; the caller decides whether a
-    retry is safe)."""
+    server before a byte of the answer came (the request was most likely never seen; the caller decides
+    whether a retry is safe)."""
 
     def __init__(self, why: str, stale: bool = False):
         super().__init__(why)
@@ -102,14 +123,19 @@ class ReceiveFailed(Exception):
 
 class Connection:
     """One keep-alive TCP connection (TCP_NODELAY) to ``address()`` = (host, port), opened on first use
-    and after any failure. ``timeout_s`` bounds connect, each send and each read. ``tls``: an
-    ``ssl.SSLContext`` to wrap the socket in (the certificate is checked against ``host``, as the
-    context says); None: plain TCP."""
+    and after any failure. ``timeout_s`` bounds connect, each send, and each ``receive`` in total.
+    ``tls``: an ``ssl.SSLContext`` to wrap the socket in (the certificate is checked against ``host``,
+    as the context says); None: plain TCP. ``max_response_bytes``: the most an answer's body may take
+    on the wire (chunk framing and trailers included); its head is bounded by ``MAX_HEAD_BYTES``.
 
-    def __init__(self, address, timeout_s: float, tls: ssl.SSLContext | None = None):
+    Between calls the socket's timeout is ``timeout_s``."""
+
+    def __init__(self, address, timeout_s: float, tls: ssl.SSLContext | None = None, *,
+                 max_response_bytes: int = 1 << 20):
         self.address = address
         self.timeout_s = timeout_s
         self.tls = tls
+        self.max_response_bytes = max_response_bytes
         self.sock: socket.socket | None = None
         self.host = ""
         self.reused = False
@@ -193,27 +219,213 @@ class Connection:
             sock.settimeout(self.timeout_s)
         return False
 
-    def receive(self) -> tuple[int, bytes]:
-        """The answer to the last ``send``: (status, body). The connection is closed afterwards when the
-        server asked for it.
+    def receive(self, timeout_s: float | None = None) -> tuple[int, bytes]:
+        """The answer to the last ``send``: (status, body), complete within ``timeout_s`` of the call
+        (the connection's ``timeout_s`` when None).
+        Interim 1xx answers are skipped. The connection is closed afterwards when the server asked for
+        it (``Connection: close``, HTTP/1.0 without keep-alive, a body that ends when the connection
+        does) or sent bytes beyond the answer.
 
         Raises:
-            ReceiveFailed: timeout, reset, closed before a complete answer, malformed response (the
-                connection is closed).
+            ReceiveFailed: no complete answer (the connection is closed): the deadline passed, the
+                head is over ``MAX_HEAD_BYTES`` or the body over ``max_response_bytes`` (a
+                Content-Length over it is refused before the body is read), the connection was
+                closed or reset before the answer was complete (``stale`` when that happened on a
+                reused connection before a byte of the answer), or the bytes are not an HTTP/1.x
+                answer (bad status line, Content-Length, chunk size or chunk end).
         """
-        if self.sock is None:
+        sock = self.sock
+        if sock is None:
             raise ReceiveFailed("not connected")
-        resp = http.client.HTTPResponse(self.sock, method=self._method)
+        wire = _Wire(sock, monotonic() + (self.timeout_s if timeout_s is None else timeout_s))
         try:
-            resp.begin()
-            body = resp.read()
-        except (OSError, http.client.HTTPException) as exc:
-            # closed (RemoteDisconnected) or reset before a byte of answer, on a reused connection
-            stale = self.reused and isinstance(exc, ConnectionResetError)
+            status, body, will_close = _read_answer(wire, self._method, self.max_response_bytes)
+        except ReceiveFailed as exc:
             self.close()
-            raise ReceiveFailed("stale" if stale else type(exc).__name__, stale=stale) from None
-        finally:
-            resp.close()  # the response's file object only; the socket stays open
-        if resp.will_close:
+            if self.reused and wire.dropped and not wire.got:
+                raise ReceiveFailed("stale", stale=True) from None
+            raise
+        if will_close:
             self.close()
-        return resp.status, body
+        elif wire.retimed:
+            sock.settimeout(self.timeout_s)
+        return status, body
+
+
+class _Wire:
+    """The reading side of one ``receive``: every byte received so far (``buf``; an answer is parsed
+    by index into it), under one deadline (``monotonic()`` seconds)."""
+
+    __slots__ = ("sock", "deadline", "buf", "got", "retimed", "dropped")
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock = sock
+        self.deadline = deadline
+        self.buf = bytearray()
+        self.got = 0  # bytes received
+        self.retimed = False  # the socket's timeout was changed
+        self.dropped = False  # the server closed or reset the connection
+
+    def more(self, want_bytes: int, eof_ok: bool = False) -> bool:
+        """Receive at least one and at most ``want_bytes`` (>= 1) more bytes into ``buf``, waiting no
+        later than the deadline. False: end of file, when ``eof_ok``.
+
+        Raises:
+            ReceiveFailed: "deadline", "closed" (end of file, unless ``eof_ok``), or the name of the
+                ``OSError``.
+        """
+        sock = self.sock
+        if self.got:  # the first read waits at most the socket's timeout, which is the whole allowance
+            left_s = self.deadline - monotonic()
+            if left_s <= 0:
+                raise ReceiveFailed("deadline")
+            sock.settimeout(left_s)
+            self.retimed = True
+        try:
+            data = sock.recv(min(want_bytes, _RECV_BYTES))
+        except TimeoutError:
+            raise ReceiveFailed("deadline") from None
+        except OSError as exc:  # ssl.SSLError included
+            self.dropped = isinstance(exc, ConnectionError)
+            raise ReceiveFailed(type(exc).__name__) from None
+        if not data:
+            if eof_ok:
+                return False
+            self.dropped = True
+            raise ReceiveFailed("closed")
+        self.got += len(data)
+        self.buf += data
+        return True
+
+
+def _read_answer(w: _Wire, method: str, max_body_bytes: int) -> tuple[int, bytes, bool]:
+    """(status, body, whether the connection must be closed after it), read through ``w``.
+
+    Raises:
+        ReceiveFailed: as ``Connection.receive``.
+    """
+    buf = w.buf
+    start = 0
+    while True:
+        # the head: status line, headers, empty line (with the interim answers before it: all within
+        # MAX_HEAD_BYTES)
+        scan = start
+        while (end := _HEAD_END.search(buf, scan)) is None:
+            if len(buf) > MAX_HEAD_BYTES:
+                raise ReceiveFailed(f"too large: head over {MAX_HEAD_BYTES} bytes")
+            scan = max(start, len(buf) - 2)
+            w.more(MAX_HEAD_BYTES + 1 - len(buf))
+        head_end = end.end()
+        if head_end > MAX_HEAD_BYTES:
+            raise ReceiveFailed(f"too large: head over {MAX_HEAD_BYTES} bytes")
+        line_end = buf.find(b"\n", start)
+        status_line = _STATUS_LINE.fullmatch(buf, start, line_end)
+        if status_line is None:
+            raise ReceiveFailed(f"malformed: status line {bytes(buf[start:min(line_end, start + 40)])!r}")
+        status = int(status_line[2])
+        if status >= 200:
+            break
+        start = head_end  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+    lengths, codings, options = [], [], []
+    # the head from the LF that ends the status line, in lower case
+    for name, value in _FRAMING.findall(bytes(buf[line_end:head_end]).lower()):
+        (lengths if name == b"content-length" else codings if name == b"transfer-encoding" else options).append(value)
+    if options:
+        options = [o.strip() for o in b",".join(options).split(b",")]
+    will_close = b"close" in options if status_line[1] == b"1" else b"keep-alive" not in options
+    if method == "HEAD" or status in (204, 304):
+        return status, b"", will_close or len(buf) > head_end
+    if codings:
+        if codings[-1].rpartition(b",")[2].strip() != b"chunked":
+            # a coding this client did not ask for and cannot undo: the body ends with the connection
+            return status, _read_to_close(w, head_end, max_body_bytes), True
+        body, end = _read_chunked(w, head_end, max_body_bytes)
+        return status, body, True if lengths else will_close or len(buf) > end
+    if lengths:
+        if len(lengths) == 1 and len(value := lengths[0].strip()) < 19 and value.isdigit():
+            length = int(value)  # the usual case, checked without the general rule
+        else:
+            length = _content_length(lengths)
+        if length > max_body_bytes:
+            raise ReceiveFailed(f"too large: Content-Length {length} over {max_body_bytes} bytes")
+        end = head_end + length
+        while len(buf) < end:
+            w.more(end - len(buf))
+        return status, bytes(buf[head_end:end]), will_close or len(buf) > end
+    return status, _read_to_close(w, head_end, max_body_bytes), True
+
+
+def _content_length(values: list[bytes]) -> int:
+    """The one length the Content-Length values (a header may repeat, or list, the same one) agree on.
+
+    Raises:
+        ReceiveFailed: "malformed: ..." (not digits, or two different lengths).
+    """
+    lengths = {v.strip() for v in b",".join(values).split(b",")}
+    if len(lengths) != 1 or _DIGITS.fullmatch(value := lengths.pop()) is None:
+        raise ReceiveFailed(f"malformed: Content-Length {b','.join(values)[:40]!r}")
+    return int(value)
+
+
+def _read_to_close(w: _Wire, start: int, max_body_bytes: int) -> bytes:
+    """The body from ``start`` to the end of the connection (at most ``max_body_bytes``).
+
+    Raises:
+        ReceiveFailed: as ``_Wire.more`` (but for the end of file), "too large: ...".
+    """
+    buf = w.buf
+    limit = start + max_body_bytes
+    while True:
+        if len(buf) > limit:
+            raise ReceiveFailed(f"too large: body over {max_body_bytes} bytes")
+        if not w.more(limit + 1 - len(buf), eof_ok=True):
+            return bytes(buf[start:])
+
+
+def _read_chunked(w: _Wire, start: int, max_body_bytes: int) -> tuple[bytes, int]:
+    """(the body, the index just past its end in ``w.buf``) of a chunked body from ``start``: chunks
+    (size in hex, optional extensions, CR LF, data, CR LF) up to a zero-size one, then trailer lines up
+    to an empty line, all of it at most ``max_body_bytes`` on the wire.
+
+    Raises:
+        ReceiveFailed: as ``_Wire.more``, "too large: ...", "malformed: ..." (a bad chunk size line or
+            chunk end).
+    """
+    buf = w.buf
+    limit = start + max_body_bytes
+    too_large = f"too large: chunked body over {max_body_bytes} bytes"
+    parts = []
+    pos = start
+    in_trailers = False
+    while True:
+        scan = pos
+        while (line_end := buf.find(b"\n", scan)) < 0:  # the next line: a chunk size or a trailer
+            if len(buf) > limit:
+                raise ReceiveFailed(too_large)
+            scan = len(buf)
+            w.more(limit + 1 - len(buf))
+        if line_end >= limit:
+            raise ReceiveFailed(too_large)
+        if in_trailers:
+            empty = line_end == pos or (line_end == pos + 1 and buf[pos] == 13)
+            pos = line_end + 1
+            if empty:
+                return b"".join(parts), pos
+            continue
+        size = _CHUNK_SIZE.fullmatch(buf, pos, line_end)
+        if size is None:
+            raise ReceiveFailed(f"malformed: chunk size line {bytes(buf[pos:min(line_end, pos + 40)])!r}")
+        n = int(size[1], 16)
+        pos = line_end + 1
+        if n == 0:
+            in_trailers = True
+            continue
+        end = pos + n + 2  # the data and its CR LF
+        if end > limit:
+            raise ReceiveFailed(too_large)
+        while len(buf) < end:
+            w.more(end - len(buf))
+        if buf[end - 2:end] != b"\r\n":
+            raise ReceiveFailed("malformed: chunk not ended by CR LF")
+        parts.append(buf[pos:end - 2])
+        pos = end

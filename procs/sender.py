@@ -125,6 +125,7 @@ _NS_PER_MS = 1_000_000
 FILL_PAGE = 100  # a fills answer this long may have more after it
 MAX_CONNECTIONS = 16
 _POLL, _FILLS, _QUERY, _ACCOUNT = "poll", "fills", "query", "account"  # kinds of lane jobs
+RECEIVE_DEADLINE_S = 0.5  # an answer whose first bytes arrived must be whole by then (heartbeat: 2 s)
 EXIT_ACCOUNT_CHANGED = 75  # the venue answers for another account while running: restart and reconcile
 INFLIGHT_NAP_NS = 50_000  # while requests are in flight the idle wait is at most this: answers wait <= 50 µs
 
@@ -271,9 +272,18 @@ class HttpTransport:
             raise Lost(str(exc)) from None
 
     def receive(self) -> tuple[int, bytes]:
-        """The answer to the last ``send``. Raises Lost ("stale": a reused keep-alive the venue had closed)."""
+        """The answer to the last ``send``, called once its first bytes are there: whole within
+        ``RECEIVE_DEADLINE_S`` (a venue that trickles or floods its answer cannot hold the sender
+        past its heartbeat). Raises Lost ("stale": a reused keep-alive the venue had closed;
+        "deadline", "too large: ...": the bounds of ``pipeline.http1``)."""
+        sock = self.conn.sock
+        if sock is not None and not _readable((sock,)):  # a waiting caller (reconciliation): first bytes
+            try:
+                select.select([sock], [], [], self.conn.timeout_s)
+            except (OSError, ValueError):
+                pass
         try:
-            return self.conn.receive()
+            return self.conn.receive(min(RECEIVE_DEADLINE_S, self.conn.timeout_s))
         except http1.ReceiveFailed as exc:
             raise Lost(str(exc)) from None
 

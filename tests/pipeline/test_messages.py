@@ -168,8 +168,9 @@ def test_exec_report_layout_and_golden_bytes():
 
     assert [(e.name, e.value) for e in ExecType] == [("ACKED", 1), ("FILLED", 2), ("REJECTED", 3), ("CANCELLED", 4),
                                                      ("POSITION", 5), ("OPEN_ORDER", 6), ("SYNC_DONE", 7),
-                                                     ("UNKNOWN", 8)]
-    assert ExecReason.NONE == 0 and ExecReason.MALFORMED == 8 and len(ExecReason) == 9
+                                                     ("UNKNOWN", 8), ("POSITION_MISMATCH", 9)]
+    assert ExecReason.NONE == 0 and ExecReason.MALFORMED == 8 and ExecReason.ACCOUNT_CHANGED == 9
+    assert len(ExecReason) == 10
     assert EXEC_DTYPE.itemsize == 56
     assert _offsets(EXEC_DTYPE) == {"instrument_id": 0, "exec_type": 2, "side": 3, "reason": 4, "_pad": 6,
                                     "order_id": 8, "price": 16, "size": 24, "leaves": 32, "venue_ts_ns": 40,
