@@ -124,6 +124,9 @@ class ContractVenue:
             time.sleep(action[1])
         if action and action[0] == "drop":
             return None
+        if action and action[0] == "trickle":  # the answer's head, then its body a byte at a time
+            return ("trickle", 200 if status == 200 else status, {"code": "00000", "msg": "success",
+                                                                  "requestTime": now, "data": out})
         if status != 200:
             return err(status, out)
         return 200, {"code": "00000", "msg": "success", "requestTime": now, "data": out}
@@ -195,6 +198,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         answer = self.server.venue.handle(self.command, path, query, body, self.headers)
         if answer is None:
+            self.close_connection = True
+            return
+        if answer[0] == "trickle":
+            data = orjson.dumps(answer[2])
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(data))
+                self.wfile.flush()
+                for i in range(len(data)):
+                    time.sleep(0.05)
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+            except OSError:  # the client gave up on it
+                pass
             self.close_connection = True
             return
         status, doc = answer
@@ -851,6 +868,25 @@ def test_a_lost_answer_is_unknown_then_queried_never_resent(tmp_path, venue):
     (a, ats), = h.wait_for(ExecType.ACKED, 71)
     assert ats == ts and venue.placed == [client_oid(71)] and venue.requests.count(("POST", "place-order")) == 1
     assert ("GET", "orderInfo") in venue.requests and h.ctx.stats["unknown"] == 1
+
+
+def test_a_venue_that_trickles_its_answer_cannot_hold_the_sender_past_its_heartbeat(tmp_path, venue):
+    """The issue's frozen sender: the place answer's body arrives a byte every 50 ms. The answer is cut
+    off at the receive deadline (an unknown outcome, then queried: the order is found, never resent),
+    and no duty cycle of the sender lasts anywhere near the 2 s heartbeat."""
+    h = start(tmp_path, venue, timeout_ms=2000)
+    venue.fault("place-order", ("trickle",))
+    h.send(order(oid=93))
+    longest, deadline = 0.0, time.monotonic() + 8.0
+    while not h.reports(ExecType.ACKED, 93) and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        h.agent.do_work()
+        longest = max(longest, time.monotonic() - t0)
+        time.sleep(0.0005)
+    (u, _), = h.reports(ExecType.UNKNOWN, 93)
+    assert h.reports(ExecType.ACKED, 93) and venue.placed == [client_oid(93)]
+    assert longest < 1.0, longest  # the receive deadline is 0.5 s; the heartbeat 2 s
+    assert h.agent.last_http_error == "deadline" or h.ctx.stats["http_err"] >= 1
 
 
 def test_a_timeout_is_unknown_then_resolved_by_order_info(tmp_path, venue):
