@@ -17,7 +17,7 @@ Example (see configs/ for complete files)::
 
     [[processes]]
     name = "feed"
-    module = "procs.feed:FeedAgent"
+    module = "procs.feed:BitgetFeedAgent"
     outputs = ["md"]
 """
 

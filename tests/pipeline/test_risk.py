@@ -750,3 +750,22 @@ def test_a_state_report_from_a_new_venue_account_reduces():
     gw.on_exec(ex(ExecType.POSITION, iid=1, size=0.0))
     out = gw.on_exec(r.tobytes())
     assert of(out, VenueAccountChanged) and gw.state == TradingState.REDUCING
+
+
+# ------------------------------------------------------------------------------------- layouts
+@pytest.mark.parametrize("view, dtype", [("SIGNAL_S", SIGNAL_DTYPE), ("INSTRUCTION_S", INSTRUCTION_DTYPE),
+                                         ("ORDER_S", ORDER_DTYPE), ("EXEC_S", EXEC_DTYPE)])
+def test_the_struct_views_read_the_bytes_the_numpy_layouts_write(view, dtype):
+    """The gateway's struct views of pipeline.messages' layouts: a record with a distinct value in
+    every field, written by numpy, reads back field by field through the struct (padding skipped)."""
+    import pipeline.risk as R
+    s = getattr(R, view)
+    assert s.size == dtype.itemsize
+    rec = np.zeros(1, dtype)
+    want = []
+    for n in (n for n in dtype.names if not n.startswith("_")):
+        count = int(np.prod(dtype[n].shape)) if dtype[n].shape else 1
+        values = list(range(len(want) + 1, len(want) + 1 + count))
+        rec[n] = values if dtype[n].shape else values[0]
+        want += values
+    assert [float(v) for v in s.unpack(rec.tobytes())] == [float(k) for k in want]
