@@ -10,23 +10,33 @@ Pure apart from writing the model file: no clock, no ring, no network. Steps:
    ``d`` above it LEAN_BUY, below it LEAN_SELL; EMERGENCY when ``|d| >= emergency_ticks`` (a large
    adverse move for a quoting book) or when the flow is toxic (``F_VPIN >= toxic_vpin``) and
    ``|d| >= toxic_move_ticks``.
-3. A chronological split (the last ``holdout`` share is held out: overlapping horizons make a random
-   split leak), standardization from the training part, then a 1-hidden-layer MLP (ReLU, softmax)
+3. A chronological split (``synthetic_split``; overlapping horizons make a random split leak): the
+   steps before the row at the ``1 - holdout`` share train, the next ``horizon_steps`` steps (one label
+   horizon: ``horizon_ms / step_ms``) are dropped (the embargo: every training label ends before the
+   first held-out row's time), the rest is held out. Standardization from the training part, then a
+   1-hidden-layer MLP (ReLU, softmax)
    trained with numpy: minibatch Adam on class-weighted cross-entropy (weights ``freq ** -0.5``,
    tempered so that accuracy still counts).
 4. Export with ``onnx.helper``: input ``features`` float32 [N, 128], standardization folded into the
    first layer, ``MatMul, Add, Relu, MatMul, Add, Softmax``, output ``probs`` float32 [N, 4] (index =
    ``pipeline.messages.Label``). Metadata props record the labelling parameters and held-out scores.
 
-5. Evaluation (``evaluate``): on the held-out split, macro-F1 and per-class precision / recall of the
-   model and of two baselines: always-HOLD, and the sign of the book imbalance (``F_IMBALANCE_1`` or
-   ``F_IMBALANCE_5``, > +eps LEAN_BUY, < -eps LEAN_SELL, else HOLD; the slot and eps chosen for the
-   best macro-F1 on the training split). When the real Bitget capture is there
-   (``<repo>/../shared/data/bitget/BITGET.ws.1.0``), it is replayed into rows too: its first 70 %
-   (in time) joins the training data, and the same metrics are reported on the remaining 30 %:
-   books rebuilt with ``pipeline.bitget``, features from ``pipeline.features``, labels from the
-   future mid at the capture's receive time + ``horizon_ms``, in ticks of each instrument's price
-   grid. Written next to the model as ``<stem>.eval.json`` and ``<stem>.eval.md``.
+5. Evaluation (``evaluate``): on the held-out split, macro-F1 (over the 4 labels, and over the 3
+   labels HOLD / LEAN_BUY / LEAN_SELL: ``scores``), accuracy and per-class precision / recall of
+   - ``model``: the labels the fast stage emits (``deployed_labels``: ``procs/fast.py``'s threshold
+     rule, with the thresholds of the fast process in ``configs/default.toml``, which sets none: the
+     ``FastParams`` defaults buy 0.4, sell 0.4, emergency 0.5), on the float32 probabilities;
+   - ``model_argmax``: the same probabilities' argmax (not deployed; for comparison);
+   - two baselines: always-HOLD, and the sign of the book imbalance (``F_IMBALANCE_1`` or
+     ``F_IMBALANCE_5``, > +eps LEAN_BUY, < -eps LEAN_SELL, else HOLD; the slot and eps chosen for the
+     best 4-class macro-F1 on the training split). It cannot say EMERGENCY, hence the 3-class figure.
+   When the real Bitget capture is there (``<repo>/../shared/data/bitget/BITGET.ws.1.0``), it is
+   replayed into rows too: books rebuilt with ``pipeline.bitget``, features from ``pipeline.features``,
+   labels from the future mid at the capture's receive time + ``horizon_ms``, in ticks of each
+   instrument's price grid. It is split in time across instruments (``split_capture``): one cut time
+   for all of them, at the 70 % quantile of the labelled rows' receive times; rows before it join the
+   training data, rows in the next ``horizon_ms`` are dropped (the embargo), the same metrics are
+   reported on the rows after. Written next to the model as ``<stem>.eval.json`` and ``<stem>.eval.md``.
 
 ``python -m pipeline.model --out models/generated/fast.onnx`` (``make model``).
 """
@@ -75,6 +85,8 @@ class Dataset:
     X: np.ndarray  # float32 [n, 128]
     y: np.ndarray  # int64 [n]
     move_ticks: np.ndarray  # float64 [n]
+    step: np.ndarray  # int64 [n]: the market step of each row (increasing; rows without features are absent)
+    horizon_steps: int  # the label's look-ahead in steps
 
 
 @dataclass
@@ -127,7 +139,20 @@ def generate(p: TrainParams) -> Dataset:
     keep[0] = False  # the warm-up row (no previous book)
     d = mids[h:] - mids[:n]
     X, d = X[:n][keep], d[keep]
-    return Dataset(X, label(d, X[:, F_VPIN], p), d)
+    return Dataset(X, label(d, X[:, F_VPIN], p), d, np.flatnonzero(keep).astype(np.int64), h)
+
+
+def synthetic_split(ds: Dataset, p: TrainParams) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (training, held-out) of ``ds``: a time cut at the step ``c`` of the row at the
+    ``1 - p.holdout`` share; rows with step < ``c`` train, steps ``c`` .. ``c + horizon_steps - 1`` are
+    dropped (the embargo: one label horizon, so no training label, which looks ``horizon_steps``
+    ahead, reaches a held-out row's time), rows with step >= ``c + horizon_steps`` are held out."""
+    n = len(ds.y)
+    k = min(max(int(n * (1 - p.holdout)), 0), n)
+    if k >= n:
+        return np.arange(n), np.zeros(0, np.int64)
+    c = int(ds.step[k])
+    return np.flatnonzero(ds.step < c), np.flatnonzero(ds.step >= c + ds.horizon_steps)
 
 
 def label(move_ticks: np.ndarray, vpin: np.ndarray, p: TrainParams) -> np.ndarray:
@@ -153,9 +178,9 @@ def forward(m: Model, X: np.ndarray) -> np.ndarray:
 def train(ds: Dataset, p: TrainParams, extra: tuple[np.ndarray, np.ndarray] | None = None) -> Model:
     """Fit on the synthetic training split, plus ``extra`` rows (the training part of a capture
     replay) when given; the held-out scores in ``m.report`` are the synthetic split's."""
-    n = len(ds.y)
-    cut = int(n * (1 - p.holdout))
-    Xtr, ytr, Xte, yte = ds.X[:cut].astype(np.float64), ds.y[:cut], ds.X[cut:].astype(np.float64), ds.y[cut:]
+    itr, ite = synthetic_split(ds, p)
+    Xtr, ytr, Xte, yte = ds.X[itr].astype(np.float64), ds.y[itr], ds.X[ite].astype(np.float64), ds.y[ite]
+    cut = len(itr)
     n_extra = 0
     if extra is not None and len(extra[1]):
         n_extra = len(extra[1])
@@ -207,7 +232,9 @@ def train(ds: Dataset, p: TrainParams, extra: tuple[np.ndarray, np.ndarray] | No
     majority = int(np.bincount(ytr, minlength=N_LABELS).argmax())
     recall = [float((pred[yte == c] == c).mean()) if (yte == c).any() else None for c in range(N_LABELS)]
     m.report = {
-        "n_train": int(cut), "n_train_capture": int(n_extra), "n_holdout": int(n - cut + n_extra),
+        "n_train": int(cut), "n_train_capture": int(n_extra), "n_holdout": int(len(ite)),
+        "n_embargo": int(len(ds.y) - len(itr) - len(ite)), "embargo_steps": int(ds.horizon_steps),
+        "holdout_scored_by": "argmax (the evaluation report also scores the deployed thresholds)",
         "class_freq_train": [round(float(f), 4) for f in freq],
         "holdout_accuracy": float((pred == yte).mean()),
         "majority_label": Label(majority).name,
@@ -250,11 +277,35 @@ CAPTURE = REPO.parent / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
 MIN_CAPTURE_ROWS = 200  # fewer labelled rows than this: the capture's figures are flagged as too few
 
 
+DEFAULT_CONFIG = REPO / "configs" / "default.toml"
+FAST_MODULE = "procs.fast:FastAgent"
+THREE_CLASSES = (Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL)
+ROW_TITLES = {"model": "model (deployed thresholds)", "model_argmax": "argmax (not deployed)",
+              "always_hold": "always_hold", "imbalance_sign": "imbalance_sign"}
+
+
 # ------------------------------------------------------------------------------------- evaluation
+def macro_f1_3class(y: np.ndarray, pred: np.ndarray) -> tuple[float, int]:
+    """(macro-F1 over HOLD / LEAN_BUY / LEAN_SELL, rows scored). Rows whose true label is EMERGENCY
+    are left out; on the others a predicted EMERGENCY is a miss (it lowers the recall of the row's
+    true class and adds to no class's precision). Classes absent from both ``y`` and ``pred`` (on the
+    rows kept) are not averaged, as in ``scores``."""
+    keep = y != Label.EMERGENCY
+    y3, p3 = y[keep], pred[keep]
+    f1s = []
+    for c in THREE_CLASSES:
+        tp = int(((p3 == c) & (y3 == c)).sum())
+        npred, ntrue = int((p3 == c).sum()), int((y3 == c).sum())
+        if npred + ntrue:
+            f1s.append(2 * tp / (npred + ntrue))
+    return (float(np.mean(f1s)) if f1s else 0.0), int(keep.sum())
+
+
 def scores(y: np.ndarray, pred: np.ndarray) -> dict:
-    """Macro-F1 (mean F1 over the classes present in ``y`` or ``pred``), accuracy, and per class
-    precision / recall / F1 / support (precision None for a class never predicted, recall None for
-    a class absent from ``y``; such a class's F1 counts as 0 when the other side has it)."""
+    """Macro-F1 (mean F1 over the classes present in ``y`` or ``pred``), the 3-class macro-F1
+    (``macro_f1_3class``), accuracy, and per class precision / recall / F1 / support (precision None
+    for a class never predicted, recall None for a class absent from ``y``; such a class's F1 counts
+    as 0 when the other side has it)."""
     per, f1s = {}, []
     for c in Label:
         tp = int(((pred == c) & (y == c)).sum())
@@ -264,8 +315,49 @@ def scores(y: np.ndarray, pred: np.ndarray) -> dict:
             f1s.append(f1)
         per[c.name] = {"precision": tp / npred if npred else None, "recall": tp / ntrue if ntrue else None,
                        "f1": f1, "support": ntrue}
-    return {"macro_f1": float(np.mean(f1s)) if f1s else 0.0,
+    f3, n3 = macro_f1_3class(y, pred)
+    return {"macro_f1": float(np.mean(f1s)) if f1s else 0.0, "macro_f1_3class": f3, "n_3class": n3,
             "accuracy": float((pred == y).mean()) if len(y) else 0.0, "n": int(len(y)), "per_class": per}
+
+
+def deployed_thresholds(config: Path | None = DEFAULT_CONFIG) -> dict:
+    """The thresholds the fast stage applies: the params of the ``procs.fast:FastAgent`` process in
+    ``config`` (validated by the stage's own ``parse_params``), or the ``FastParams`` defaults when
+    ``config`` is None, missing, or has no such process."""
+    import tomllib
+
+    from procs.fast import FastParams, parse_params
+
+    fp, source = FastParams(), "FastParams defaults"
+    if config is not None and Path(config).is_file():
+        for pr in tomllib.loads(Path(config).read_text()).get("processes", []):
+            if pr.get("module") == FAST_MODULE:
+                fp = parse_params(pr.get("name", "fast"), pr.get("params", {}))
+                given = "thresholds" in pr.get("params", {})
+                where = Path(config).resolve()
+                where = where.relative_to(REPO) if where.is_relative_to(REPO) else where
+                source = f"{where}, process {pr.get('name')!r}"
+                if not given:
+                    source += ", which sets none: FastParams defaults"
+                break
+    t = fp.thresholds
+    return {"buy": float(t.buy), "sell": float(t.sell), "emergency": float(t.emergency), "source": source}
+
+
+def deployed_labels(probs: np.ndarray, buy: float, sell: float, emergency: float) -> np.ndarray:
+    """The labels the fast stage emits for probability rows (``procs/fast.py``, ``FastAgent.classify``
+    and its scalar twin): LEAN_BUY when P(buy) >= ``buy`` and P(buy) >= P(sell); LEAN_SELL when
+    P(sell) >= ``sell`` and P(sell) > P(buy); EMERGENCY, over both, when P(emergency) >= ``emergency``;
+    else HOLD. Compared in float32, as the stage compares its float32 outputs (a test holds this to
+    the stage's own function)."""
+    pr = np.asarray(probs, np.float32)
+    b, s, e = np.float32(buy), np.float32(sell), np.float32(emergency)
+    lab = np.full(len(pr), int(Label.HOLD), np.int64)
+    pb, ps = pr[:, Label.LEAN_BUY], pr[:, Label.LEAN_SELL]
+    lab[(pb >= b) & (pb >= ps)] = Label.LEAN_BUY
+    lab[(ps >= s) & (ps > pb)] = Label.LEAN_SELL
+    lab[pr[:, Label.EMERGENCY] >= e] = Label.EMERGENCY
+    return lab
 
 
 def imbalance_predict(X: np.ndarray, slot: int, eps: float) -> np.ndarray:
@@ -289,15 +381,23 @@ def fit_imbalance(X: np.ndarray, y: np.ndarray) -> tuple[int, float]:
     return best[1], best[2]
 
 
-def evaluate(m: Model, X: np.ndarray, y: np.ndarray, slot: int, eps: float) -> dict:
-    """The three rows (model, always-HOLD, imbalance sign) on ``X`` / ``y``."""
-    rows = {"model": scores(y, forward(m, X).argmax(axis=1)),
+def evaluate(m: Model, X: np.ndarray, y: np.ndarray, slot: int, eps: float, th: dict | None = None) -> dict:
+    """The four rows on ``X`` / ``y``: the model as deployed (``deployed_labels`` with ``th``, default
+    ``deployed_thresholds()``), its argmax (not deployed), always-HOLD, the imbalance sign. The
+    ``model_beats_*`` flags compare the deployed model's macro-F1 (4 classes; ``..._3class``: 3)."""
+    th = deployed_thresholds() if th is None else th
+    probs = forward(m, X).astype(np.float32)  # the stage's probabilities are float32
+    rows = {"model": scores(y, deployed_labels(probs, th["buy"], th["sell"], th["emergency"])),
+            "model_argmax": scores(y, probs.argmax(axis=1)),
             "always_hold": scores(y, np.full(len(y), int(Label.HOLD), np.int64)),
             "imbalance_sign": scores(y, imbalance_predict(X, slot, eps))}
-    f = {k: v["macro_f1"] for k, v in rows.items()}
-    return {"rows": rows, "model_beats_always_hold": f["model"] > f["always_hold"],
-            "model_beats_imbalance_sign": f["model"] > f["imbalance_sign"],
-            "model_beats_both": f["model"] > max(f["always_hold"], f["imbalance_sign"])}
+    out: dict = {"rows": rows}
+    for key, sfx in (("macro_f1", ""), ("macro_f1_3class", "_3class")):
+        f = {k: v[key] for k, v in rows.items()}
+        out.update({f"model_beats_always_hold{sfx}": f["model"] > f["always_hold"],
+                    f"model_beats_imbalance_sign{sfx}": f["model"] > f["imbalance_sign"],
+                    f"model_beats_both{sfx}": f["model"] > max(f["always_hold"], f["imbalance_sign"])})
+    return out
 
 
 def _grid_tick(prices: list[float]) -> float:
@@ -308,12 +408,24 @@ def _grid_tick(prices: list[float]) -> float:
     return float(gaps.min()) if gaps.size else 1.0
 
 
-def capture_dataset(path: Path, p: TrainParams) -> tuple[np.ndarray, np.ndarray, dict]:
+@dataclass
+class CaptureData:
+    """A capture's labelled rows, in time order across instruments (``capture_dataset``)."""
+
+    X: np.ndarray  # float32 [n, 128]
+    y: np.ndarray  # int64 [n]
+    t_ns: np.ndarray  # int64 [n]: receive time of the row's BOOK (non-decreasing)
+    inst: np.ndarray  # int64 [n]: instrument id
+    info: dict
+
+
+def capture_dataset(path: Path, p: TrainParams) -> CaptureData:
     """Feature rows and labels from a Bitget capture: every received frame decoded, books rebuilt
     (``BitgetBooks``), trades folded in, one row per emitted BOOK (the first of each instrument, the
     warm-up, dropped); the label is the mid move (ticks of that instrument's price grid) from this
     BOOK's receive time to the last BOOK received at or before receive time + ``horizon_ms``; rows
-    whose horizon runs past the capture's last BOOK of the instrument are unlabelled (dropped)."""
+    whose horizon runs past the capture's last BOOK of the instrument are unlabelled (dropped). The
+    rows of all instruments are merged in receive-time order (stable: ties keep instrument order)."""
     import orjson
 
     from pipeline.bitget.book import Applied, BitgetBooks
@@ -347,9 +459,9 @@ def capture_dataset(path: Path, p: TrainParams) -> tuple[np.ndarray, np.ndarray,
             if compute(st, out.tobytes(), row, t_ns) == 0:
                 mid = 0.5 * (float(out["bid_px"][0, 0]) + float(out["ask_px"][0, 0]))
                 per[iid].append((t_ns, row, mid / st.tick_size, st.books > 1))
-    Xs, ds = [], []
+    Xs, ds, tl, il = [], [], [], []
     h_ns = p.horizon_ms * 1_000_000
-    for rows in per.values():
+    for iid, rows in per.items():
         if not rows:
             continue
         ts = np.array([r[0] for r in rows], np.int64)
@@ -359,40 +471,65 @@ def capture_dataset(path: Path, p: TrainParams) -> tuple[np.ndarray, np.ndarray,
             j = int(np.searchsorted(ts, t + h_ns, side="right")) - 1
             Xs.append(row)
             ds.append(rows[j][2] - mid)
-    X = np.array(Xs, np.float32).reshape(-1, N_FEATURES)
-    d = np.array(ds, np.float64)
+            tl.append(t)
+            il.append(iid)
+    order = np.argsort(np.array(tl, np.int64), kind="stable")
+    X = np.array(Xs, np.float32).reshape(-1, N_FEATURES)[order]
+    d = np.array(ds, np.float64)[order]
     info = {"instruments": len(ids), "books": int(sum(len(r) for r in per.values())), "labelled_rows": int(len(d)),
             "labelled_non_hold": int((np.abs(d) > p.dead_band_ticks).sum()), "ticks": ticks}
-    return X, label(d, X[:, F_VPIN], p), info
+    return CaptureData(X, label(d, X[:, F_VPIN], p), np.array(tl, np.int64)[order], np.array(il, np.int64)[order], info)
 
 
-CAPTURE_TRAIN_SHARE = 0.7  # the first 70 % of a capture's labelled rows (in time) train, the rest is held out
+CAPTURE_TRAIN_SHARE = 0.7  # rows before the 70 % quantile of a capture's receive times train, the rest is held out
 
 
-def split_capture(Xc: np.ndarray, yc: np.ndarray) -> tuple[tuple, tuple]:
-    """(train, held-out) parts of a capture's rows, chronological per instrument order as produced."""
-    k = int(len(yc) * CAPTURE_TRAIN_SHARE)
-    return (Xc[:k], yc[:k]), (Xc[k:], yc[k:])
+def split_capture(t_ns: np.ndarray, horizon_ms: int) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """(training row indices, held-out row indices, cut time in ns) of a capture's rows, whatever
+    their order and instrument: one cut time for all instruments, the receive time of the row at the
+    ``CAPTURE_TRAIN_SHARE`` share in time order; rows received before it train, rows in the next
+    ``horizon_ms`` are dropped (the embargo: no training label reaches a held-out row's time), rows
+    received at or after cut + ``horizon_ms`` are held out. No rows: both empty, cut None."""
+    t = np.asarray(t_ns, np.int64)
+    if not len(t):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), None
+    k = min(int(len(t) * CAPTURE_TRAIN_SHARE), len(t) - 1)
+    cut = int(np.sort(t, kind="stable")[k])
+    return np.flatnonzero(t < cut), np.flatnonzero(t >= cut + horizon_ms * 1_000_000), cut
 
 
-def eval_report(m: Model, ds: Dataset, p: TrainParams, capture: Path | None = CAPTURE, capture_data=None) -> dict:
+def eval_report(m: Model, ds: Dataset, p: TrainParams, capture: Path | None = CAPTURE,
+                capture_data: CaptureData | None = None, config: Path | None = DEFAULT_CONFIG) -> dict:
     """Held-out evaluation, and the capture's when ``capture`` exists: on the held-out part of the
-    capture when its first part was used in training (``capture_data`` = ``capture_dataset``'s result)."""
-    cut = int(len(ds.y) * (1 - p.holdout))
-    slot, eps = fit_imbalance(ds.X[:cut], ds.y[:cut])
+    capture (``split_capture``) when its first part was used in training (``capture_data`` =
+    ``capture_dataset``'s result), else on all of it. The model row uses the thresholds of the fast
+    process in ``config`` (``deployed_thresholds``)."""
+    itr, ite = synthetic_split(ds, p)
+    th = deployed_thresholds(config)
+    slot, eps = fit_imbalance(ds.X[itr], ds.y[itr])
+    syn = {"train_rows": int(len(itr)), "embargo_rows": int(len(ds.y) - len(itr) - len(ite)),
+           "held_out_rows": int(len(ite)), "embargo_steps": int(ds.horizon_steps), "horizon_ms": p.horizon_ms,
+           "last_train_step": int(ds.step[itr[-1]]) if len(itr) else None,
+           "first_held_out_step": int(ds.step[ite[0]]) if len(ite) else None}
     rep = {"imbalance_baseline": {"slot": "F_IMBALANCE_1" if slot == F_IMBALANCE_1 else "F_IMBALANCE_5", "eps": eps},
-           "synthetic_holdout": evaluate(m, ds.X[cut:], ds.y[cut:], slot, eps), "capture": None}
+           "thresholds": th,
+           "synthetic_holdout": {**syn, **evaluate(m, ds.X[ite], ds.y[ite], slot, eps, th)}, "capture": None}
     if capture is not None and capture.exists():
         trained_on = capture_data is not None
-        Xc, yc, info = capture_data if trained_on else capture_dataset(capture, p)
+        cd = capture_data if trained_on else capture_dataset(capture, p)
+        info, Xc, yc = cd.info, cd.X, cd.y
         if trained_on:
-            (Xtr, _), (Xc, yc) = split_capture(Xc, yc)
-            info = {**info, "train_rows": int(len(Xtr)), "held_out_rows": int(len(yc)),
-                    "held_out_non_hold": int((yc != Label.HOLD).sum())}
+            ctr, cho, cut = split_capture(cd.t_ns, p.horizon_ms)
+            Xc, yc = cd.X[cho], cd.y[cho]
+            info = {**info, "cut_ns": cut, "embargo_ms": p.horizon_ms, "train_rows": int(len(ctr)),
+                    "embargo_rows": int(len(cd.y) - len(ctr) - len(cho)), "held_out_rows": int(len(cho)),
+                    "held_out_non_hold": int((yc != Label.HOLD).sum()),
+                    "instruments_in_train": int(len(np.unique(cd.inst[ctr]))),
+                    "instruments_in_held_out": int(len(np.unique(cd.inst[cho])))}
         cap = {"path": str(capture), **info, "trained_on_first_part": trained_on,
                "too_few_rows": len(yc) < MIN_CAPTURE_ROWS or int((yc != Label.HOLD).sum()) < MIN_CAPTURE_ROWS // 4}
         if len(yc):
-            cap.update(evaluate(m, Xc, yc, slot, eps))
+            cap.update(evaluate(m, Xc, yc, slot, eps, th))
         rep["capture"] = cap
     return rep
 
@@ -402,37 +539,64 @@ def _fmt(v) -> str:
 
 
 def eval_markdown(rep: dict) -> str:
-    b = rep["imbalance_baseline"]
+    b, th = rep["imbalance_baseline"], rep["thresholds"]
     md = ["# Fast classifier evaluation", "",
-          f"Imbalance baseline: sign of {b['slot']} with eps = {b['eps']:.4f} (chosen on the training split).", ""]
+          f"Model row: the labels procs/fast.py emits, its threshold rule with buy {th['buy']:g}, sell {th['sell']:g}, "
+          f"emergency {th['emergency']:g} ({th['source']}): EMERGENCY when P(EMERGENCY) >= emergency, else LEAN_BUY "
+          "when P(LEAN_BUY) >= buy and >= P(LEAN_SELL), LEAN_SELL when P(LEAN_SELL) >= sell and > P(LEAN_BUY), "
+          "else HOLD. The argmax row (the most probable label) is not what the pipeline emits.",
+          "",
+          f"Imbalance baseline: sign of {b['slot']} with eps = {b['eps']:.4f} (chosen on the training split). "
+          "It never says EMERGENCY.",
+          "",
+          "macro-F1 (4): mean F1 over the four labels (those present in the truth or the predictions). "
+          "macro-F1 (3): mean F1 over HOLD, LEAN_BUY, LEAN_SELL on the rows whose true label is not EMERGENCY "
+          "(those rows are left out); there a predicted EMERGENCY counts as a miss for the row's true label.",
+          ""]
     for key, title in (("synthetic_holdout", "Synthetic held-out split"), ("capture", "Real Bitget capture")):
         sec = rep.get(key)
         md += [f"## {title}", ""]
         if sec is None:
             md += ["Not evaluated (capture absent).", ""]
             continue
+        if key == "synthetic_holdout":
+            md += [f"Chronological split with an embargo of one label horizon: the first {sec['train_rows']} rows "
+                   f"(steps up to {sec['last_train_step']}) train; the next {sec['embargo_steps']} steps "
+                   f"({sec['horizon_ms']} ms, the label's look-ahead; {sec['embargo_rows']} rows) are dropped, so no "
+                   f"training label reaches a held-out row; the figures below are on the {sec['held_out_rows']} rows "
+                   f"from step {sec['first_held_out_step']} on.", ""]
         if key == "capture":
             md.append(f"{sec['instruments']} instruments, {sec['books']} books, {sec['labelled_rows']} labelled rows, "
                       f"{sec['labelled_non_hold']} of them outside the dead band (not HOLD).")
             if sec.get("trained_on_first_part"):
-                md.append(f"The first {sec['train_rows']} rows (in time) were part of the training data; the figures "
-                          f"below are on the {sec['held_out_rows']} rows after them ({sec['held_out_non_hold']} not HOLD).")
+                md.append(f"One time cut for all instruments (receive time {sec['cut_ns']} ns, the "
+                          f"{CAPTURE_TRAIN_SHARE:.0%} point of the rows in time): the {sec['train_rows']} rows "
+                          f"received before it ({sec['instruments_in_train']} instruments) were part of the "
+                          "training data; the "
+                          f"{sec['embargo_rows']} rows in the next {sec['embargo_ms']} ms (embargo, one label horizon) "
+                          f"are dropped; the figures below are on the {sec['held_out_rows']} rows after "
+                          f"({sec['instruments_in_held_out']} instruments, {sec['held_out_non_hold']} not HOLD).")
             if sec["too_few_rows"]:
                 md.append(f"**Too few labelled rows (< {MIN_CAPTURE_ROWS}, or < {MIN_CAPTURE_ROWS // 4} not HOLD) for these "
                           "figures to mean much: macro-F1 here rests on a handful of moves.**")
             md.append("")
             if "rows" not in sec:
                 continue
-        md += ["| predictor | macro-F1 | accuracy | " + " | ".join(f"{c.name} P / R" for c in Label) + " |",
-               "|---|---|---|" + "---|" * len(Label)]
+        md += ["| predictor | macro-F1 (4) | macro-F1 (3) | accuracy | "
+               + " | ".join(f"{c.name} P / R" for c in Label) + " |",
+               "|---|---|---|---|" + "---|" * len(Label)]
         for name, r in sec["rows"].items():
             pc = r["per_class"]
-            md.append(f"| {name} | {r['macro_f1']:.3f} | {r['accuracy']:.3f} | "
+            md.append(f"| {ROW_TITLES.get(name, name)} | {r['macro_f1']:.3f} | {r['macro_f1_3class']:.3f} | "
+                      f"{r['accuracy']:.3f} | "
                       + " | ".join(f"{_fmt(pc[c.name]['precision'])} / {_fmt(pc[c.name]['recall'])}" for c in Label)
                       + " |")
-        md += ["", f"Model beats always-HOLD on macro-F1: {'yes' if sec['model_beats_always_hold'] else 'NO'}; "
-               f"beats the imbalance sign: {'yes' if sec['model_beats_imbalance_sign'] else 'NO'}; "
-               f"beats both: {'yes' if sec['model_beats_both'] else 'NO'}.", ""]
+        yn = {True: "yes", False: "NO"}
+        md += ["", "The model as deployed, on macro-F1 (4 / 3 classes): beats always-HOLD "
+               f"{yn[sec['model_beats_always_hold']]} / {yn[sec['model_beats_always_hold_3class']]}; beats the "
+               f"imbalance sign {yn[sec['model_beats_imbalance_sign']]} / "
+               f"{yn[sec['model_beats_imbalance_sign_3class']]}; "
+               f"beats both {yn[sec['model_beats_both']]} / {yn[sec['model_beats_both_3class']]}.", ""]
     return "\n".join(md)
 
 
@@ -441,7 +605,11 @@ def build(out: Path, p: TrainParams = TrainParams(), capture: Path | None = CAPT
     evaluation report ``<stem>.eval.json`` / ``<stem>.eval.md`` beside it (also ``m.eval``)."""
     ds = generate(p)
     cap_data = capture_dataset(capture, p) if capture is not None and capture.exists() else None
-    m = train(ds, p, split_capture(cap_data[0], cap_data[1])[0] if cap_data is not None else None)
+    extra = None
+    if cap_data is not None:
+        ctr = split_capture(cap_data.t_ns, p.horizon_ms)[0]
+        extra = (cap_data.X[ctr], cap_data.y[ctr])
+    m = train(ds, p, extra)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(to_onnx(m, p).SerializeToString())
@@ -464,7 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     m = build(Path(args.out), p)
     f = {k: {n: round(r["macro_f1"], 4) for n, r in v["rows"].items()}
          for k, v in m.eval.items() if isinstance(v, dict) and "rows" in v}
-    print(json.dumps({"out": args.out, **m.report, "macro_f1": f}), file=sys.stdout)
+    f3 = {k: {n: round(r["macro_f1_3class"], 4) for n, r in v["rows"].items()}
+          for k, v in m.eval.items() if isinstance(v, dict) and "rows" in v}
+    print(json.dumps({"out": args.out, **m.report, "macro_f1": f, "macro_f1_3class": f3}), file=sys.stdout)
     return 0
 
 
