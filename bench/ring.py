@@ -37,7 +37,7 @@ peer's own framing: ``multiprocessing.Queue`` pickles the bytes (+~20 B) behind 
 
 Results: ``results.json`` (every figure, the machine, the run plan), ``report.md`` (the table printed
 to stdout), ``latency.png`` (percentile curves). Targets are checked against the measured figures;
-the "naive busy-polled ring" row is quoted from DESIGN.md, not measured.
+the "naive busy-polled ring" row is quoted from the original design brief (not in this repository), not measured.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ READY_TIMEOUT_S = 60.0
 # Other processes' CPU time during the bench above which the results are flagged: 5 % of the cores'
 # time (/proc/stat counts by ticks, getrusage exactly: the difference is a few % either way), at least 3 s.
 CONTENTION_FRACTION, CONTENTION_MIN_S = 0.05, 3.0
-NAIVE_RING = {"p50_us": 1.3, "msg_per_s": 0.82e6}  # quoted from DESIGN.md ("a plain busy-polled ring")
+NAIVE_RING = {"p50_us": 1.3, "msg_per_s": 0.82e6}  # quoted from the original design brief, not in this repository ("a plain busy-polled ring")
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
 
 
@@ -807,7 +807,7 @@ def markdown_table(results: dict[str, Result]) -> str:
         )
     n = NAIVE_RING
     rows.append(
-        f"| naive busy-polled ring (quoted from DESIGN.md, not measured) | {_us(n['p50_us'])} | – | – | – "
+        f"| naive busy-polled ring (quoted from the original design brief (not in this repository), not measured) | {_us(n['p50_us'])} | – | – | – "
         f"| {_ratio(n['p50_us'], spin_p50)} | {_ratio(n['p50_us'], blk_p50)} | {_rate(n['msg_per_s'])} "
         f"| {_ratio(ring_rate, n['msg_per_s'])} | – | – |"
     )
@@ -852,12 +852,12 @@ def notes(plan: Plan, machine: dict) -> list[str]:
         "polled by a Python loop or announced by a posix_ipc.Semaphore post to a parked consumer: the least a "
         "busy-polled / a blocking transport can cost here. No payload, no CRC.",
         "Peers receive with their blocking call (no spinning); compare them with the ring's blocking row as well as its "
-        "busy-spin row. The 'naive busy-polled ring' row is quoted from DESIGN.md, not measured here.",
+        "busy-spin row. The 'naive busy-polled ring' row is quoted from the original design brief (not in this repository), not measured here.",
         f"Other work on the machine during the bench: {max(0.0, machine.get('other_cpu_s', 0.0)):.1f} CPU-s "
         f"(machine busy time from /proc/stat minus this bench's own from getrusage; raw {machine.get('other_cpu_s', 0.0):+.1f}) "
         f"over {machine.get('bench_wall_s', 0):.0f} s; steal {machine.get('steal_s', 0):.1f} s. Above "
         f"{contention_limit_s(machine):.1f} CPU-s the figures count as taken under contention (flagged on stdout and above the table).",
-        "This VM pauses processes for 0.2-15 ms now and then (DESIGN.md): p99.9 and max describe the machine as much as the code.",
+        "This VM pauses processes for 0.2-15 ms now and then (measured in the original design brief, not in this repository): p99.9 and max describe the machine as much as the code.",
     ]
 
 
@@ -872,7 +872,7 @@ def plot(results: dict[str, Result], path: Path) -> None:
         if r.curve:
             xs = [1.0 / (1.0 - p / 100.0) for p, _ in r.curve]
             ax.plot(xs, [max(v, 1e-3) for _, v in r.curve], marker=".", markersize=3, label=f"{r.transport} (p50 {_us(r.p50_us)} µs)")
-    ax.axhline(NAIVE_RING["p50_us"], color="grey", linestyle=":", label="naive ring p50 1.3 µs (quoted from DESIGN.md)")
+    ax.axhline(NAIVE_RING["p50_us"], color="grey", linestyle=":", label="naive ring p50 1.3 µs (quoted, not measured)")
     ticks = [1, 2, 10, 100, 1000, 10_000, 100_000]
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -93,7 +93,7 @@ OFF_MISSED_WAKEUPS = 296
 OFF_READER_PARKED = 320
 
 # The same offsets as indexes of the control block viewed as u64 words (memoryview.cast("Q")).
-# A store through such a view is one aligned 8-byte store; see DESIGN.md on struct.pack_into.
+# A store through such a view is one aligned 8-byte store; see the original design brief (not in this repository) on struct.pack_into.
 W_WRITE_CURSOR = OFF_WRITE_CURSOR // 8
 W_READ_CURSOR = OFF_READ_CURSOR // 8
 W_WRITER_PID = OFF_WRITER_PID // 8
