@@ -19,7 +19,11 @@ Measured on this machine, on ``books15`` frames of the synthetic venue model (on
     and fast with the default config's ``keep_warm_us``); (d-) the same without keep-warm, with the
     ratio to (d); (d') the same with features on core 0 and fast on core 1, busy-spinning with
     ``keep_warm_us = 200``; the ratios to (c) and (c'), and MET / MISSED for "the better end-to-end
-    p50 <= the loop's p50" against each.
+    p50 <= the loop's p50" against each (labelled "best of 2", the median of the two beside it).
+
+The classifier of (b)-(d') is ``--model`` (default: the shipped ``models/generated/fast.onnx``, the
+file ``make up`` runs; trained here when missing); every row of the report names its file (path and
+sha256). Every percentile is HdrHistogram's (``bench.pipeline.hdr_summary``).
 
 Writes ``bench/results/<UTC timestamp>-fast/results.json`` and ``report.md``; prints the table.
 """
@@ -27,7 +31,9 @@ Writes ``bench/results/<UTC timestamp>-fast/results.json`` and ``report.md``; pr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +44,7 @@ import orjson
 
 from bench import report
 from bench.feed import books15_synthetic
+from bench.pipeline import hdr_summary
 from pipeline.bitget.book import Applied, BitgetBooks
 from pipeline.bitget.protocol import make_decoder
 from pipeline.features import FeatureParams, FeatureState, compute
@@ -46,6 +53,31 @@ from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, FEATURES_LEN
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "generated" / "fast.onnx"
 TARGETS = {"features_p50_us": 15.0, "classifier_p50_us": 15.0}
+
+
+def percentiles_us(ns) -> dict:
+    """p50 / p99 / p99.9 / max in µs and the count of nanosecond timings, from HdrHistogram."""
+    return hdr_summary(ns, curve=())
+
+
+def p50_us(ns) -> float:
+    """HdrHistogram p50 in µs of nanosecond timings (nan for none)."""
+    return hdr_summary(ns, curve=()).get("p50_us", float("nan"))
+
+
+def model_info(model: Path, built: str | None = None) -> dict:
+    """What names the classifier in the report: the path (repo-relative where it can be), sha256 (12
+    hex digits), whether it is the shipped file, and ``built`` (how this run trained it, if it did)."""
+    model = model.resolve()
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()[:12]
+    try:
+        shown = str(model.relative_to(REPO))
+    except ValueError:
+        shown = str(model)
+    shipped = model == MODEL.resolve()
+    label = (f"{'shipped model' if shipped else 'model given with --model'} {shown} sha256 {digest}"
+             + (f", {built}" if built else ""))
+    return {"path": shown, "sha256": digest, "shipped": shipped, "built": built, "label": label}
 
 
 def book_payloads(frames: list[bytes]) -> list[bytes]:
@@ -67,7 +99,7 @@ def bench_features(payloads: list[bytes], passes: int) -> dict:
             t0 = clock()
             compute(st, b, out, i + 1)
             ns.append(clock() - t0)
-    return report.percentiles_us(ns)
+    return percentiles_us(ns)
 
 
 def bench_classifier(model: Path, rows: np.ndarray, passes: int) -> dict:
@@ -93,7 +125,7 @@ def bench_classifier(model: Path, rows: np.ndarray, passes: int) -> dict:
             sess.run_with_iobinding(io)
             io.synchronize_outputs()
             ns.append(clock() - t0)
-    return {**report.percentiles_us(ns), "provider": provider}
+    return {**percentiles_us(ns), "provider": provider}
 
 
 def naive_loop(frame: bytes, sess, in_name: str, out_names: list[str]) -> np.ndarray:
@@ -129,7 +161,7 @@ def bench_naive(model: Path, frames: list[bytes], passes: int, period_s: float =
             t0 = clock()
             naive_loop(f, sess, in_name, out_names)
             ns.append(clock() - t0)
-    return report.percentiles_us(ns)
+    return percentiles_us(ns)
 
 
 CONFIG = """
@@ -231,15 +263,15 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: b
             raise RuntimeError(f"end-to-end run failed (rc {proc.returncode}, {lat.size} signals): "
                                f"{proc.stdout[-2000:]} {proc.stderr[-2000:]}")
         skip = min(lat.size // 5, 50)  # the first second of books (20 ms steps): connection and warm-up
-        res = report.percentiles_us(lat[skip:].tolist())
+        res = percentiles_us(lat[skip:].tolist())
         for name, kind in (("feed", Kind.BOOK), ("features", Kind.FEATURES)):
             f = t / "lat" / f"{name}.lat.npy"
             stage = np.load(f) if f.exists() else None
             v = stage["lat_ns"][stage["code"] == kind] if stage is not None else np.zeros(0)
-            res[f"{name}_p50_us"] = float(np.percentile(v[min(v.size // 5, 50):], 50) / 1000) if v.size else float("nan")
+            res[f"{name}_p50_us"] = p50_us(v[min(v.size // 5, 50):])
         rskip = min(read.size // 5, 50)
         res.update(signals=int(lat.size), skipped=int(skip), seconds=seconds, spin=spin, warm=warm,
-                   sink_read_p50_us=float(np.percentile(read[rskip:], 50) / 1000) if read.size > rskip else float("nan"))
+                   sink_read_p50_us=p50_us(read[rskip:]))
         return res
 
 
@@ -253,10 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out_dir, machine = report.start("fast", args.out)
     model = args.model.resolve()
+    built = None
     if not model.exists():
         from pipeline.model import TrainParams, build
 
         build(model, TrainParams(steps=20_000) if args.quick else TrainParams())
+        built = ("trained by this run (--quick: 20,000 steps)" if args.quick
+                 else "trained by this run (pipeline.model's defaults)")
+    mod = model_info(model, built)
     frames = books15_synthetic(400)
     payloads = book_payloads(frames)
     passes = 3 if args.quick else 25
@@ -283,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         ("(c) single-process loop: orjson.loads + Python level loop + InferenceSession.run", nv,
          f"p50 is {nv['p50_us'] / (fe['p50_us'] + cl['p50_us']):.2f}x that of (a)+(b)"),
     ]
+    no_model = "none (no classifier)"
+    short = f"{mod['path']} ({mod['sha256']})"
     pc = res["naive_paced"]
     rows_md.append(("(c') the same loop on the same frames, one every 20 ms (the pace of (d)), sleeping between", pc,
                     f"{pc['p50_us'] / nv['p50_us']:.1f}x (c): the cost of cold caches"))
@@ -291,8 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, r in (("", e2e), ("_spin", spin)):
             res[f"e2e{key}_over_naive_p50"] = r["p50_us"] / nv["p50_us"]
             res[f"e2e{key}_over_naive_paced_p50"] = r["p50_us"] / pc["p50_us"]
-        res["e2e_p50_le_naive_p50"] = min(e2e["p50_us"], spin["p50_us"]) <= nv["p50_us"]
-        res["e2e_p50_le_naive_paced_p50"] = min(e2e["p50_us"], spin["p50_us"]) <= pc["p50_us"]
+        best = min(e2e["p50_us"], spin["p50_us"])  # the better placement: best of 2, reported with the median
+        res["e2e_best_of_2_p50_us"] = best
+        res["e2e_median_of_2_p50_us"] = statistics.median([e2e["p50_us"], spin["p50_us"]])
+        res["e2e_p50_le_naive_p50"] = best <= nv["p50_us"]
+        res["e2e_p50_le_naive_paced_p50"] = best <= pc["p50_us"]
 
         def against(r: dict) -> str:
             return f"{r['p50_us'] / nv['p50_us']:.1f}x (c), {r['p50_us'] / pc['p50_us']:.2f}x (c')"
@@ -310,16 +351,21 @@ def main(argv: list[str] | None = None) -> int:
         rows_md.append((f"(d') the same with features on core 0 and fast on core 1, each busy-spinning with "
                         f"keep_warm_us = 200 ({spin['n']} SIGNALs; BOOK at p50 {spin['feed_p50_us']:.0f} µs, FEATURES "
                         f"{spin['features_p50_us']:.0f} µs; sink read at p50 {spin['sink_read_p50_us']:.0f} µs)",
-                        spin, against(spin) + "; best of (d), (d') p50 <= (c) p50: "
+                        spin, against(spin) + f"; best of 2 ((d), (d')) p50 {res['e2e_best_of_2_p50_us']:.0f} µs "
+                        f"(median of the 2: {res['e2e_median_of_2_p50_us']:.0f} µs) <= (c) p50: "
                         f"{'MET' if res['e2e_p50_le_naive_p50'] else 'MISSED'}; <= (c') p50: "
                         f"{'MET' if res['e2e_p50_le_naive_paced_p50'] else 'MISSED'}"))
     results = {"machine": machine, "targets": TARGETS, "frames": len(frames), "books": len(payloads),
-               "source": "synthetic venue model (books15, one instrument)", **res}
+               "source": "synthetic venue model (books15, one instrument)", "model": mod, "percentiles": "HdrHistogram",
+               **res}
     md = [f"# Fast-path benchmark {machine['date']}", "",
           report.machine_line(machine),
-          f"{len(frames)} books15 frames of the synthetic venue model; {passes} passes for (a)-(c).", "",
-          "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]
-    md += [f"| {a} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |" for a, r, v in rows_md]
+          f"{len(frames)} books15 frames of the synthetic venue model; {passes} passes for (a)-(c). "
+          "Percentiles from HdrHistogram (1 ns to 60 s, 3 significant digits).",
+          f"Model of (b)-(d'): {mod['label']}.", "",
+          "| measured | model file (sha256) | p50 | p99 | verdict |", "|---|---|---|---|---|"]
+    md += [f"| {a} | {no_model if a.startswith('(a)') else short} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |"
+           for a, r, v in rows_md]
     if not e2e:
         md += ["", "(d) end to end: not run (--no-e2e)."]
     report.write(out_dir, results, md)

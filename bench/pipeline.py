@@ -25,9 +25,16 @@ LEAN signal can send an order as soon as the previous one is answered (an IOC or
 away from the touch, ``risk_aversion = 50``, is cancelled by the venue at once, so the position stays at
 zero and the lean target is never reached), throttled by the gateway to
 ``max_orders_per_s = 100``: a steady stream of orders whose tick-to-request latency is measured. A live
-LLM plan takes precedence over lean quoting, so the bench bounds the hub's ttl to 100-250 ms. The fast
-stage runs ``write_bench_model``'s classifier: the default model's graph and size (same inference cost)
-with hand-set weights that follow the book imbalance, so every run has LEAN signals to act on.
+LLM plan takes precedence over lean quoting, so the bench bounds the hub's ttl to 100-250 ms.
+
+The model: every scenario runs the shipped model (``models/generated/fast.onnx``, made by ``make model``
+/ ``python -m pipeline.model``; what ``make up`` runs) unless it says otherwise, and the plans run one
+scenario (``ring-1k-hand-set``; ``clean-hand-set`` in the stress plan) with ``write_bench_model``'s
+hand-set MLP beside it: the shipped model's graph and size (same inference cost) with weights set by
+hand to follow the book imbalance, so that run has LEAN signals to act on. The shipped model was
+trained on a flow 20 times slower than the bench's 1 ms steps and may call EMERGENCY on nearly every
+update here (then it sends no lean order): the report counts each label per scenario (the fast
+stage's counters over the measured window) and names the model file (path and sha256) of every row.
 "Fast path" orders are those the gateway decided on a SIGNAL: lean orders and EMERGENCY cancels (origin
 FAST) and reprices of working orders after a price move (origin RISK). The
 sender's journal fsync before each send is part of that latency, as in production.
@@ -35,12 +42,15 @@ sender's journal fsync before each send is part of that latency, as in productio
 Stress (``--stress``): the same pipeline with faults injected at the venue (frame delay, frame drops,
 price jumps, disconnects, sequence gaps, bad checksums); per scenario throughput, p99, resyncs, signals,
 orders sent, orders denied by reason, and the share of orders that were valid against the venue's book
-when they arrived.
+when they arrived, by the venue's own rule (``VALIDITY_RULE``; its default ``max_away_ticks``).
+
+Every percentile is HdrHistogram's (``hdr_summary``: 1 ns to 60 s, 3 significant digits).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -61,11 +71,29 @@ from pipeline.config import load_config
 from pipeline.control import request
 from pipeline.errors import ControlError
 from pipeline.messages import Kind, OrderOrigin
+from pipeline.venue.orders import DEFAULT_MAX_AWAY_TICKS
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "generated" / "fast.onnx"
 TINY = REPO / "models" / "generated" / "tiny.gguf"
 KEY = REPO / "secrets" / "paper.json"
+
+#: Scenario.model: what each name runs and how the report names it
+MODELS = {"shipped": "shipped model (make model)", "hand-set": "hand-set MLP (bench only, not shipped)"}
+HAND_SET_FILE = "bench-model.onnx"  # written into the scenario's temp folder by write_bench_model
+LABEL_KEYS = ("hold", "lean_buy", "lean_sell", "emergency")  # the fast stage's label counters
+#: the share of a scenario's SIGNALs labelled EMERGENCY from which the report says the model calls
+#: EMERGENCY on nearly every update
+NEARLY_ALL = 0.9
+
+#: What "valid against the venue's book" means (pipeline.venue.orders.OrderEngine.valid_against_book,
+#: with the venue's default max_away_ticks, which the bench passes explicitly)
+VALIDITY_RULE = (f"an order is valid against the venue's book when, on arrival at the venue, it does not cross the "
+                 f"opposite best price (a buy priced strictly below the best ask, a sell strictly above the best "
+                 f"bid) and is within max_away_ticks = {DEFAULT_MAX_AWAY_TICKS} ticks (the venue's default, "
+                 f"pipeline.venue.orders.DEFAULT_MAX_AWAY_TICKS) of its own side's best price (|price - best bid| "
+                 f"for a buy, |price - best ask| for a sell); counted by the venue for every order that passes its "
+                 f"field checks (orders_valid / orders_invalid)")
 
 def _fast(event: int) -> tuple[int, int]:
     """Tap codes of a mark for orders decided on a SIGNAL: origin FAST (lean, EMERGENCY) and RISK (reprice)."""
@@ -108,6 +136,7 @@ class Scenario:
     spin: tuple = ()  # processes pinned to cores 0, 1, ... in this order, busy-spinning with keep_warm_us = 200
     warm: bool = True  # the default config's keep_warm_us on the processes it gives one (not spinning ones)
     launcher: str = "fork-server"  # supervisor.launcher: stages forked from the fork server, or each exec'd
+    model: str = "shipped"  # the fast stage's classifier: a key of MODELS
 
 
 # ------------------------------------------------------------------------------------- config
@@ -130,6 +159,31 @@ def write_bench_model(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(to_onnx(Model(w1, b1, w2, b2, {"bench_model": "imbalance-following"})).SerializeToString())
     return path
+
+
+def model_path(sc: Scenario, tmp: Path) -> Path:
+    """The classifier file scenario ``sc`` runs: the shipped ``MODEL``, or the hand-set one written
+    into ``tmp``.
+
+    Raises:
+        ValueError: an unknown ``sc.model``.
+    """
+    if sc.model == "shipped":
+        return MODEL
+    if sc.model == "hand-set":
+        return write_bench_model(tmp / HAND_SET_FILE)
+    raise ValueError(f"{sc.name}: model must be one of {sorted(MODELS)}, not {sc.model!r}")
+
+
+def model_info(kind: str, path: Path) -> dict:
+    """What names a model in the report: kind, path (repo-relative where it can be), sha256 (12 hex
+    digits; the fast stage logs the first 8) and a one-line label."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else "missing"
+    try:
+        shown = str(path.resolve().relative_to(REPO))
+    except ValueError:
+        shown = f"<scenario temp dir>/{path.name}" if kind == "hand-set" else str(path)
+    return {"kind": kind, "path": shown, "sha256": digest, "label": f"{MODELS.get(kind, kind)} {shown} sha256 {digest}"}
 
 
 def _instruments(n: int) -> str:
@@ -163,7 +217,7 @@ def config_text(sc: Scenario, tmp: Path, prefix: str) -> str:
     step_ms, speed = venue_pacing(sc.rate, sc.instruments)
     venue = {"port": 0, "seed": 1, "step_ms": step_ms, "speed": speed, "port_file": str(run / "venue.port"),
              "rest_port_file": str(run / "venue.rest.port"), "key_file": str(KEY), "rate_limit_per_s": 10_000.0,
-             "max_away_ticks": 1_000_000,  # "valid against the book" = not crossing it (the bench quotes deep)
+             "max_away_ticks": DEFAULT_MAX_AWAY_TICKS,  # the venue's own rule (VALIDITY_RULE), said explicitly
              **sc.faults}
     venue_params = ", ".join(f"{k} = {_toml_value(v)}" for k, v in venue.items())
     md_cap = 16384
@@ -251,7 +305,7 @@ name = "fast"
 module = "procs.fast:FastAgent"
 inputs = ["feat"]
 outputs = ["sig_risk", "sig_llm"]
-params = {{ model_path = "{write_bench_model(tmp / 'bench-model.onnx')}", providers = "cpu" }}
+params = {{ model_path = "{model_path(sc, tmp)}", providers = "cpu" }}
 
 [[processes]]
 name = "risk"
@@ -308,18 +362,26 @@ def _status(cfg) -> dict | None:
         return None
 
 
-def _hist(lat_ns: np.ndarray) -> dict:
+def hdr_summary(lat_ns, curve: tuple = CURVE_PERCENTILES) -> dict:
+    """HdrHistogram (1 ns to 60 s, 3 significant digits) of nanosecond timings: n, p50 / p99 / p99.9 /
+    max in µs and the percentile ``curve`` ([[q, µs], ...]); ``{"n": 0}`` for none. Every percentile
+    bench.pipeline and bench.fast report comes from here (a value under 1 ns is recorded as 1 ns)."""
     from hdrh.histogram import HdrHistogram
 
-    if lat_ns.size == 0:
+    vals = np.asarray(lat_ns, dtype=np.int64).ravel()
+    if vals.size == 0:
         return {"n": 0}
     h = HdrHistogram(1, 60_000_000_000, 3)
-    for v in lat_ns.tolist():
-        h.record_value(max(1, int(v)))
-    curve = [[q, h.get_value_at_percentile(q) / 1000] for q in CURVE_PERCENTILES]
-    return {"n": int(lat_ns.size), "curve": curve, "p50_us": h.get_value_at_percentile(50) / 1000,
-            "p99_us": h.get_value_at_percentile(99) / 1000, "p999_us": h.get_value_at_percentile(99.9) / 1000,
-            "max_us": h.get_max_value() / 1000}
+    for v in np.maximum(vals, 1).tolist():
+        h.record_value(v)
+    out = {"n": int(vals.size), "p50_us": h.get_value_at_percentile(50) / 1000,
+           "p99_us": h.get_value_at_percentile(99) / 1000, "p999_us": h.get_value_at_percentile(99.9) / 1000,
+           "max_us": h.get_max_value() / 1000, "percentiles": "HdrHistogram"}
+    if curve:
+        out["curve"] = [[q, h.get_value_at_percentile(q) / 1000] for q in curve]
+    return out
+
+
 
 
 def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
@@ -335,6 +397,7 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
         prefix = f"bp{os.getpid() % 100000}{int(time.time() * 1000) % 100000}"
         cfg_path = tmp / "bench.toml"
         cfg_path.write_text(config_text(sc, tmp, prefix))
+        model = model_info(sc.model, model_path(sc, tmp))
         cfg = load_config(cfg_path)
         env = {**os.environ, LATENCY_DIR_ENV: str(lat_dir), "PYTHONUNBUFFERED": "1"}
         out = open(tmp / "up.out", "wb")
@@ -382,11 +445,18 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
         for f in lat_dir.glob("*.lat.npy"):
             rec = np.load(f)
             taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
-    return summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load)
+    return summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model)
+
+
+def label_counts(st0: dict, st1: dict) -> dict:
+    """The fast stage's SIGNAL labels over the window (its counters at the end less those at the start)."""
+    f0 = next((p["stage"] for p in st0["processes"] if p["name"] == "fast"), {}) or {}
+    f1 = next((p["stage"] for p in st1["processes"] if p["name"] == "fast"), {}) or {}
+    return {k: int(f1.get(k, 0)) - int(f0.get(k, 0)) for k in LABEL_KEYS}
 
 
 def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: dict, seconds: float,
-              load) -> dict:
+              load, model: dict | None = None) -> dict:
     stages = {}
     for key, label, proc, code in STAGES:
         rec = taps.get(proc)
@@ -399,7 +469,7 @@ def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: 
                 _, first = np.unique(sel["at_ns"] - sel["lat_ns"], return_index=True)
                 sel = sel[np.sort(first)]
             lat = sel["lat_ns"]
-        stages[key] = {"label": label, **_hist(lat)}
+        stages[key] = {"label": label, **hdr_summary(lat)}
     hz = os.sysconf("SC_CLK_TCK")
     procs0 = {p["name"]: p for p in st0["processes"]}
     procs = {}
@@ -414,12 +484,62 @@ def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: 
     rings0 = {r["name"]: r for r in st0["rings"]}
     ring_drops = {r["name"]: r["dropped"] - rings0.get(r["name"], {}).get("dropped", 0) for r in st1["rings"]}
     books = stages["book"].get("n", 0)
-    return {"scenario": asdict(sc), "seconds": round(seconds, 3), "books_per_s": round(books / seconds, 1),
+    model = dict(model or {"kind": sc.model, "path": "?", "sha256": "?", "label": sc.model})
+    model["fast_stage_sha256_8"] = (procs.get("fast", {}).get("stage") or {}).get("model")  # the stage's own word
+    return {"scenario": asdict(sc), "model": model, "labels": label_counts(st0, st1),
+            "seconds": round(seconds, 3), "books_per_s": round(books / seconds, 1),
             "stages": stages, "processes": procs, "ring_drops": ring_drops,
             "drops_total": int(sum(ring_drops.values())), "load_avg": load, "plan": st1.get("plan")}
 
 
 # ------------------------------------------------------------------------------------- report
+def describe_model(sc: Scenario) -> dict:
+    """``model_info`` of the file ``sc`` runs, without running it (the hand-set one is written to a
+    temp folder to hash it; the same bytes every time)."""
+    with tempfile.TemporaryDirectory(prefix="bench-model-") as tmp:
+        return model_info(sc.model, model_path(sc, Path(tmp)))
+
+
+def model_short(r: dict) -> str:
+    """The model of a result in a few words: its kind, file and sha256."""
+    m = r.get("model") or {}
+    return f"{m.get('kind', '?')} model {m.get('path', '?')} (sha256 {m.get('sha256', '?')})"
+
+
+def labels_line(r: dict) -> str:
+    """The SIGNALs of a result by label, the EMERGENCY share, and whether that is nearly every update."""
+    c = r.get("labels") or {}
+    total = sum(c.values())
+    if not total:
+        return "no SIGNAL in the measured window"
+    em = c.get("emergency", 0) / total
+    text = (", ".join(f"{k.upper()} {c.get(k, 0):,}" for k in LABEL_KEYS)
+            + f" of {total:,} SIGNALs (EMERGENCY {100 * em:.1f} %)")
+    if em >= NEARLY_ALL:
+        text += "; this model calls EMERGENCY on nearly every update at this pace"
+    return text
+
+
+def models_table(results: list[dict]) -> list[str]:
+    """One row per scenario: the model file that produced it, its SIGNALs by label, order sent."""
+    md = ["| scenario | model file (sha256) | HOLD | LEAN_BUY | LEAN_SELL | EMERGENCY | EMERGENCY share | "
+          "order sent p50 / p99 µs (n) |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r.get("model") or {}
+        who = f"{MODELS.get(m.get('kind'), m.get('kind', '?'))}: {m.get('path', '?')} ({m.get('sha256', '?')})"
+        if "error" in r:
+            md.append(f"| {r['scenario']['name']} | {who} | - | - | - | - | - | FAILED |")
+            continue
+        c = r["labels"]
+        total = sum(c.values())
+        share = f"{100 * c['emergency'] / total:.1f} %" if total else "-"
+        o = r["stages"]["order_sent"]
+        sent = f"{o['p50_us']:.0f} / {o['p99_us']:.0f} ({o['n']})" if o.get("n") else "- (0)"
+        md.append(f"| {r['scenario']['name']} | {who} | {c['hold']:,} | {c['lean_buy']:,} | {c['lean_sell']:,} | "
+                  f"{c['emergency']:,} | {share} | {sent} |")
+    return md
+
+
 def _fmt(st: dict, k: str) -> str:
     return f"{st[k]:.0f}" if st.get("n") else "-"
 
@@ -460,7 +580,7 @@ def plots(out_dir: Path, results: list[dict]) -> list[str]:
         ax.set_yscale("log")
         ax.set_xlabel("offered book updates per second")
         ax.set_ylabel("latency since frame received (µs)")
-        ax.set_title("Latency against offered rate (ring transport, 16 instruments)")
+        ax.set_title("Latency against offered rate (ring transport, 16 instruments, shipped model)")
         ax.legend(fontsize=7, ncol=2)
         ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
@@ -488,19 +608,19 @@ def plots(out_dir: Path, results: list[dict]) -> list[str]:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for key in ("book", "features", "signal", "decision", "order_sent", "venue_ack"):
             plot_curve(ax, ring_1k["stages"][key], key)
-        curve_axes(ax, "Percentile curves per stage (ring, 1,000 updates/s)")
+        curve_axes(ax, "Percentile curves per stage (ring, 1,000 updates/s, shipped model)")
         fig.tight_layout()
         fig.savefig(out_dir / "percentiles_by_stage.png", dpi=110)
         plt.close(fig)
         made.append("percentiles_by_stage.png")
     at_1k = [r for r in results if r["scenario"]["rate"] == 1_000 and r["scenario"]["instruments"] == 1
-             and not r["scenario"]["faults"] and r["scenario"]["llm"]]
+             and not r["scenario"]["faults"] and r["scenario"]["llm"] and _shipped(r)]
     if len(at_1k) > 1:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in at_1k:
             plot_curve(ax, r["stages"]["signal"], f"SIGNAL written, {r['scenario']['transport']}")
             plot_curve(ax, r["stages"]["order_sent"], f"order sent, {r['scenario']['transport']}", linestyle="--")
-        curve_axes(ax, "Percentile curves per transport (1,000 updates/s)")
+        curve_axes(ax, "Percentile curves per transport (1,000 updates/s, shipped model)")
         fig.tight_layout()
         fig.savefig(out_dir / "percentiles_by_transport.png", dpi=110)
         plt.close(fig)
@@ -515,7 +635,7 @@ def plots(out_dir: Path, results: list[dict]) -> list[str]:
             ax.plot(keys, p99, marker="x", linestyle="--", color=line.get_color(), label=f"{r['scenario']['transport']} p99")
         ax.set_yscale("log")
         ax.set_ylabel("latency since frame received (µs)")
-        ax.set_title("Per stage at 1,000 updates/s, by transport")
+        ax.set_title("Per stage at 1,000 updates/s, by transport (shipped model)")
         ax.legend(fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
@@ -528,12 +648,14 @@ def plots(out_dir: Path, results: list[dict]) -> list[str]:
 def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
     s = seconds or (3.0 if quick else 5.0)
     if quick:
-        return [Scenario("ring-1k", 1_000, seconds=s), Scenario("zmq-1k", 1_000, transport="zmq", seconds=s),
-                Scenario("ring-1k-no-llm", 1_000, seconds=s, llm=False)]
+        return [Scenario("ring-1k", 1_000, seconds=s), Scenario("ring-1k-hand-set", 1_000, seconds=s, model="hand-set"),
+                Scenario("zmq-1k", 1_000, transport="zmq", seconds=s),
+                Scenario("ring-1k-no-llm", 1_000, seconds=s, llm=False),
+                Scenario("ring-1k-no-llm-hand-set", 1_000, seconds=s, llm=False, model="hand-set")]
     # the target scenario (1 instrument at 1,000/s), then the rate sweep over 16 instruments: the paper
     # venue's Python market model tops out near 1,000 updates/s for one instrument (one step per ms), but
     # spreads higher rates over 16 markets up to ~5,000/s; past that the load generator saturates first
-    plan = [Scenario("ring-1k", 1_000, seconds=s)]
+    plan = [Scenario("ring-1k", 1_000, seconds=s), Scenario("ring-1k-hand-set", 1_000, seconds=s, model="hand-set")]
     plan += [Scenario(f"sweep-{r}", r, instruments=16, seconds=s) for r in (200, 1_000, 5_000, 10_000, 20_000)]
     plan += [Scenario("zmq-1k", 1_000, transport="zmq", seconds=s),
              Scenario("mpq-1k", 1_000, transport="mp-queue", seconds=s)]
@@ -550,6 +672,7 @@ def stress_plan(seconds: float | None) -> list[Scenario]:
     s = seconds or 5.0
     return [
         Scenario("clean", 1_000, seconds=s),
+        Scenario("clean-hand-set", 1_000, seconds=s, model="hand-set"),
         Scenario("delay-gauss-25ms", 1_000, seconds=s, faults={"delay_ms": 25.0, "delay_jitter_ms": 10.0}),
         Scenario("drop-0.1pct", 1_000, seconds=s, faults={"drop_prob": 0.001}),
         Scenario("drop-5pct", 1_000, seconds=s, faults={"drop_prob": 0.05}),
@@ -579,16 +702,18 @@ def main(argv: list[str] | None = None) -> int:
         plan = [s for s in plan if s.name in keep]
     results = []
     for sc in plan:
-        print(f"-- {sc.name}: {sc.rate}/s, {sc.instruments} instrument(s), {sc.transport}, {sc.seconds:g} s", flush=True)
+        print(f"-- {sc.name}: {sc.rate}/s, {sc.instruments} instrument(s), {sc.transport}, {sc.seconds:g} s, "
+              f"{sc.model} model", flush=True)
         try:
             res = run_scenario(sc)
         except RuntimeError as exc:
             print(f"   FAILED: {exc}", flush=True)
-            results.append({"scenario": asdict(sc), "error": str(exc)[:2000]})
+            results.append({"scenario": asdict(sc), "model": describe_model(sc), "error": str(exc)[:2000]})
             continue
         o = res["stages"]["order_sent"]
         print(f"   {res['books_per_s']:.0f} books/s, drops {res['drops_total']}, order sent p50 "
-              f"{o.get('p50_us', float('nan')):.0f} µs p99 {o.get('p99_us', float('nan')):.0f} µs (n {o.get('n', 0)})", flush=True)
+              f"{o.get('p50_us', float('nan')):.0f} µs p99 {o.get('p99_us', float('nan')):.0f} µs (n {o.get('n', 0)}); "
+              f"{model_short(res)}: {labels_line(res)}", flush=True)
         results.append(res)
     ok = [r for r in results if "error" not in r]
     made = plots(out_dir, ok) if ok else []
@@ -596,23 +721,34 @@ def main(argv: list[str] | None = None) -> int:
           "Every stage is a real process under the supervisor; latencies are from the feed's receive stamp of the "
           "venue frame (CLOCK_MONOTONIC, shared by all processes), recorded by each process's latency tap, "
           "HdrHistogram percentiles over the measured window only.", ""]
+    head = len(md)
+    md += ["## Models", "",
+           f"The fast stage runs the {MODELS['shipped']} ({MODEL.relative_to(REPO)}) unless a row says otherwise; "
+           f"the {MODELS['hand-set']} (bench.pipeline.write_bench_model: the same graph and size, weights set by hand "
+           "to follow the book imbalance) runs beside it as its own scenario. SIGNALs by label over each measured "
+           "window (the fast stage's counters):", ""] + models_table(results) + [""]
     for r in results:
         sc = r["scenario"]
         md += [f"## {sc['name']}: {sc['rate']:,} updates/s offered, {sc['instruments']} instrument(s), "
                f"transport {sc['transport']}" + ("" if sc["llm"] else ", no LLM hub")
                + (f", faults {sc['faults']}" if sc["faults"] else ""), ""]
+        m = r.get("model") or {}
+        said = m.get("fast_stage_sha256_8")
+        check = ("" if not said else f" (the fast stage reported sha256 {said}: "
+                 + ("the same file)" if str(m.get("sha256", "")).startswith(said) else "A DIFFERENT FILE)"))
+        md += [f"Model: {m.get('label', sc.get('model', '?'))}{check}.", ""]
         if "error" in r:
             md += [f"FAILED: {r['error'][:500]}", ""]
             continue
         md += [f"{r['books_per_s']:,.0f} BOOKs/s measured over {r['seconds']} s; ring drops {r['drops_total']} "
                f"({', '.join(f'{k} {v}' for k, v in r['ring_drops'].items() if v) or 'none'}); load {r['load_avg']}; "
-               f"plan: {r['plan']}.", ""]
+               f"plan: {r['plan']}.", "", f"SIGNALs by label: {labels_line(r)}.", ""]
         md += stage_table(r) + [""] + process_table(r) + [""]
     if args.stress:
-        md += ["## Stress summary", ""] + stress_table(ok) + [""]
+        md += stress_section(ok)
     summary = verdicts(ok)
     if summary:
-        md = md[:4] + ["## Verdicts", ""] + summary + [""] + md[4:]
+        md = md[:head] + ["## Verdicts", ""] + summary + [""] + md[head:]
     md += [f"![{m}]({m})" for m in made]
     report.write(out_dir, {"machine": machine, "results": results, "verdicts": summary}, md)
     return 0
@@ -624,7 +760,8 @@ def stress_row(r: dict) -> dict:
     feed, fast, risk = pr["feed"]["stage"], pr["fast"]["stage"], pr["risk"]["stage"]
     sender, venue = pr["sender"]["stage"], pr["venue"]["stage"]
     valid, invalid = venue.get("orders_valid", 0), venue.get("orders_invalid", 0)
-    return {"books_per_s": r["books_per_s"], "signal_p99_us": r["stages"]["signal"].get("p99_us"),
+    return {"model": model_short(r), "labels": r.get("labels"), "valid": valid, "invalid": invalid,
+            "books_per_s": r["books_per_s"], "signal_p99_us": r["stages"]["signal"].get("p99_us"),
             "order_sent_p99_us": r["stages"]["order_sent"].get("p99_us"),
             "resyncs": feed.get("resyncs", 0), "reconnects": feed.get("reconnects", 0),
             "checksum_failures": feed.get("checksum_failures", 0), "seq_gaps": feed.get("seq_gaps", 0),
@@ -633,39 +770,64 @@ def stress_row(r: dict) -> dict:
             "valid_share": (valid / (valid + invalid)) if valid + invalid else None}
 
 
+def stress_section(results: list[dict]) -> list[str]:
+    """The report's stress summary: what "valid" means (``VALIDITY_RULE``), then ``stress_table``."""
+    return ["## Stress summary", "", f"Valid: {VALIDITY_RULE}. The last column is valid / (valid + invalid) over the "
+            "orders the venue counted since it started; '-' when no order reached it. No pass / fail limit on this "
+            "share is set in the bench.", ""] + stress_table(results) + [""]
+
+
 def stress_table(results: list[dict]) -> list[str]:
-    md = ["| scenario | BOOKs/s | SIGNAL p99 µs | order sent p99 µs | resyncs | reconnects | checksum / gap | signals | "
-          "orders sent | denied by reason | valid vs venue book |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    md = ["| scenario | model (sha256) | SIGNALs in the window: HOLD / LEAN_BUY / LEAN_SELL / EMERGENCY | BOOKs/s | "
+          "SIGNAL p99 µs | order sent p99 µs | resyncs | reconnects | checksum / gap | signals since start | "
+          "orders sent since start | denied by reason since start | "
+          f"valid vs venue book since start (max_away_ticks {DEFAULT_MAX_AWAY_TICKS}) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         x = stress_row(r)
         r["stress"] = x
 
         def us(v):
             return f"{v:.0f}" if v is not None else "-"
-        share = f"{100 * x['valid_share']:.1f} %" if x["valid_share"] is not None else "-"
+        share = (f"{100 * x['valid_share']:.1f} % ({x['valid']} of {x['valid'] + x['invalid']})"
+                 if x["valid_share"] is not None else "-")
         denied = ", ".join(f"{k} {v}" for k, v in sorted(x["denied"].items())) or "none"
-        md.append(f"| {r['scenario']['name']} | {x['books_per_s']:.0f} | {us(x['signal_p99_us'])} | "
+        c = x["labels"] or {}
+        labels = " / ".join(f"{c.get(k, 0):,}" for k in LABEL_KEYS)
+        md.append(f"| {r['scenario']['name']} | {x['model']} | {labels} | {x['books_per_s']:.0f} | "
+                  f"{us(x['signal_p99_us'])} | "
                   f"{us(x['order_sent_p99_us'])} | {x['resyncs']} | {x['reconnects']} | "
                   f"{x['checksum_failures']} / {x['seq_gaps']} | {x['signals']} | {x['orders_sent']} | {denied} | {share} |")
     return md
 
 
+def _shipped(r: dict) -> bool:
+    return r["scenario"].get("model", "shipped") == "shipped"
+
+
 def verdicts(results: list[dict]) -> list[str]:
     out = []
     ring = next((r for r in results if r["scenario"]["name"] == "ring-1k"), None)  # the whole pipeline, LLM included
-    o = ring["stages"]["order_sent"] if ring is not None else {}
-    if ring is None:
-        out.append("- Tick to order request sent, fast path, full pipeline at 1,000 updates/s: not run in this report.")
-    elif o.get("n"):
-        out.append(f"- Tick to order request sent, fast path, 1,000 updates/s: p50 {o['p50_us']:.0f} µs "
-                   f"(target <= {TARGET_P50_US:.0f}: {'MET' if o['p50_us'] <= TARGET_P50_US else 'MISSED'}), "
-                   f"p99 {o['p99_us']:.0f} µs (target <= {TARGET_P99_US:.0f}: "
-                   f"{'MET' if o['p99_us'] <= TARGET_P99_US else 'MISSED'}), n {o['n']}.")
-    else:
-        out.append("- Tick to order request sent, fast path: no fast-path order in the window (nothing to judge).")
+    for name in ("ring-1k", "ring-1k-hand-set"):
+        r = next((r for r in results if r["scenario"]["name"] == name), None)
+        if r is None:
+            out.append(f"- Tick to order request sent, fast path, full pipeline at 1,000 updates/s ({name}): "
+                       "not run in this report.")
+            continue
+        o, who = r["stages"]["order_sent"], f"{name}, {model_short(r)}"
+        if o.get("n"):
+            out.append(f"- Tick to order request sent, fast path, 1,000 updates/s ({who}): p50 {o['p50_us']:.0f} µs "
+                       f"(target <= {TARGET_P50_US:.0f}: {'MET' if o['p50_us'] <= TARGET_P50_US else 'MISSED'}), "
+                       f"p99 {o['p99_us']:.0f} µs (target <= {TARGET_P99_US:.0f}: "
+                       f"{'MET' if o['p99_us'] <= TARGET_P99_US else 'MISSED'}), n {o['n']}.")
+        else:
+            out.append(f"- Tick to order request sent, fast path ({who}): no fast-path order in the window "
+                       "(nothing to judge).")
+        out.append(f"- SIGNALs of {who}: {labels_line(r)}.")
     for peer in ("zmq", "mp-queue") if ring is not None else ():
         p = next((r for r in results if r["scenario"]["transport"] == peer and r["scenario"]["rate"] == 1_000
-                  and r["scenario"]["instruments"] == 1 and r["scenario"]["llm"] and not r["scenario"]["faults"]), None)
+                  and r["scenario"]["instruments"] == 1 and r["scenario"]["llm"] and not r["scenario"]["faults"]
+                  and r["scenario"].get("model", "shipped") == ring["scenario"].get("model", "shipped")), None)
         if p is None:
             continue
         for key in ("signal", "order_sent"):
@@ -673,7 +835,8 @@ def verdicts(results: list[dict]) -> list[str]:
             if a.get("n") and b.get("n"):
                 ratio = b["p50_us"] / a["p50_us"]
                 out.append(f"- {key} p50 over {peer}: {b['p50_us']:.0f} µs vs ring {a['p50_us']:.0f} µs = {ratio:.2f}x "
-                           f"(target >= {TARGET_PEER_RATIO:g}x: {'MET' if ratio >= TARGET_PEER_RATIO else 'MISSED'}).")
+                           f"(target >= {TARGET_PEER_RATIO:g}x: {'MET' if ratio >= TARGET_PEER_RATIO else 'MISSED'}; "
+                           f"{model_short(ring)}).")
     for name, what in (("ring-1k-no-llm", "without the LLM hub on the shared cores"),
                        ("ring-1k-no-warm", "without keep-warm (no stage's keep_warm_us)"),
                        ("ring-1k-exec", "with every stage exec'd instead of forked from the fork server")):
@@ -681,7 +844,7 @@ def verdicts(results: list[dict]) -> list[str]:
         if other is not None and other["stages"]["order_sent"].get("n"):
             o = other["stages"]["order_sent"]
             out.append(f"- The same {what}: tick to order request sent p50 {o['p50_us']:.0f} µs, "
-                       f"p99 {o['p99_us']:.0f} µs (n {o['n']}).")
+                       f"p99 {o['p99_us']:.0f} µs (n {o['n']}; {model_short(other)}).")
     out.append("- The sweep spreads the offered rate over 16 instruments; the venue publishes one update per instrument "
                "per synthetic step, so updates arrive in bursts of 16 and the later ones of a burst wait behind the "
                "earlier ones (hence the higher p50 than with one instrument).")
@@ -689,15 +852,18 @@ def verdicts(results: list[dict]) -> list[str]:
         sig = r["stages"]["signal"]
         out.append(f"- 16 instruments, {r['scenario']['rate']:,}/s offered: {r['books_per_s']:,.0f} BOOKs/s measured, "
                    f"drops {r['drops_total']}, SIGNAL p50 / p99 {sig.get('p50_us', float('nan')):.0f} / "
-                   f"{sig.get('p99_us', float('nan')):.0f} µs, venue CPU {r['processes']['venue']['cpu_pct']} %.")
+                   f"{sig.get('p99_us', float('nan')):.0f} µs, venue CPU {r['processes']['venue']['cpu_pct']} % "
+                   f"({model_short(r)}).")
     for n in (1, 4, 16):
         r = next((r for r in results if r["scenario"]["instruments"] == n and r["scenario"]["rate"] == 1_000
-                  and r["scenario"]["transport"] == "ring" and r["scenario"]["llm"] and not r["scenario"]["faults"]), None)
+                  and r["scenario"]["transport"] == "ring" and r["scenario"]["llm"] and not r["scenario"]["faults"]
+                  and _shipped(r)), None)
         if r is not None:
             sig = r["stages"]["signal"]
             cpu = sum(p["cpu_pct"] for k, p in r["processes"].items() if k != "venue")
             out.append(f"- {n} instrument(s) at 1,000/s: SIGNAL p50 / p99 {sig.get('p50_us', float('nan')):.0f} / "
-                       f"{sig.get('p99_us', float('nan')):.0f} µs, pipeline CPU (venue excluded) {cpu:.0f} % of a core.")
+                       f"{sig.get('p99_us', float('nan')):.0f} µs, pipeline CPU (venue excluded) {cpu:.0f} % of a core "
+                       f"({model_short(r)}).")
     return out
 
 
