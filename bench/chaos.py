@@ -3,13 +3,18 @@
 Each scenario runs the whole pipeline (the same graph and settings as ``bench.pipeline``: venue, feed,
 features, fast, llm, risk, sender as real processes under the supervisor, in a private shm prefix and
 run folder) under load, injects one kind of fault, and checks its pass criterion. The scenarios live in
-``bench/chaos_process.py`` (process and ring faults) and ``bench/chaos_input.py`` (bad input, the LLM,
+``bench/chaos_process.py`` (process and ring faults), ``bench/chaos_position.py`` (the position against the
+venue: a full journal disk, a venue reset, a position changed behind the back) and ``bench/chaos_input.py`` (bad input, the LLM,
 risk limits, the kill switch, key and permission scans); each is a function ``(ChaosPipeline-factory,
 quick: bool) -> Row``. The same scenarios run as tests (``tests/chaos``, marked ``chaos``) with
 ``quick=True``.
 
 Output: ``bench/results/<UTC>-chaos/report.md`` and ``results.json``: a table, scenario by scenario,
-of what was injected, what the pipeline did, the measured figure, pass or fail.
+of what was injected, what the pipeline did, the measured figure, and the verdict: PASS, FAIL, or
+INCONCLUSIVE (a criterion the machine could not resolve in this run, by a rule the scenario states
+before any result: only ``llm_faults``'s p99 criterion has one; INCONCLUSIVE is never counted as a
+pass). Exit status: 0 when every scenario passed, 1 when any failed, 3 when none failed but some were
+inconclusive.
 """
 
 from __future__ import annotations
@@ -34,15 +39,28 @@ from pipeline.errors import ControlError
 from pipeline.supervisor import clean_stale
 
 
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+VERDICTS = (PASS, FAIL, INCONCLUSIVE)
+
+
 class Row(msgspec.Struct):
-    """One scenario's outcome."""
+    """One scenario's outcome. ``verdict`` is PASS, FAIL or INCONCLUSIVE; given ``passed`` only, it is
+    PASS or FAIL from it; ``passed`` is True exactly when the verdict is PASS (INCONCLUSIVE is not)."""
 
     scenario: str
     injected: str
     did: str  # what the pipeline did, in a sentence with the figures
     figure: str  # the measured figure the criterion is judged on
-    passed: bool
+    passed: bool = False
     details: dict = {}
+    verdict: str = ""
+
+    def __post_init__(self):
+        if not self.verdict:
+            self.verdict = PASS if self.passed else FAIL
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+        self.passed = self.verdict == PASS
 
 
 class ChaosPipeline:
@@ -51,12 +69,15 @@ class ChaosPipeline:
     ``with ChaosPipeline(rate=1000, **overrides) as p:`` starts it and waits until every process is
     RUNNING and the risk gateway has synced. ``venue`` / ``risk`` / ``llm`` / ``fast`` / ``sender`` dicts
     in the constructor are merged into those processes' params (``limits`` into risk's limits);
-    ``text_hook(text) -> text`` may rewrite the config text before it is written.
+    ``text_hook(text) -> text`` may rewrite the config text before it is written; ``model`` names the
+    fast stage's classifier (``bench.pipeline.MODELS``; None: bench.pipeline's default).
     """
 
     def __init__(self, *, rate: int = 1_000, instruments: int = 1, llm: bool = True, venue: dict | None = None,
-                 text_hook: Callable[[str], str] | None = None, name: str = "chaos", ready_timeout_s: float = 90):
-        self.scenario = Scenario(name, rate, instruments=instruments, llm=llm, faults=dict(venue or {}))
+                 text_hook: Callable[[str], str] | None = None, name: str = "chaos", ready_timeout_s: float = 90,
+                 model: str | None = None):
+        extra = {"model": model} if model is not None else {}  # None: bench.pipeline's default model
+        self.scenario = Scenario(name, rate, instruments=instruments, llm=llm, faults=dict(venue or {}), **extra)
         self.text_hook = text_hook
         self.ready_timeout_s = ready_timeout_s
         self.tmpdir: tempfile.TemporaryDirectory | None = None
@@ -180,10 +201,10 @@ class ChaosPipeline:
 
 
 def scenarios() -> list[tuple[str, Callable]]:
-    """Every scenario of both modules, in order."""
-    from bench import chaos_input, chaos_process
+    """Every scenario of the three modules, in order."""
+    from bench import chaos_input, chaos_position, chaos_process
 
-    return [*chaos_process.SCENARIOS, *chaos_input.SCENARIOS]
+    return [*chaos_process.SCENARIOS, *chaos_input.SCENARIOS, *chaos_position.SCENARIOS]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,17 +224,26 @@ def main(argv: list[str] | None = None) -> int:
             row = fn(ChaosPipeline, args.quick)
         except Exception as exc:  # a scenario that cannot run is a failure, reported as such
             row = Row(scenario=name, injected="(did not run)", did=f"{type(exc).__name__}: {exc}"[:500], figure="-",
-                      passed=False)
+                      verdict=FAIL)
         row.details["seconds"] = round(time.monotonic() - t0, 1)
-        print(f"   {'PASS' if row.passed else 'FAIL'}: {row.figure}", flush=True)
+        print(f"   {row.verdict}: {row.figure}", flush=True)
         rows.append(row)
+    n = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     md = [f"# Chaos report {machine['date']}", "", report.machine_line(machine),
-          f"{sum(r.passed for r in rows)} of {len(rows)} scenarios passed" + (" (quick mode)" if args.quick else "") + ".",
+          f"{n[PASS]} of {len(rows)} scenarios passed, {n[FAIL]} failed, {n[INCONCLUSIVE]} inconclusive"
+          + (" (quick mode)" if args.quick else "") + ".",
           "", "| scenario | injected | what the pipeline did | measured | verdict |", "|---|---|---|---|---|"]
-    md += [f"| {r.scenario} | {r.injected} | {r.did} | {r.figure} | {'PASS' if r.passed else 'FAIL'} |" for r in rows]
-    report.write(out_dir, {"machine": machine, "quick": args.quick,
+    md += [f"| {r.scenario} | {r.injected} | {r.did} | {r.figure} | {r.verdict} |" for r in rows]
+    report.write(out_dir, {"machine": machine, "quick": args.quick, "verdicts": n,
                            "rows": [msgspec.to_builtins(r) for r in rows]}, md)
-    return 0 if all(r.passed for r in rows) else 1
+    return exit_status(rows)
+
+
+def exit_status(rows: list[Row]) -> int:
+    """0: every row PASS; 1: any FAIL; 3: no FAIL, some INCONCLUSIVE (not a pass: a run to repeat)."""
+    if any(r.verdict == FAIL for r in rows):
+        return 1
+    return 3 if any(r.verdict == INCONCLUSIVE for r in rows) else 0
 
 
 if __name__ == "__main__":

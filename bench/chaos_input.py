@@ -15,26 +15,46 @@ injector), injects its fault, measures and judges:
 - ``llm_faults``: the llm stage is ``FaultyLlmAgent`` (the real ``procs.llm.LlmAgent``, real model, real
   breaker and validation gate) whose fault phase is switched at run time through a file: ``idle`` (no
   generation: the unloaded baseline), ``garbage`` (no grammar, temperature 5: the model answers free
-  text), ``timeout`` (``deadline_ms`` 1), ``slow`` (every token delayed so an answer would take 30 s;
-  quick: 3 s); a ``normal`` phase (the healthy hub) is measured too, for context, not judged. Each phase
-  starts with a fresh breaker. Pass: no INSTRUCTION written and no
-  LLM-origin ORDER decided (risk's latency tap and audit log) in any fault phase, the breaker opens
-  (stage counter and an ``llm_breaker`` log event) in each, and the fast path's SIGNAL p99 (latency tap:
-  frame received -> SIGNAL written) under each fault is within 10 % of idle's, judged on short
-  windows (30 rounds of 2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s), so
-  that the machine's drift over the run lands on every condition alike (10 s phases A/B/A left a
-  noise floor of 15-30 % between the run's own idle windows), as the geometric mean of each
-  condition's window p99s without the top and bottom tenth of its windows (``window_p99s``,
-  ``trimmed_gmean``); the median of the windows' p99s and the pooled p99 of all a condition's
-  windows are reported beside it (the pooled one moves with one burst of host noise: in four runs
-  of one build it put garbage at 0.94-1.11x, timeout at 0.92-1.18x and slow at 0.85-1.21x); an A/A
-  control (idle against idle) is reported. One window's p99 here moves between ~0.7x and ~1.8x of
-  the median from window to window: with twenty rounds judged on the median, a condition's ratio
-  had a standard error of ~7 % against the 10 % limit (one run in six failed, each time on one
-  condition, while the conditions' mean ratios stayed at 0.97-1.05x); the trimmed geometric mean
-  over thirty rounds brings it to ~4.6 % (resampled from those runs). A fresh breaker in each
-  window keeps the faulty LLM working the whole time, the
-  harsher case. The long phases' ratios are reported beside it.
+  text), ``timeout`` (``deadline_ms`` 1), ``slow`` (every token takes ``slow_token_ms`` of CPU work in
+  the generation thread, busy, not asleep, so an answer would take 30 s; quick: 3 s: a model that slow
+  uses its core for the whole generation, with the real one's SCHED_IDLE and niceness; ``busy_cpu``);
+  a ``normal`` phase (the healthy hub) is measured too, for context, not judged. Each phase starts
+  with a fresh breaker. Safety checks, always judged: no INSTRUCTION written and no LLM-origin ORDER
+  decided or sent (risk's and the sender's latency taps, the audit log) in any fault phase, and the
+  breaker opens (stage counter and an ``llm_breaker`` log event) in each.
+
+  The fast path's p99 criterion. STATISTIC AND VERDICT RULE, FIXED AS OF 2026-12-01 (issue #19), before
+  the results of any run judged by them; they must not be changed after seeing results (the statistic
+  was changed six times after failing runs before this; a change now needs its own issue, argued and
+  decided before the runs it is to judge):
+
+  * Statistic (``window_p99s``, ``trimmed_gmean``): the fast path's SIGNAL p99 (latency tap: frame
+    received -> SIGNAL written, each SIGNAL once) in each of short interleaved windows (30 rounds of
+    2 s: idle, garbage, idle, timeout, idle, slow; quick: 2 rounds of 1 s); a condition's figure is
+    the geometric mean of its windows' p99s without the lowest and the highest tenth of them
+    (``int(n / 10)`` at each end, none below ten windows); a fault's ratio is its figure over idle's.
+    Limit: every fault's ratio <= 1.10 (``P99_LIMIT``). A/A control: idle's windows split alternately
+    into two halves, the ratio of the two halves' figures (``idle_aa``).
+  * Verdict (``p99_verdict``), with s = max(A/A, 1 / A/A), the machine's own idle-against-idle
+    deviation in the same run:
+      - FAIL when a fault's ratio or the A/A ratio is not a finite positive number (nothing
+        measured is neither a pass nor the machine's noise);
+      - when s <= 1.05 (``AA_BAND``: the machine resolves the limit, its own deviation within half
+        the 10 % margin): PASS when every fault's ratio <= 1.10, else FAIL;
+      - when s > 1.05 (it does not resolve the limit): FAIL when some fault's ratio > 1.10 * s (over
+        the limit by more than the machine's own deviation), PASS when every fault's ratio <=
+        1.10 / s (under it by more), else INCONCLUSIVE, reported as such (never as a pass).
+    The scenario's verdict is FAIL when a safety check failed, else this verdict.
+
+  Reported beside it, not judged: the median of each condition's window p99s, the pooled p99 of all
+  its windows (one burst of host noise moves it: in four runs of one build it put garbage at
+  0.94-1.11x, timeout at 0.92-1.18x, slow at 0.85-1.21x), and 10 s phases judged A/B/A against the
+  idle phases on either side (a noise floor of 15-30 % between the run's own idle phases: why the
+  judged figure uses interleaved windows, so the machine's drift lands on every condition alike).
+  Why this statistic (chosen 2026-11-30): one window's p99 here moves between ~0.7x and ~1.8x of
+  the median; resampling six twenty-round runs gave the trimmed geometric mean a standard error of
+  the log ratio of 0.055 against 0.073 for the median of the windows (~4.6 % over thirty rounds).
+  A fresh breaker in each window keeps the faulty LLM working the whole time, the harsher case.
 - ``risk_limits``: the llm stage is ``RiskInjector``: it writes INSTRUCTIONs into ``instr`` each built
   to breach one pre-trade check, and CONTROL HALT / REDUCE_ONLY / KILL_SWITCH / RESUME into its own
   control ring (``ctl_inj``, risk's ``control_input``), with lean quoting off. Pass: every instruction
@@ -54,6 +74,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import os
 import random
@@ -70,7 +91,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from bench.chaos import Row
+from bench.chaos import FAIL, INCONCLUSIVE, PASS, Row
 from bench.pipeline import KEY, REPO
 from pipeline.agent import LATENCY_DIR_ENV, MARK_DECIDED, MARK_ORDER_SENT, Agent, mark_code
 from pipeline.bitget.book import bitget_checksum
@@ -162,6 +183,47 @@ def window_p99s(at_ns: np.ndarray, lat_ns: np.ndarray, spans: dict[str, list[tup
     a, b = iv[0::2], iv[1::2]
     aa = trimmed_gmean(a) / trimmed_gmean(b) if a and b else float("nan")
     return {"windows_us": per, "judged_us": judged, "median_us": med, "ratio": ratio, "idle_aa": aa}
+
+
+#: the limit on a fault condition's judged p99 ratio to idle's (fixed 2026-12-01: see the module docstring)
+P99_LIMIT = 1.10
+#: the A/A deviation up to which the machine is taken to resolve ``P99_LIMIT`` (half its margin)
+AA_BAND = 1.05
+#: the fewest windows per condition with which the statistic can resolve ``P99_LIMIT`` (docstring)
+MIN_WINDOWS = 10
+
+
+def _finite_positive(x) -> bool:
+    return isinstance(x, (int, float)) and x == x and 0 < x < float("inf")
+
+
+def p99_verdict(ratios: dict[str, float], idle_aa: float, limit: float = P99_LIMIT,
+                band: float = AA_BAND, windows: int | None = None) -> tuple[str, str]:
+    """(verdict, why) of the fast path's p99 criterion from each fault's judged ratio to idle and the
+    A/A control, by the rule fixed in the module docstring (2026-12-01): FAIL when anything is not a
+    finite positive number; fewer than ``MIN_WINDOWS`` windows per condition (``windows``, None:
+    enough): INCONCLUSIVE; with s = max(aa, 1 / aa): s <= ``band``: PASS iff every ratio <= ``limit``;
+    s > ``band``: FAIL when some ratio > limit * s, PASS when every ratio <= limit / s, else
+    INCONCLUSIVE. ``why`` names the rule's branch and the figures."""
+    figs = ", ".join(f"{m} {r:.3f}x" for m, r in ratios.items()) + f"; A/A {idle_aa:.3f}x"
+    bad = [m for m, r in ratios.items() if not _finite_positive(r)]
+    if not ratios or bad or not _finite_positive(idle_aa):
+        return FAIL, f"not measured ({', '.join(bad) or ('A/A' if ratios else 'no fault condition')}): {figs}"
+    if windows is not None and windows < MIN_WINDOWS:
+        return INCONCLUSIVE, (f"{windows} windows per condition, fewer than the {MIN_WINDOWS} that resolve "
+                              f"{limit:g} (quick mode judges the safety checks only): {figs}")
+    s = max(idle_aa, 1 / idle_aa)
+    worst = max(ratios, key=ratios.get)
+    if s <= band:
+        if ratios[worst] <= limit:
+            return PASS, f"A/A within [1/{band:g}, {band:g}] and every ratio <= {limit:g}: {figs}"
+        return FAIL, f"A/A within [1/{band:g}, {band:g}] and {worst} over {limit:g}: {figs}"
+    if ratios[worst] > limit * s:
+        return FAIL, f"A/A outside [1/{band:g}, {band:g}] but {worst} over {limit:g} x {s:.3f} = {limit * s:.3f}: {figs}"
+    if ratios[worst] <= limit / s:
+        return PASS, f"A/A outside [1/{band:g}, {band:g}] but every ratio <= {limit:g} / {s:.3f} = {limit / s:.3f}: {figs}"
+    return INCONCLUSIVE, (f"A/A outside [1/{band:g}, {band:g}]: the machine does not resolve {limit:g} in this run "
+                          f"({worst} between {limit / s:.3f} and {limit * s:.3f}): {figs}")
 
 
 def replace_process(text: str, name: str, block: str) -> str:
@@ -418,10 +480,33 @@ except Exception:  # pragma: no cover
     _LlmBase = Agent
 
 
+#: what ``busy_cpu`` hashes: 256 KiB, so that each call runs ~0.1 ms without the GIL
+_BUSY_BUF = bytes(256 * 1024)
+
+
+def busy_cpu(seconds: float) -> None:
+    """Keep this thread's CPU busy for ``seconds`` of wall time, the way a model's generation does:
+    SHA-256 over a 256 KiB buffer again and again. hashlib lets go of the GIL while it hashes (as
+    llama.cpp's calls do), so the process's other threads still run; the thread's own scheduling
+    (the generation worker's SCHED_IDLE and niceness) applies to the load."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        hashlib.sha256(_BUSY_BUF)
+
+
+def slow_tokens(tokens, per_token_s: float):
+    """``tokens`` with ``per_token_s`` of CPU work (``busy_cpu``) before each one: a model that slow,
+    using the CPU all along, not sleeping between tokens."""
+    for tok in tokens:
+        busy_cpu(per_token_s)
+        yield tok
+
+
 class FaultyLlmAgent(_LlmBase):
     """``procs.llm.LlmAgent`` with a fault phase read from ``params.fault_file`` (checked every 50 ms):
     ``idle`` (signals drained, nothing generated), ``normal``, ``garbage`` (no grammar, temperature 5),
-    ``timeout`` (deadline 1 ms), ``slow`` (each token delayed ``slow_token_ms``). A phase change waits
+    ``timeout`` (deadline 1 ms), ``slow`` (each token takes ``slow_token_ms`` more of CPU work in the
+    generation thread: ``slow_tokens``). A phase change waits
     for the generation in flight, starts a fresh circuit breaker and is logged (``fault_phase``). Test
     and bench use only."""
 
@@ -451,12 +536,10 @@ class FaultyLlmAgent(_LlmBase):
         elif mode == "timeout":
             self.deadline_ns = 1_000_000
         elif mode == "slow":
-            base, delay = self._base_generate, self.slow_token_ms / 1000
+            base, per_token_s = self._base_generate, self.slow_token_ms / 1000
 
-            def slow_generate(*a, **kw):
-                for tok in base(*a, **kw):
-                    time.sleep(delay)
-                    yield tok
+            def slow_generate(*a, **kw):  # runs in the generation worker's thread
+                return slow_tokens(base(*a, **kw), per_token_s)
 
             hub.llm.generate = slow_generate
         self.breaker = CircuitBreaker(self.p.breaker, self.ctx.clock)
@@ -620,10 +703,12 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
         "no LLM-origin ORDER decided or sent": llm_decided.size == 0 and llm_sent.size == 0 and not llm_approved,
         "breaker opened in every fault phase": all(ph["breaker_open_after_s"] is not None for ph in phases.values())
                                                and len(opens) >= 3,
-        "fast SIGNAL p99 within 10 % of idle (trimmed geometric mean of the interleaved windows' p99s)":
-            all(r <= 1.10 for r in judged.values()),
     }
-    ok = all(checks.values())
+    # the p99 criterion: the statistic and the three-valued rule fixed on 2026-12-01 (module docstring)
+    n_win = min(len(v) for m, v in win["windows_us"].items() if m != "idle")
+    p99_v, p99_why = p99_verdict(judged, win["idle_aa"], windows=n_win)
+    safe = all(checks.values())
+    verdict = p99_v if safe else FAIL
     fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x of {unloaded[m]:.0f}; {vs_first[m]:.2f}x the first idle)"
                     for m in ratios)
     judged_fig = ", ".join(f"{m} {win['judged_us'][m]:.0f} us ({judged[m]:.2f}x)" for m in judged)
@@ -631,21 +716,24 @@ params = {{ model_path = "{TINY}", n_ctx = 2048, max_tokens = {max_tokens}, dead
     pooled_fig = ", ".join(f"{m} {pooled_ratio[m]:.2f}x" for m in pooled_ratio)
     idles = ", ".join(f"{p99[w]:.0f}" for w in ("idle", "idle1", "idle2", "idle3"))
     return Row(scenario="llm_faults",
-               injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (answer "
-                        f"{slow_answer_s:.0f} s); {phase_s:.0f} s a phase, an idle window ({phase_s:.0f} s) before "
+               injected=f"LLM hub: garbage (no grammar, temperature 5), timeout (deadline 1 ms), slow (a "
+                        f"{slow_answer_s:.0f} s answer, the generation thread's CPU busy all along); {phase_s:.0f} s "
+                        f"a phase, an idle window ({phase_s:.0f} s) before "
                         f"and after each; then {cycles} rounds of {sub_s:.0f} s windows idle, garbage, idle, timeout, "
                         f"idle, slow (judged: each condition's window p99s, trimmed geometric mean)",
                did=f"INSTRUCTIONs in fault phases {instr.size}, LLM-origin orders {llm_decided.size}; breaker opened "
                    f"after " + ", ".join(f"{m} {ph['breaker_open_after_s'] if ph['breaker_open_after_s'] is None else round(ph['breaker_open_after_s'], 1)} s"
                                          for m, ph in phases.items())
                    + f" ({len(opens)} llm_breaker open events); llm pid {llm_pid}",
-               figure=f"fast SIGNAL p99, trimmed geometric mean of the interleaved windows: idle {win['judged_us']['idle']:.0f} us, "
+               figure=f"p99 criterion {p99_v} ({p99_why}); "
+                      f"fast SIGNAL p99, trimmed geometric mean of the interleaved windows: idle {win['judged_us']['idle']:.0f} us, "
                       f"{judged_fig} (idle vs idle, alternate windows: {win['idle_aa']:.2f}x); median of the windows: "
                       f"{median_fig}; pooled: idle "
                       f"{idle_pooled:.0f} us, {pooled_fig}; "
                       f"long phases: idle windows {idles} us; {fig} (healthy LLM: {p99['normal']:.0f} us, "
                       f"{p99['normal'] / base:.2f}x the first idle, {normal_instructions} instructions)",
-               passed=ok, details={"checks": checks, "p99_us": p99, "signals": n_sig, "phases": phases,
+               verdict=verdict, details={"checks": checks, "p99_verdict": p99_v, "p99_why": p99_why,
+                                         "p99_limit": P99_LIMIT, "aa_band": AA_BAND, "p99_us": p99, "signals": n_sig, "phases": phases,
                                    "unloaded_p99_us": unloaded, "ratio_vs_first_idle": vs_first,
                                    "pooled_p99_us": pooled_p99, "pooled_signals": pooled_n, "pooled_ratio": pooled_ratio,
                                    "judged_ratio": judged, "window_p99_us": win["windows_us"],

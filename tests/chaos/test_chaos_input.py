@@ -5,16 +5,18 @@ must hold. The scanners the last scenario relies on are shown to find what they 
 
 from __future__ import annotations
 
+import warnings
+
 import os
 import socket
 
 import numpy as np
 import pytest
 
-from bench.chaos import ChaosPipeline, Row
-from bench.chaos_input import (SCENARIOS, fuzz_frames, key_material_hits, kill_switch, listening_sockets,
-                               llm_faults, malformed_frames, p99_us, risk_limits, secrets_and_permissions,
-                               trimmed_gmean, window_p99s)
+from bench.chaos import FAIL, INCONCLUSIVE, PASS, ChaosPipeline, Row, exit_status
+from bench.chaos_input import (AA_BAND, P99_LIMIT, SCENARIOS, busy_cpu, fuzz_frames, key_material_hits, kill_switch,
+                               listening_sockets, llm_faults, malformed_frames, p99_us, p99_verdict, risk_limits,
+                               secrets_and_permissions, slow_tokens, trimmed_gmean, window_p99s)
 
 
 def _run(fn) -> Row:
@@ -42,18 +44,19 @@ def test_malformed_frames_are_all_counted_and_never_crash_the_feed():
 @pytest.mark.chaos
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_llm_garbage_timeouts_and_slowness_open_the_breaker_and_send_no_order():
     row = llm_faults(ChaosPipeline, True)
     checks = row.details["checks"]
     assert set(row.details["phases"]) == {"garbage", "timeout", "slow"}
-    safety = {k: v for k, v in checks.items() if "p99" not in k}
-    assert all(safety.values()), f"{row.did}; checks: {checks}"
-    if not row.passed and (os.cpu_count() or 1) <= 2:
-        # the fast path shares two cores with the model: its p99 rises with any LLM load (a healthy one
-        # too, see the figure); the criterion is judged and reported as failed by `make chaos`
-        pytest.xfail(f"fast p99 not within 10 % on {os.cpu_count()} cores: {row.figure}")
-    assert row.passed, f"{row.did}; measured: {row.figure}; checks: {checks}"
+    # the safety checks, always: no INSTRUCTION, no LLM-origin order, the breaker opened in each phase
+    assert checks and all(checks.values()), f"{row.did}; checks: {checks}"
+    # the p99 criterion is judged by `make chaos` (thirty rounds) only: two windows per condition cannot
+    # resolve 1.10x, so by the rule (bench.chaos_input, resolution precondition) the quick run's p99
+    # verdict is INCONCLUSIVE, reported here as a warning with its figures, never as a pass
+    assert row.verdict == row.details["p99_verdict"] == INCONCLUSIVE, (row.verdict, row.details["p99_why"])
+    assert "fewer than the 10" in row.details["p99_why"]
+    warnings.warn(f"llm_faults p99 INCONCLUSIVE in quick mode: {row.details['p99_why']} (measured: {row.figure})")
 
 
 @pytest.mark.chaos
@@ -181,3 +184,81 @@ def test_trimmed_gmean_leaves_out_int_n_tenths_at_each_end_and_nan_values():
 def test_window_judgement_of_no_samples_is_nan_not_a_pass():
     got = window_p99s(np.array([], np.int64), np.array([], np.int64), {"idle": [(0, 1)], "slow": [(1, 2)]})
     assert got["ratio"]["slow"] != got["ratio"]["slow"]  # nan: "<= 1.10" is False
+
+
+# -------------------------------------------------------------------------------- the p99 verdict (fixed 2026-12-01)
+def test_the_p99_rule_is_the_one_fixed_in_the_docstring():
+    assert (P99_LIMIT, AA_BAND) == (1.10, 1.05)
+
+
+@pytest.mark.parametrize("ratios,aa,want", [
+    # the machine resolves the limit (A/A within [1/1.05, 1.05]): the point figures decide
+    ({"garbage": 1.00, "timeout": 1.04, "slow": 1.10}, 1.00, PASS),
+    ({"garbage": 0.90, "timeout": 1.02, "slow": 1.0}, 1 / 1.049, PASS),
+    ({"garbage": 1.00, "timeout": 1.11, "slow": 1.0}, 0.97, FAIL),
+    ({"garbage": 1.00, "timeout": 1.00, "slow": 3.0}, 1.04, FAIL),
+    # it does not (A/A 1.08): decided only farther from the limit than that deviation
+    ({"garbage": 1.00, "timeout": 1.05, "slow": 1.0}, 1.08, INCONCLUSIVE),  # 1.05 in (1.10 / 1.08, 1.10 * 1.08]
+    ({"garbage": 1.00, "timeout": 1.18, "slow": 1.0}, 1.08, INCONCLUSIVE),  # 1.18 <= 1.188
+    ({"garbage": 1.00, "timeout": 1.19, "slow": 1.0}, 1.08, FAIL),  # 1.19 > 1.188
+    ({"garbage": 1.00, "timeout": 1.01, "slow": 0.95}, 1.08, PASS),  # all <= 1.0185
+    ({"garbage": 1.00, "timeout": 1.00, "slow": 1.00}, 0.80, INCONCLUSIVE),  # s = 1.25: 1.00 > 0.88
+    ({"garbage": 2.00, "timeout": 1.00, "slow": 1.00}, 0.80, FAIL),  # 2.00 > 1.375
+    # nothing measured is never a pass, nor the machine's noise
+    ({"garbage": float("nan"), "timeout": 1.0, "slow": 1.0}, 1.0, FAIL),
+    ({"garbage": 1.0, "timeout": 1.0, "slow": 1.0}, float("nan"), FAIL),
+    ({"garbage": 1.0, "timeout": 0.0, "slow": 1.0}, 1.0, FAIL),
+    ({}, 1.0, FAIL),
+])
+def test_p99_verdict_is_pass_fail_or_inconclusive_by_the_fixed_rule(ratios, aa, want):
+    got, why = p99_verdict(ratios, aa)
+    assert got == want, why
+    if got == INCONCLUSIVE:
+        assert "A/A outside" in why  # only when the A/A control shows the machine cannot resolve the limit
+
+
+def test_fewer_than_ten_windows_per_condition_is_inconclusive_whatever_the_figures():
+    for ratios, aa in (({"garbage": 0.9}, 1.0), ({"garbage": 3.0}, 1.0), ({"garbage": 1.0}, 1.5)):
+        got, why = p99_verdict(ratios, aa, windows=2)
+        assert got == INCONCLUSIVE and "fewer than the 10" in why
+    assert p99_verdict({"garbage": 3.0}, 1.0, windows=10)[0] == FAIL  # enough windows: judged
+    assert p99_verdict({"garbage": float("nan")}, 1.0, windows=2)[0] == FAIL  # nothing measured
+
+
+def test_an_inconclusive_row_is_not_a_pass_and_the_run_says_so():
+    row = Row(scenario="llm_faults", injected="", did="", figure="", verdict=INCONCLUSIVE)
+    assert row.passed is False and row.verdict == INCONCLUSIVE
+    assert Row(scenario="x", injected="", did="", figure="", passed=True).verdict == PASS
+    assert Row(scenario="x", injected="", did="", figure="", passed=False).verdict == FAIL
+    with pytest.raises(ValueError):
+        Row(scenario="x", injected="", did="", figure="", verdict="MAYBE")
+    ok = Row(scenario="a", injected="", did="", figure="", passed=True)
+    bad = Row(scenario="b", injected="", did="", figure="", passed=False)
+    assert exit_status([ok]) == 0 and exit_status([ok, row]) == 3 and exit_status([ok, row, bad]) == 1
+
+
+def test_the_slow_fault_keeps_the_cpu_busy_for_the_whole_generation():
+    import threading
+    import time
+
+    def gen():
+        yield from range(4)
+
+    used = {}
+
+    def run():  # in a thread of its own, as in the generation worker
+        c0, w0 = time.thread_time(), time.perf_counter()
+        assert list(slow_tokens(gen(), 0.05)) == [0, 1, 2, 3]
+        used["cpu"], used["wall"] = time.thread_time() - c0, time.perf_counter() - w0
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert used["wall"] >= 0.2
+    # busy, not asleep: the thread used the CPU for its wall time, as far as the machine let it (asleep
+    # between tokens, as the fault was before, it used < 1 % of it; 0.2 leaves room for a 2-core
+    # machine loaded with other tests: 0.41 seen so)
+    assert used["cpu"] >= 0.2 * used["wall"], used
+    c0 = time.thread_time()
+    busy_cpu(0.0)
+    assert time.thread_time() - c0 < 0.05

@@ -1,0 +1,77 @@
+"""The chaos checks made to fail on purpose (issue #19, "evidence that can fail"): each test runs a
+scenario, quick, with exactly the thing one check guards broken (``tests/chaos/saboteurs.py``) and
+requires that check, and the scenario, to report FAIL.
+
+Opt-in (each runs a whole pipeline for ~1 min or more; together ~6 min on the 2-core VM):
+``CHAOS_SABOTAGE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/chaos/test_chaos_sabotage.py``.
+The pure verdict functions are tested in every run (test_chaos_input.py, test_chaos_process.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.chaos import FAIL
+from bench.chaos_input import llm_faults
+from bench.chaos_process import MIN_ORDERS, consumer_stall, sigkill_each
+from tests.chaos.saboteurs import StallFastUnderFaults, sender_module, with_hook
+
+pytestmark = [
+    pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(400),
+    pytest.mark.skipif(os.environ.get("CHAOS_SABOTAGE") != "1",
+                       reason="sabotage runs are opt-in: CHAOS_SABOTAGE=1 (each breaks what one check guards)"),
+]
+
+COUNTS = "every ORDER written arrived at the sender, none twice (both runs)"
+
+
+def _report(row) -> str:
+    text = f"{row.scenario} {row.verdict}: {row.figure}; checks: {row.details.get('checks')}"
+    print(text)  # (shown with -s: the figures of the sabotaged run)
+    return text
+
+
+def test_a_sender_that_loses_an_order_fails_consumer_stall():
+    row = consumer_stall(with_hook(sender_module("tests.chaos.saboteurs:LosingSender")), True)
+    _report(row)
+    assert row.verdict == FAIL
+    assert row.details["checks"][COUNTS] is False, _report(row)
+    for run in row.details["ends"].values():  # the gateway approved one more NEW than the sender journaled
+        assert run["risk_approved"] == run["journal_new"] + 1, run
+
+
+def test_a_sender_that_handles_an_order_twice_fails_consumer_stall():
+    row = consumer_stall(with_hook(sender_module("tests.chaos.saboteurs:DuplicatingSender")), True)
+    _report(row)
+    assert row.verdict == FAIL
+    assert row.details["checks"][COUNTS] is False, _report(row)
+    assert all(run["sender_dups"] == 1 for run in row.details["ends"].values()), row.details["ends"]
+
+
+def _no_quotes(text: str) -> str:
+    new = text.replace("lean_lots = 1,", "lean_lots = 0,", 1)
+    assert new != text, "no lean_lots in the risk limits"
+    return new
+
+
+def test_a_run_without_orders_fails_sigkill_each_and_consumer_stall():
+    P = with_hook(_no_quotes)
+    row = sigkill_each(P, True)
+    _report(row)
+    assert row.verdict == FAIL
+    flow = [k for k in row.details["checks"] if k.startswith("enough flow")]
+    assert flow and row.details["checks"][flow[0]] is False, _report(row)
+    assert row.details["ledger"]["journal_orders"] < MIN_ORDERS  # (the LLM stage may place a few)
+    row = consumer_stall(P, True)
+    _report(row)
+    assert row.verdict == FAIL
+    flow = [k for k in row.details["checks"] if k.startswith("enough flow")]
+    assert flow and row.details["checks"][flow[0]] is False, _report(row)
+
+
+def test_a_fast_path_that_stalls_under_the_llm_faults_fails_llm_faults():
+    row = llm_faults(StallFastUnderFaults, True)
+    _report(row)
+    assert all(row.details["checks"].values()), _report(row)  # the safety checks still hold
+    assert row.details["p99_verdict"] == FAIL and row.verdict == FAIL, row.details["p99_why"]
