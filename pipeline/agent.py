@@ -148,6 +148,20 @@ class AgentContext:
                 self.tap.record(kind, now - ts_origin_ns, now)
         return ok
 
+    def emit_nowait(self, port, kind: int, payload, ts_origin_ns: int) -> bool:
+        """``emit`` that never waits for room: False when the port is full now (nothing written; on a
+        ``drop`` ring also counted there). For a stage that must not block on a consumer that may be
+        waiting on it (the sender's reports to risk, while risk waits for room in the orders ring)."""
+        ok = port.try_write(kind, payload, ts_origin_ns)
+        if ok:
+            self.msgs_out += 1
+            now = self.clock()
+            self._lat[self._lat_n & (LATENCY_WINDOW - 1)] = now - ts_origin_ns
+            self._lat_n += 1
+            if self.tap is not None:
+                self.tap.record(kind, now - ts_origin_ns, now)
+        return ok
+
     def mark(self, code: int, ts_origin_ns: int) -> None:
         """Record a point of the stage's own work (``MARK_*``) for the bench: its latency since origin.
         Free when no tap is set."""

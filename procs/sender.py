@@ -304,6 +304,9 @@ class SenderAgent(Agent):
         if p.output not in ctx.outputs:
             raise ConfigError(f"sender: output ring {p.output!r} is not among {sorted(ctx.outputs)}")
         self.inp, self.out = ctx.inputs[p.input], ctx.outputs[p.output]
+        ring_cfg = next((r for r in ctx.config.rings if r.name == p.output), None)
+        self.out_drop = ring_cfg is not None and ring_cfg.full_policy == "drop"
+        self.held: collections.deque = collections.deque()  # (report bytes, ts) waiting for room in exec
         self.instruments = {i.id: i for i in ctx.config.instruments}
         if not self.instruments:
             raise ConfigError("sender: no instruments configured")
@@ -390,6 +393,11 @@ class SenderAgent(Agent):
             now = self.ctx.clock()
             self._read_answers(now)
             self._run_lane(now)
+        while self.held and time.monotonic() < deadline:  # reports held back by a full exec ring
+            if not self._flush_held():
+                time.sleep(0.001)
+        if self.held:
+            self.ctx.log.warning("sender_reports_unsent", count=len(self.held))  # the next start's report has them
         for conn in (*self.pool, self.lane):
             conn.close()
         for sock in self._warm_pair or ():
@@ -399,11 +407,12 @@ class SenderAgent(Agent):
     # ------------------------------------------------------------------------------------ duty cycle
     def do_work(self) -> int:
         now = self.ctx.clock()
+        flushed = self._flush_held() if self.held else 0
         if self.reconciling:
             if now < self.rec_due:
                 return 0
-            return 1 if self._reconcile(now) else 0
-        work = self._read_answers(now)
+            return 1 if self._reconcile(now) else flushed
+        work = flushed + self._read_answers(now)
         work += self._run_lane(now)
         work += self._run_outbox(now)
         room = self.ctx.batch - len(self.outbox)
@@ -501,8 +510,9 @@ class SenderAgent(Agent):
         job is queued (the ring's wait cannot also watch the sockets)."""
         now = self.ctx.clock()
         due = now + timeout_ns
-        if self.inflight or self.job is not None or self.jobs:
-            # answers come on sockets, orders on the ring: nap on the ring, briefly
+        if self.inflight or self.job is not None or self.jobs or self.held:
+            # answers come on sockets (room for held reports in the exec ring), orders on the ring:
+            # nap on the ring, briefly
             due = min(due, now + INFLIGHT_NAP_NS)
         if self.reconciling:
             due = min(due, self.rec_due)
@@ -621,8 +631,22 @@ class SenderAgent(Agent):
         r["leaves"] = leaves if leaves is not None else (o.leaves if o is not None else 0.0)
         r["venue_ts_ns"] = venue_ts_ns
         r["fill_id"] = fill_id
-        if not self.ctx.emit(self.out, Kind.EXEC_REPORT, self.rep_bytes, ts):
-            self.stats["out_drops"] += 1
+        if self.held or not self.ctx.emit_nowait(self.out, Kind.EXEC_REPORT, self.rep_bytes, ts):
+            if self.out_drop:
+                self.stats["out_drops"] += 1
+            else:  # a full backpressure ring: held here, in order, never waited for (see _flush_held)
+                self.held.append((bytes(self.rep_bytes), ts))
+                self.stats["held_max"] = max(self.stats.get("held_max", 0), len(self.held))
+
+    def _flush_held(self) -> int:
+        """Write the reports held back by a full ``exec`` ring, oldest first, as room comes. The sender
+        never waits for room: the risk gateway may be waiting for room in the ``orders`` ring, which
+        only the sender drains (a wait on both sides would deadlock). Returns how many left."""
+        held, n = self.held, 0
+        while held and self.ctx.emit_nowait(self.out, Kind.EXEC_REPORT, held[0][0], held[0][1]):
+            held.popleft()
+            n += 1
+        return n
 
     def _ts(self, oid: int) -> int:
         return self.origin_ts.get(oid) or self.ctx.clock()

@@ -1076,6 +1076,25 @@ def test_a_venue_reset_to_a_new_account_sets_the_journal_aside_and_replays_no_ol
     h2.wait_for(ExecType.ACKED, 142)
 
 
+def test_a_full_exec_ring_never_blocks_the_sender_reports_are_held_in_order_then_written(tmp_path, venue):
+    """The risk gateway may be waiting for room in the orders ring, which only the sender drains: a
+    sender waiting for room in the exec ring would close the cycle (a deadlock seen with two small
+    rings). Reports that find the exec ring full are held, in order, and written as room comes; the
+    sender keeps reading orders meanwhile."""
+    h = start(tmp_path, venue)
+    n0 = len(h.port.msgs)
+    h.port.accept = False  # risk is not reading
+    h.send(order(oid=161))
+    h.send(order(oid=162))
+    h.pump(lambda: client_oid(162) in venue.placed and not h.agent.inflight, what="both placed, answers read")
+    assert len(h.port.msgs) == n0 and len(h.agent.held) >= 2 and h.ctx.stats["held_max"] >= 2
+    h.port.accept = True
+    h.pump(lambda: not h.agent.held, what="the held reports written")
+    got = [(int(np.frombuffer(p, EXEC_DTYPE, 1)[0]["exec_type"]), int(np.frombuffer(p, EXEC_DTYPE, 1)[0]["order_id"]))
+           for _, p, _, _ in h.port.msgs[n0:]]
+    assert got[:2] == [(ExecType.ACKED, 161), (ExecType.ACKED, 162)]  # in the order they were decided
+
+
 def test_no_key_material_in_logs_stats_journal_or_reports(tmp_path, venue):
     h = start(tmp_path, venue)
     venue.fault("place-order", ("status", 401, "40009"))
