@@ -12,8 +12,10 @@ named by ``module`` in the config, then runs the duty cycle::
         every heartbeat_interval_ms:   heartbeat in the process table and in every ring end it holds,
                                        counters and latency percentiles published
         if n == 0: idle                # busy-spin | back-off | blocking: the agent's wait_for_work if it
-                                       # has one, else park on the input ring, or on the doorbell of
-                                       # several input rings (ringbuf.ring.wait_any); with
+                                       # has one, else park on the input ring, or on all of several
+                                       # inputs at once (transport.wait_all: the doorbell of several
+                                       # rings, ringbuf.ring.wait_any; one zmq.Poller; one
+                                       # multiprocessing.connection.wait); with
                                        # keep_warm_us > 0, any wait: at most that often, two messages
                                        # through a private ring (Ring.private), then
                                        # agent.keep_warm() (a parked stage wakes up for it)
@@ -32,7 +34,6 @@ cannot fix it; the supervisor stops retrying and reports the cause, the last lin
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import os
 import signal
@@ -46,9 +47,9 @@ from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, StartupError
 from pipeline.linux import die_with_parent
 from pipeline.log import EventLog, open_event_log
-from pipeline.transport import open_ports
-from ringbuf import BackOff, BusySpin, IdleStrategy, Reader
-from ringbuf.ring import Ring, wait_any
+from pipeline.transport import open_ports, wait_all
+from ringbuf import BackOff, BusySpin, IdleStrategy
+from ringbuf.ring import Ring
 
 EXIT_OK = 0
 EXIT_START_FAILED = 1
@@ -87,6 +88,27 @@ class _StallIdle(IdleStrategy):
 
     def reset(self) -> None:
         self._backoff.reset()
+
+
+def choose_wait(wait: str, agent, inputs: list, beat_ns: int):
+    """What a duty cycle that found no work does: ``(park, idle)``, exactly one of them not None.
+
+    ``park(timeout_ns)`` blocks until work may be there (``wait`` other than busy-spin: the agent's
+    ``wait_for_work`` if it has one; ``blocking``: the one input's ``wait``, or for several inputs
+    the transport's wait over all of them, ``transport.wait_all``: the doorbell of several rings,
+    one ``zmq.Poller``, one ``multiprocessing.connection.wait``); otherwise the idle strategy
+    ``idle`` (busy-spin, or a back-off sleeping at most 1 ms). ``inputs`` are the input ports in the
+    config's order (the first ring is the doorbell of several).
+    """
+    if wait != "busy-spin" and callable(getattr(agent, "wait_for_work", None)):
+        return agent.wait_for_work, None  # the agent knows best what it waits on (e.g. a socket thread)
+    if wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
+        return inputs[0].wait, None
+    if wait == "blocking" and len(inputs) > 1:
+        park = wait_all(inputs)
+        if park is not None:
+            return park, None
+    return None, (BusySpin() if wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000)))
 
 
 def _ignore(seq: int, ts_origin_ns: int, kind: int, payload) -> None:
@@ -194,22 +216,7 @@ class Runner:
         """The duty cycle, until a stop request. Returns the exit code."""
         agent, clock = self.agent, self.clock
         beat_ns = self.beat_ns
-        inputs = list(self.ports.inputs.values())
-        if self.wait != "busy-spin" and callable(getattr(agent, "wait_for_work", None)):
-            park = agent.wait_for_work  # the agent knows best what it waits on (e.g. a socket thread)
-            idle = None
-        elif self.wait == "blocking" and len(inputs) == 1 and hasattr(inputs[0], "wait"):
-            park = inputs[0].wait
-            idle = None
-        elif self.wait == "blocking" and len(inputs) > 1 and all(isinstance(i, Reader) for i in inputs):
-            # several rings: park on the first one's semaphore, which every writer of them posts
-            # (transport.doorbell_ring); the first input in the config must be the first here too
-            bell_first = [self.ports.inputs[n] for n in self.proc.inputs]
-            park = functools.partial(wait_any, bell_first)
-            idle = None
-        else:
-            park = None
-            idle = BusySpin() if self.wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000))
+        park, idle = choose_wait(self.wait, agent, [self.ports.inputs[n] for n in self.proc.inputs], beat_ns)
         errors_in_row = 0
         do_work = agent.do_work
         warm, warm_ns, next_warm = self._keep_warm(agent), self.proc.keep_warm_us * 1_000, 0

@@ -25,13 +25,20 @@ two transports exist for like-for-like measurement only; their ports have the sa
 The control ring (``supervisor.control_ring``) is a shared-memory ring in every transport: the
 supervisor writes CONTROL into it itself (``Supervisor.halt``), so its consumer reads the ring too
 (``port_transport``).
+
+Blocking waits are like-for-like: a stage with ``wait = "blocking"`` parks on its one input's
+``wait``, and a stage of several inputs parks on ``wait_all(inputs)``, each transport's own best
+wait over all of them at once: the ring doorbell (``ringbuf.ring.wait_any``), one ``zmq.Poller``
+over the PULL sockets, or ``multiprocessing.connection.wait`` over the queues' reader pipes.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import queue as _queue
 import time
+from multiprocessing.connection import wait as _conn_wait
 from pathlib import Path
 
 import crc32c
@@ -39,8 +46,8 @@ import zmq
 
 from pipeline.config import Config, ProcessConfig
 from pipeline.errors import StartupError
-from ringbuf import BackOff, PayloadTooLargeError, Ring, layout as L
-from ringbuf.ring import open_doorbell
+from ringbuf import BackOff, PayloadTooLargeError, Reader, Ring, layout as L
+from ringbuf.ring import open_doorbell, wait_any
 
 
 class Ports:
@@ -131,6 +138,100 @@ def doorbell_ring(cfg: Config, ring: str) -> str | None:
             rings = [r for r in p.inputs if port_transport(cfg, r) == "ring"]
             return rings[0] if len(rings) > 1 and ring in rings else None
     return None
+
+
+#: the longest a socket or queue wait of several inputs sleeps before it looks at the shared-memory
+#: rings among them (the control ring, under the peer transports): no socket or pipe can watch a ring.
+#: The same bound as a parked ring reader's (``Reader.wait``'s ``park_ns``), so an idle stage wakes no
+#: more often than under the ring, and a CONTROL reaches it within about this long.
+RING_SLICE_NS = 5_000_000
+
+
+def wait_all(inputs: list):
+    """The blocking wait of a consumer of several inputs: ``park(timeout_ns) -> bool``, which returns
+    once a message may be ready on any of them (True) or ``timeout_ns`` has passed (False); None when
+    there is no such wait for this mix of ports (the caller falls back to its idle strategy).
+
+    - only shared-memory rings: ``ringbuf.ring.wait_any`` on the doorbell, the first ring's
+      semaphore (``doorbell_ring``): ``inputs`` must be in the config's order;
+    - zmq: one ``zmq.Poller`` over every input socket (``ZmqWaitAll``);
+    - mp-queue: ``multiprocessing.connection.wait`` over every queue's reader pipe (``MpQueueWaitAll``).
+
+    Rings among socket or queue inputs (the control ring) are looked at between waits of at most
+    ``RING_SLICE_NS``.
+    """
+    if all(isinstance(i, Reader) for i in inputs):
+        return functools.partial(wait_any, list(inputs))
+    rings = [i for i in inputs if isinstance(i, Reader)]
+    peers = [i for i in inputs if not isinstance(i, Reader)]
+    if all(isinstance(i, ZmqIn) for i in peers):
+        return ZmqWaitAll(peers, rings)
+    if all(isinstance(i, MpQueueIn) and i.reader_conn is not None for i in peers):
+        return MpQueueWaitAll(peers, rings)
+    return None
+
+
+def _ring_ready(rings: list) -> bool:
+    for r in rings:
+        if r.available():
+            return True
+    return False
+
+
+class ZmqWaitAll:
+    """``park(timeout_ns)`` over several zmq inputs: one ``zmq.Poller`` (POLLIN) over all their
+    sockets, so a message on any of them wakes the stage at once; shared-memory ``rings`` among the
+    inputs are looked at before the wait and every ``RING_SLICE_NS``."""
+
+    def __init__(self, ins: list, rings: list = ()):
+        self._poller = zmq.Poller()
+        for i in ins:
+            self._poller.register(i._sock, zmq.POLLIN)
+        self._rings = list(rings)
+
+    def __call__(self, timeout_ns: int) -> bool:
+        rings = self._rings
+        if _ring_ready(rings):
+            return True
+        deadline = time.monotonic_ns() + timeout_ns
+        left = timeout_ns
+        while left > 0:
+            part = min(left, RING_SLICE_NS) if rings else left
+            if self._poller.poll(-(-part // 1_000_000)):  # ms, rounded up
+                return True
+            if _ring_ready(rings):
+                return True
+            left = deadline - time.monotonic_ns()
+        return False
+
+
+class MpQueueWaitAll:
+    """``park(timeout_ns)`` over several mp-queue inputs: ``multiprocessing.connection.wait`` over
+    the reader ends of their queues' pipes (``MpQueueIn.reader_conn``: this relies on
+    ``multiprocessing.Queue`` keeping its reader ``Connection`` in ``_reader``, a CPython detail).
+    A readable pipe means a frame may be ready; waiting takes no queue lock (a stage killed while
+    parked leaves none held). Shared-memory ``rings`` among the inputs are looked at before the wait
+    and every ``RING_SLICE_NS``."""
+
+    def __init__(self, ins: list, rings: list = ()):
+        self._ins = list(ins)
+        self._conns = [i.reader_conn for i in ins]
+        self._rings = list(rings)
+
+    def __call__(self, timeout_ns: int) -> bool:
+        rings = self._rings
+        if _ring_ready(rings) or any(i._pending is not None for i in self._ins):
+            return True
+        deadline = time.monotonic_ns() + timeout_ns
+        left = timeout_ns
+        while left > 0:
+            part = min(left, RING_SLICE_NS) if rings else left
+            if _conn_wait(self._conns, part / 1e9):
+                return True
+            if _ring_ready(rings):
+                return True
+            left = deadline - time.monotonic_ns()
+        return False
 
 
 def zmq_endpoint(cfg: Config, ring: str) -> str:
@@ -296,9 +397,12 @@ class MpQueueIn(_FrameIn):
         self._q = q
         self._pending: bytes | None = None  # a frame ``wait`` took off the queue (no lock-free peek)
         # ``wait`` selects on the queue's pipe without taking the queue's read lock (a consumer killed
-        # while parked must not leave that lock held); the fallback is a blocking get.
+        # while parked must not leave that lock held); the fallback is a blocking get. The pipe is
+        # ``multiprocessing.Queue``'s private ``_reader`` Connection (CPython); ``MpQueueWaitAll``
+        # waits on several of them at once.
         reader = getattr(q, "_reader", None)
         self._pipe_poll = getattr(reader, "poll", None)
+        self.reader_conn = reader if callable(getattr(reader, "fileno", None)) else None
 
     def _next(self) -> bytes | None:
         frame = self._pending
