@@ -91,6 +91,7 @@ import msgspec
 import numpy as np
 import orjson
 
+from bench import report
 from bench.chaos import FAIL, INCONCLUSIVE, PASS, Row
 from bench.pipeline import KEY, REPO
 from pipeline.agent import LATENCY_DIR_ENV, MARK_DECIDED, MARK_ORDER_SENT, Agent, mark_code
@@ -144,7 +145,8 @@ def log_events(p, process: str) -> list[dict]:
 
 
 def p99_us(lat_ns: np.ndarray) -> float:
-    return float(np.percentile(lat_ns, 99)) / 1000 if lat_ns.size else float("nan")
+    """The p99 of nanosecond latencies in µs, from an HdrHistogram (``bench.report.hdr_us``); NaN for none."""
+    return report.hdr_us(lat_ns, (99.0,))[0]
 
 
 #: the share of a condition's windows left out at each end before the judged mean (the bursts)

@@ -34,10 +34,25 @@ def machine_line(machine: dict) -> str:
             f"load {machine['load_avg']}.")
 
 
+def hdr_us(ns, percentiles=(50.0, 99.0)) -> list[float]:
+    """The ``percentiles`` of nanosecond timings in µs, from an HdrHistogram (1 ns to 60 s, 3
+    significant digits: within 0.1 % of the recorded value; a value under 1 ns counts as 1 ns), as
+    every latency percentile the benches and chaos report. NaN each when there is no timing."""
+    from hdrh.histogram import HdrHistogram
+
+    vals = np.asarray(ns, dtype=np.int64).ravel()
+    if vals.size == 0:
+        return [float("nan")] * len(percentiles)
+    h = HdrHistogram(1, 60_000_000_000, 3)
+    for v in np.clip(vals, 1, 60_000_000_000).tolist():
+        h.record_value(v)
+    return [h.get_value_at_percentile(q) / 1000.0 for q in percentiles]
+
+
 def percentiles_us(ns) -> dict:
-    """p50 / p99 in µs and the sample count of a list of nanosecond timings."""
-    a = np.asarray(ns, dtype=np.float64) / 1000.0
-    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "n": int(a.size)}
+    """p50 / p99 in µs (HdrHistogram, ``hdr_us``) and the sample count of nanosecond timings."""
+    p50, p99 = hdr_us(ns)
+    return {"p50_us": p50, "p99_us": p99, "n": int(np.asarray(ns).size), "percentiles": "HdrHistogram"}
 
 
 def write(out_dir: Path, results: dict, md: list[str]) -> None:
