@@ -22,7 +22,7 @@ and each becomes a SIGNAL (``pipeline.messages.SIGNAL_DTYPE``, the FEATURES' ``t
 unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as SIGNAL_CTX
 (``SIGNAL_CTX_DTYPE``: the SIGNAL followed by its feature vector, 568 bytes), where those outputs
 exist. A poll that brings a single FEATURES (the usual case below saturation) takes the same steps
-in scalar code (~6 µs instead of ~18 here; the same bytes, tested). A model swap is a restart of
+in scalar code (cheaper than the batch path; the same bytes, tested). A model swap is a restart of
 this process with a new ``model_path`` in the config; the other processes keep running.
 
 Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm_output`` ("sig_llm"),

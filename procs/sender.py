@@ -481,7 +481,7 @@ class SenderAgent(Agent):
         """Runner hook (``keep_warm_us``, while idle): the cancel-all and place paths up to the bytes
         that would be written (ORDER decode, body, signature, HTTP encoding) for the first instrument,
         written nowhere; then the kernel's send path, which a request after milliseconds of idling
-        finds cold (~64 µs to write one here, ~30 warm): a zero-timeout select on the idle order
+        finds cold: a zero-timeout select on the idle order
         connections and one byte through a private loopback TCP pair (as a NIC stack's warm send).
         Nothing journaled, counted or reported, and nothing reaches the venue."""
         o = decode_order(self._warm_order)
