@@ -309,7 +309,7 @@ def sigkill_each(P, quick: bool) -> Row:
     per = ", ".join(f"{n} p50 {statistics.median(v):.0f} / max {max(v):.0f}" for n, v in rec.items() if v)
     return Row(
         scenario="sigkill_each",
-        injected=f"SIGKILL of each of {', '.join(KILL_TARGETS)} (venue excluded: its orders live in memory), "
+        injected=f"SIGKILL of each of {', '.join(KILL_TARGETS)} (venue excluded: it stands for the exchange), "
                  f"{kills} times each in turn, 1,000 updates/s, GTC orders near the mid (orders_flow); at least "
                  f"{min_orders} orders and {min_fills} fills required",
         did=(f"{len(allrec)} of {kills * len(KILL_TARGETS)} restarts RUNNING again ({per} ms); other pids moved: "

@@ -36,13 +36,14 @@ from pipeline.bitget.protocol import CHANNEL_BOOKS, make_decoder
 from pipeline.itch import synth
 from pipeline.itch.book import L3Book
 from pipeline.itch.framing import scan_frames
-from pipeline.itch.vectorized import decode_baseline, decode_buffer, measure_msgs_per_s
+from pipeline.itch.vectorized import decode_baseline, decode_buffer, msgs_per_s_runs
 from pipeline.messages import BOOK_DTYPE, Kind
 from pipeline.venue.synthetic import SyntheticMarket
 from ringbuf import Ring, slot_size_for
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO.parent / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
+ITCH_RUNS = 5  # whole-buffer decode runs; the best is judged, labelled "best of 5", the median beside it
 TARGETS = {"bitget_p50_us": 6.0, "itch_vectorized_msg_s": 3e6, "itch_stream_p50_us": 2.0}
 
 
@@ -163,8 +164,10 @@ def bench_itch(n_events: int) -> dict:
     scan = scan_frames(buf)
     n = len(scan.offsets)
     res = {"messages": n, "bytes": len(buf)}
-    res["vectorized_msg_s"] = measure_msgs_per_s(decode_buffer, buf, n)
-    res["baseline_msg_s"] = measure_msgs_per_s(decode_baseline, buf, n)
+    for key, fn in (("vectorized", decode_buffer), ("baseline", decode_baseline)):
+        runs = msgs_per_s_runs(fn, buf, n, repeat=ITCH_RUNS)
+        res[f"{key}_msg_s"] = max(runs)  # best of ITCH_RUNS: labelled so, beside the median
+        res[f"{key}_msg_s_median"] = float(np.median(runs))
     book = L3Book({s: i + 1 for i, s in enumerate(synth.DEFAULT_SYMBOLS)})
     payload = bytearray(BOOK_DTYPE.itemsize)
     clock = time.perf_counter_ns
@@ -200,9 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         ("Bitget books15: the same with orjson", f"{bg['ours_orjson']['p50_us']:.2f} µs", f"{bg['ours_orjson']['p99_us']:.2f} µs", ""),
         ("Bitget books15: naive orjson + Python loop over levels", f"{bg['naive']['p50_us']:.2f} µs", f"{bg['naive']['p99_us']:.2f} µs",
          f"ours is {bg['naive']['p50_us'] / ours:.2f}x the naive speed (p50)"),
-        ("ITCH whole-buffer decode, vectorized", f"{it['vectorized_msg_s'] / 1e6:.2f} M msg/s", "",
-         f"target >= 3 M msg/s: {'MET' if it['vectorized_msg_s'] >= TARGETS['itch_vectorized_msg_s'] else 'MISSED'}"),
-        ("ITCH per-message struct.unpack loop (baseline)", f"{it['baseline_msg_s'] / 1e6:.2f} M msg/s", "",
+        ("ITCH whole-buffer decode, vectorized", f"best of {ITCH_RUNS} runs {it['vectorized_msg_s'] / 1e6:.2f} M msg/s "
+         f"(median {it['vectorized_msg_s_median'] / 1e6:.2f} M)", "",
+         f"target >= 3 M msg/s (best of {ITCH_RUNS}): "
+         f"{'MET' if it['vectorized_msg_s'] >= TARGETS['itch_vectorized_msg_s'] else 'MISSED'}"),
+        ("ITCH per-message struct.unpack loop (baseline)", f"best of {ITCH_RUNS} runs {it['baseline_msg_s'] / 1e6:.2f} M "
+         f"msg/s (median {it['baseline_msg_s_median'] / 1e6:.2f} M)", "",
          f"vectorized is {it['vectorized_msg_s'] / it['baseline_msg_s']:.2f}x"),
         ("ITCH streaming decode + L3 book update", f"{it['stream_book']['p50_us']:.2f} µs", f"{it['stream_book']['p99_us']:.2f} µs",
          f"target p50 <= 2 µs: {'MET' if it['stream_book']['p50_us'] <= TARGETS['itch_stream_p50_us'] else 'MISSED'}"),
