@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import http.client
-import os
 import re
 import shutil
 import subprocess
@@ -45,7 +44,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.chaos import FAIL, INCONCLUSIVE, PASS, Row
+from bench.chaos import INCONCLUSIVE, Row
 from bench.chaos_process import FLOW_MODEL, _quiesce, _soft_wait, orders_flow, whole_lots
 from bench.pipeline import KEY
 from pipeline.bitget.signing import load_credentials

@@ -239,7 +239,7 @@ class Connection:
         wire = _Wire(sock, monotonic() + (self.timeout_s if timeout_s is None else timeout_s))
         try:
             status, body, will_close = _read_answer(wire, self._method, self.max_response_bytes)
-        except ReceiveFailed as exc:
+        except ReceiveFailed:
             self.close()
             if self.reused and wire.dropped and not wire.got:
                 raise ReceiveFailed("stale", stale=True) from None

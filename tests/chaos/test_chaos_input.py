@@ -152,7 +152,9 @@ def test_window_judgement_leaves_out_a_tenth_of_burst_windows_and_sees_a_load_in
         return _steady(mode, k, i) * (1.2 if mode == "garbage" else 1.0)
 
     got = window_p99s(*_samples(WINDOWS, burst))
-    assert got["windows_us"]["garbage"][1] == 1000.0 and got["ratio"]["garbage"] == pytest.approx(1.0)
+    # (p99s from an HdrHistogram of 3 significant digits: equal to the recorded values within 0.1 %)
+    assert got["windows_us"]["garbage"][1] == pytest.approx(1000.0, rel=1e-3)
+    assert got["ratio"]["garbage"] == pytest.approx(1.0, rel=1e-3)
     # the pooled p99 of the same samples is moved by the one window: what the trimming is for
     at, lat, spans = _samples(WINDOWS, burst)
     g = np.zeros(at.size, bool)
@@ -160,8 +162,8 @@ def test_window_judgement_leaves_out_a_tenth_of_burst_windows_and_sees_a_load_in
         g |= (at >= a) & (at < b)
     assert p99_us(lat[g]) / p99_us(lat[~g]) > 5
     got = window_p99s(*_samples(WINDOWS, loaded))
-    assert got["ratio"]["garbage"] == pytest.approx(1.2) and got["idle_aa"] == pytest.approx(1.0)
-    assert got["judged_us"] == pytest.approx({"idle": 100.0, "garbage": 120.0})
+    assert got["ratio"]["garbage"] == pytest.approx(1.2, rel=1e-3) and got["idle_aa"] == pytest.approx(1.0, rel=1e-3)
+    assert got["judged_us"] == pytest.approx({"idle": 100.0, "garbage": 120.0}, rel=1e-3)
 
 
 def test_window_judgement_of_two_burst_windows_in_ten_is_moved_by_the_one_past_the_trim():
@@ -170,8 +172,8 @@ def test_window_judgement_of_two_burst_windows_in_ten_is_moved_by_the_one_past_t
 
     got = window_p99s(*_samples(WINDOWS, two_bursts))
     # (eight windows kept: seven at 100 µs and one at 1000) -> 100 * 10 ** (1 / 8)
-    assert got["ratio"]["garbage"] == pytest.approx(10 ** (1 / 8))
-    assert got["median_us"]["garbage"] == pytest.approx(100.0)
+    assert got["ratio"]["garbage"] == pytest.approx(10 ** (1 / 8), rel=1e-3)
+    assert got["median_us"]["garbage"] == pytest.approx(100.0, rel=1e-3)
 
 
 def test_trimmed_gmean_leaves_out_int_n_tenths_at_each_end_and_nan_values():

@@ -5,52 +5,13 @@ INCONCLUSIVE only where tmpfs cannot be mounted: skipped then), the run must lea
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from bench.chaos import FAIL, INCONCLUSIVE, PASS, ChaosPipeline, Row
+from bench.chaos import FAIL, INCONCLUSIVE, PASS, Row
 from bench.chaos_position import (SCENARIOS, _sender_params, acceptance, disk_full_journal, position_behind_back,
                                   venue_fresh_state)
-from bench.chaos_process import shm_left
-
-
-def _alive(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    continue
-        except (ProcessLookupError, OSError):
-            continue
-        out.append(pid)
-    return out
-
-
-class TrackingPipeline(ChaosPipeline):
-    """``ChaosPipeline`` that remembers every run's prefix and every pid it saw, for the clean-up checks."""
-
-    runs: list["TrackingPipeline"] = []
-
-    def __enter__(self):
-        TrackingPipeline.runs.append(self)
-        self.seen_pids: set[int] = set()
-        return super().__enter__()
-
-    def status(self) -> dict:
-        st = super().status()
-        self.seen_pids.update(p["pid"] for p in st["processes"] if p["pid"])
-        self.seen_pids.add(st["supervisor_pid"])
-        return st
-
-
-def _left_nothing() -> None:
-    assert TrackingPipeline.runs, "the scenario started no pipeline"
-    for run in TrackingPipeline.runs:
-        assert shm_left(run.prefix) == [], f"/dev/shm entries of {run.prefix} left behind"
-        assert _alive(sorted(run.seen_pids)) == [], "processes of the run left behind"
+from tests.chaos._support import TrackingPipeline, left_nothing
 
 
 def _no_chaos_mounts() -> list[str]:
@@ -75,7 +36,7 @@ def test_position_fault_scenario_passes_and_leaves_nothing_behind(name, fn):
         assert name == "disk_full_journal" and not TrackingPipeline.runs
         pytest.skip(f"not resolvable here: {row.did}")
     assert row.verdict == PASS, _describe(row) + f"; checks: {row.details.get('checks')}"
-    _left_nothing()
+    left_nothing()
     assert _no_chaos_mounts() == mounts0, "a tmpfs of the scenario left mounted"
 
 
@@ -95,7 +56,7 @@ def test_a_sabotaged_position_scenario_fails(fn, kw):
     if row.verdict == INCONCLUSIVE:
         pytest.skip(f"not resolvable here: {row.did}")
     assert row.verdict == FAIL, _describe(row)
-    _left_nothing()
+    left_nothing()
 
 
 def test_acceptance_equal_or_reducing_with_the_difference_shown():

@@ -4,47 +4,13 @@ the scenario's own pass criterion must hold, and the run must leave no process a
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from bench.chaos import ChaosPipeline, Row
+from bench.chaos import Row
 from bench.chaos_process import (MIN_FILLS, MIN_ORDERS, SCENARIOS, flow_check, order_counts_check, orders_flow,
-                                  shm_left, whole_lots)
-
-
-def _alive(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        out.append(pid)
-    return out
-
-
-class TrackingPipeline(ChaosPipeline):
-    """``ChaosPipeline`` that remembers every run's prefix and every pid it saw, for the clean-up checks."""
-
-    runs: list["TrackingPipeline"] = []
-
-    def __enter__(self):
-        TrackingPipeline.runs.append(self)
-        self.seen_pids: set[int] = set()
-        return super().__enter__()
-
-    def status(self) -> dict:
-        st = super().status()
-        self.seen_pids.update(p["pid"] for p in st["processes"] if p["pid"])
-        self.seen_pids.add(st["supervisor_pid"])
-        return st
+                                  whole_lots)
+from tests.chaos._support import TrackingPipeline, left_nothing
 
 
 @pytest.mark.chaos
@@ -57,10 +23,7 @@ def test_process_fault_scenario_passes_and_leaves_nothing_behind(name, fn):
     assert isinstance(row, Row) and row.scenario == name
     assert row.passed, (f"{row.scenario}: injected {row.injected}; did: {row.did}; measured: {row.figure}; "
                         f"checks: {row.details.get('checks')}")
-    assert TrackingPipeline.runs, "the scenario started no pipeline"
-    for run in TrackingPipeline.runs:
-        assert shm_left(run.prefix) == [], f"/dev/shm entries of {run.prefix} left behind"
-        assert _alive(sorted(run.seen_pids)) == [], "processes of the run left behind"
+    left_nothing()
 
 
 def test_a_position_reconciles_in_whole_lots_or_not_at_all():
