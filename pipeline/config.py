@@ -239,3 +239,16 @@ def load_config(path: str | Path) -> Config:
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
     return parse_config(data, str(p))
+
+
+def parse_stage_params(name: str, params, kind: type):
+    """A stage's ``params`` table as its frozen params struct ``kind`` (unknown fields rejected).
+
+    Raises:
+        ConfigError: an unknown or ill-typed field, named with the process
+            (``fast: bad params: Object contains unknown field `requre_gpu```).
+    """
+    try:
+        return msgspec.convert(dict(params), kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: bad params: {exc}") from None

@@ -51,6 +51,7 @@ import msgspec
 import numpy as np
 
 from pipeline.agent import Agent
+from pipeline.config import parse_stage_params
 from pipeline.errors import ConfigError, StartupError
 from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
                                OFF_FEATURES_VECTOR, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
@@ -95,10 +96,7 @@ def parse_params(name: str, params: dict) -> FastParams:
     Raises:
         ConfigError: an unknown or ill-typed field, named with the process.
     """
-    try:
-        return msgspec.convert(dict(params), FastParams)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{name}: bad params: {exc}") from None
+    return parse_stage_params(name, params, FastParams)
 
 
 class _StderrCapture:

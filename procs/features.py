@@ -29,6 +29,7 @@ import msgspec
 import numpy as np
 
 from pipeline.agent import Agent
+from pipeline.config import parse_stage_params
 from pipeline.errors import ConfigError
 from pipeline.features import OK, FeatureParams, FeatureState, Reason, compute, update_from_trade
 from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
@@ -60,10 +61,7 @@ def parse_params(name: str, params: dict) -> FeatureStageParams:
     Raises:
         ConfigError: an unknown or ill-typed field, named with the process.
     """
-    try:
-        return msgspec.convert(dict(params), FeatureStageParams)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{name}: bad params: {exc}") from None
+    return parse_stage_params(name, params, FeatureStageParams)
 
 
 def _port(ports: dict, name, what: str):

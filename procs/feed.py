@@ -135,6 +135,7 @@ from pipeline.bitget.protocol import (
     resync_messages,
     subscribe_message,
 )
+from pipeline.config import parse_stage_params
 from pipeline.errors import ConfigError
 from pipeline.itch.book import NO_BOOK, BookEvent, L3Book
 from pipeline.itch.errors import ItchError
@@ -271,10 +272,7 @@ def parse_params(name: str, params: dict, kind: type[msgspec.Struct]):
     Raises:
         ConfigError: an unknown or ill-typed field, named with the process.
     """
-    try:
-        return msgspec.convert(dict(params), kind)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{name}: bad params: {exc}") from None
+    return parse_stage_params(name, params, kind)
 
 
 def _output_port(ctx: AgentContext, name: str | None):

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import time
 
-import msgspec
 import numpy as np
 
 from pipeline.agent import Agent
+from pipeline.config import parse_stage_params
 from pipeline.errors import ConfigError
 from pipeline.llm.breaker import BreakerState, CircuitBreaker
 from pipeline.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, LlmParams
@@ -77,10 +77,7 @@ def parse_params(name: str, params: dict) -> LlmParams:
         ConfigError: an unknown or ill-typed field, named with the process (``llm: bad params: Object
             contains unknown field ...``); ``min_ttl_ms > max_ttl_ms`` (the hub's own check).
     """
-    try:
-        msgspec.convert(dict(params), LlmParams)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{name}: bad params: {exc}") from None
+    parse_stage_params(name, params, LlmParams)
     return _hub_params(dict(params))
 
 
