@@ -37,7 +37,7 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
 5. SYNC: a state report: one POSITION per configured instrument (size = signed position, base units;
    price = average entry), one POSITION_MISMATCH per instrument found apart from the venue since this
    process started (size = the venue's position, price = the journal's before), one OPEN_ORDER per
-   working order (price, size, leaves), then SYNC_DONE.
+   order not yet terminal (working, or sent and not yet answered: price, size, leaves), then SYNC_DONE.
 
 After a (re)start, before reading any ORDER: the venue's account id (account/info) is checked against
 the journal's (a different one: the venue was reset to a new account; the journal is set aside and a
@@ -641,7 +641,7 @@ class SenderAgent(Agent):
     def _flush_held(self) -> int:
         """Write the reports held back by a full ``exec`` ring, oldest first, as room comes. The sender
         never waits for room: the risk gateway may be waiting for room in the ``orders`` ring, which
-        only the sender drains (a wait on both sides would deadlock). Returns how many left."""
+        only the sender drains (a wait on both sides would deadlock). Returns how many were written."""
         held, n = self.held, 0
         while held and self.ctx.emit_nowait(self.out, Kind.EXEC_REPORT, held[0][0], held[0][1]):
             held.popleft()
@@ -1365,7 +1365,8 @@ class SenderAgent(Agent):
             self._report(ts, ExecType.POSITION, None, iid=iid, price=pos.avg_px, size=pos.qty, leaves=0.0)
         for iid, (ours, venue) in sorted(self.mismatches.items()):
             self._report(ts, ExecType.POSITION_MISMATCH, None, iid=iid, price=ours, size=venue, leaves=0.0)
-        for o in self._working():
-            self._report(ts, ExecType.OPEN_ORDER, o)
+        for o in map(self.orders.get, sorted(self.open)):  # working, and sent or sending but not yet
+            if not o.terminal:                               # answered: the gateway must count them all
+                self._report(ts, ExecType.OPEN_ORDER, o)
         self._report(ts, ExecType.SYNC_DONE, None,
                      reason=ExecReason.ACCOUNT_CHANGED if self.account_changed else ExecReason.NONE)

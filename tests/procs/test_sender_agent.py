@@ -1022,6 +1022,24 @@ def test_a_running_sender_finds_a_position_changed_behind_its_back_and_reports_i
     assert len(h.reports(ExecType.POSITION_MISMATCH)) == 1
 
 
+def test_a_state_report_sent_while_an_order_is_in_flight_lists_it_so_the_gateway_still_counts_it(tmp_path, venue):
+    """The report a running sender sends on a position difference replaces the gateway's open orders:
+    an order sent and not yet answered must be in it, or the gateway's limits would forget it."""
+    h = start(tmp_path, venue, account_check_ms=20)
+    release = threading.Event()
+    venue.gate = lambda endpoint: endpoint == "place-order" and release.wait(3.0)
+    try:
+        h.send(order(oid=171))
+        h.pump(lambda: h.agent.inflight, what="the place in flight")
+        venue.behind["BTCUSDT"] = 0.0003
+        h.wait_for(ExecType.POSITION_MISMATCH, timeout=2.0)
+        (oo, _), = h.reports(ExecType.OPEN_ORDER, 171)
+        assert float(oo["size"]) == pytest.approx(0.02) and not h.reports(ExecType.ACKED, 171)
+    finally:
+        release.set()
+    h.wait_for(ExecType.ACKED, 171)
+
+
 def test_a_venue_reset_under_a_running_sender_makes_it_exit_for_a_reconciling_restart(tmp_path, venue):
     h = start(tmp_path, venue, account_check_ms=20)
     venue.account_id = "7003"
