@@ -3,10 +3,10 @@
 Each scenario runs the whole pipeline (the same graph and settings as ``bench.pipeline``: venue, feed,
 features, fast, llm, risk, sender as real processes under the supervisor, in a private shm prefix and
 run folder) under load, injects one kind of fault, and checks its pass criterion. The scenarios live in
-``bench/chaos_process.py`` (process and ring faults), ``bench/chaos_position.py`` (the position against the
-venue: a full journal disk, a venue reset, a position changed behind the back) and ``bench/chaos_input.py`` (bad input, the LLM,
-risk limits, the kill switch, key and permission scans); each is a function ``(ChaosPipeline-factory,
-quick: bool) -> Row``. The same scenarios run as tests (``tests/chaos``, marked ``chaos``) with
+``bench/chaos_process.py`` (process and ring faults), ``bench/chaos_position.py`` (the position against
+the venue: a full journal disk, a venue reset, a position changed behind the back) and
+``bench/chaos_input.py`` (bad input, the LLM, risk limits, the kill switch, key and permission scans);
+each is a function ``(ChaosPipeline-factory, quick: bool) -> Row``. The same scenarios run as tests (``tests/chaos``, marked ``chaos``) with
 ``quick=True``.
 
 Output: ``bench/results/<UTC>-chaos/report.md`` and ``results.json``: a table, scenario by scenario,

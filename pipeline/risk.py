@@ -44,7 +44,8 @@ are approved (pending) until a terminal EXEC_REPORT; orders being cancelled stil
 State: ACTIVE / REDUCING / HALTED. A state report that carries a POSITION_MISMATCH (the venue's position
 differed from the sender's journal; the POSITION already is the venue's) or ends with SYNC_DONE reason
 ACCOUNT_CHANGED (a reset venue) moves ACTIVE to REDUCING (``PositionMismatch`` / ``VenueAccountChanged``
-events, cause ``position_mismatch`` / ``venue_account_changed``) until RESUME. CONTROL HALT and KILL_SWITCH halt and send CANCEL_ALL for every
+events, cause ``position_mismatch`` / ``venue_account_changed``) until RESUME. CONTROL HALT and
+KILL_SWITCH halt and send CANCEL_ALL for every
 configured instrument; KILL_SWITCH and a daily-loss breach latch (REDUCE_ONLY does not lift them), only
 RESUME does. Position and open orders change only from EXEC_REPORTs; POSITION / OPEN_ORDER reports
 collect a state snapshot that SYNC_DONE applies, replacing all position and open-order state (realized
