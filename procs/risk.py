@@ -16,7 +16,8 @@ The decisions are ``pipeline.risk.RiskGateway``'s (see there); this stage moves 
   ``ev`` = its type), appended (O_APPEND, created 0600) to ``audit_path``, one ``write`` per
   ``do_work``; no fsync (the sender's journal is the durable record of what was sent).
 
-Params: ``limits`` (table, ``pipeline.risk.RiskLimits``; ConfigError naming the bad field),
+Params (``RiskParams``: an unknown or ill-typed field fails the start naming the process and the field):
+``limits`` (table, ``pipeline.risk.RiskLimits``; ConfigError naming the bad field),
 ``audit_path`` ("<supervisor.log_dir>/risk_audit.jsonl"), ``control_input`` ("control"), ``exec_input``
 ("exec"), ``signal_input`` ("sig_risk"), ``instruction_input`` ("instr"), ``output`` ("orders").
 
@@ -32,10 +33,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from pipeline.agent import MARK_DECIDED, Agent, mark_code
+from pipeline.config import parse_stage_params
 from pipeline.errors import ConfigError, StartupError
 from pipeline.messages import ExecType, Kind, Label
 from pipeline.runepoch import read_run_epoch
@@ -77,34 +80,42 @@ class _Shadow:
         return self.gw.on_signal(self.msgs[k], self.t)
 
 
+class RiskParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The stage's params (see the module docstring); ``limits`` is decoded by ``decode_limits``."""
+
+    limits: dict[str, Any] | None = None
+    audit_path: str = ""
+    control_input: str = "control"
+    exec_input: str = "exec"
+    signal_input: str = "sig_risk"
+    instruction_input: str = "instr"
+    output: str = "orders"
+
+
 class RiskAgent(Agent):
     """CONTROL / EXEC_REPORT / SIGNAL / INSTRUCTION in, ORDER out (see the module docstring)."""
 
+    params_type = RiskParams
+
     def on_start(self, ctx) -> None:
         self.ctx = ctx
-        prm = ctx.params
-        known = {"limits", "audit_path", "control_input", "exec_input", "signal_input", "instruction_input", "output"}
-        unknown = sorted(set(prm) - known)
-        if unknown:
-            raise ConfigError(f"risk: unknown params {unknown} (known: {sorted(known)})")
-        limits = decode_limits(prm.get("limits"))
+        prm = parse_stage_params(ctx.name, ctx.params, RiskParams)
+        limits = decode_limits(prm.limits)
         epoch = read_run_epoch(ctx.config.supervisor.run_dir)  # StartupError: not started by `up`
         self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock, epoch=epoch)
-        out_name = prm.get("output", "orders")
+        out_name = prm.output
         self.out = ctx.outputs.get(out_name)
         if self.out is None:
             raise ConfigError(f"risk: output ring {out_name!r} is not among {sorted(ctx.outputs)}")
         self.inputs = []  # (port, handler) in priority order
-        for key, default, handler in (("control_input", "control", self._on_control),
-                                      ("exec_input", "exec", self._on_exec),
-                                      ("signal_input", "sig_risk", self._on_signal),
-                                      ("instruction_input", "instr", self._on_instruction)):
-            port = ctx.inputs.get(prm.get(key, default))
+        for name, handler in ((prm.control_input, self._on_control), (prm.exec_input, self._on_exec),
+                              (prm.signal_input, self._on_signal), (prm.instruction_input, self._on_instruction)):
+            port = ctx.inputs.get(name)
             if port is not None:
                 self.inputs.append((port, handler))
         if not self.inputs:
             raise ConfigError(f"risk: none of its inputs among {sorted(ctx.inputs)}")
-        path = Path(prm.get("audit_path") or Path(ctx.config.supervisor.log_dir) / "risk_audit.jsonl")
+        path = Path(prm.audit_path or Path(ctx.config.supervisor.log_dir) / "risk_audit.jsonl")
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.audit_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -112,6 +112,7 @@ from pipeline.agent import (MARK_CANCEL_SENT, MARK_INTENT_SYNCED, MARK_ORDER_REA
 from pipeline.bitget import rest
 from pipeline.bitget.rest import Outcome, Result
 from pipeline.bitget.signing import load_credentials
+from pipeline.config import parse_stage_params
 from pipeline.errors import ConfigError
 from pipeline.journal import (CANCELLED, FILLED, LIVE, PARTIAL, PENDING, UNKNOWN, WORKING,
                               Journal, OrderEntry)
@@ -291,13 +292,12 @@ class HttpTransport:
 class SenderAgent(Agent):
     """ORDER in, REST out, EXEC_REPORT back (see the module docstring)."""
 
+    params_type = SenderParams
+
     # ------------------------------------------------------------------------------------ start / stop
     def on_start(self, ctx) -> None:
         self.ctx = ctx
-        try:
-            p = msgspec.convert(dict(ctx.params), SenderParams)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"sender: bad params: {exc}") from None
+        p = parse_stage_params(ctx.name, ctx.params, SenderParams)
         self.p = p
         if p.input not in ctx.inputs:
             raise ConfigError(f"sender: input ring {p.input!r} is not among {sorted(ctx.inputs)}")

@@ -119,7 +119,7 @@ from pipeline.agent import Agent, AgentContext
 from pipeline.bitget.signing import Credentials, generate_paper_credentials, load_credentials
 from pipeline.errors import ConfigError
 from pipeline.venue.account import AccountLog
-from pipeline.venue.errors import VenueError
+from pipeline.venue.errors import VenueConfigError, VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 from pipeline.venue.orders import CODE_DUPLICATE, OrderEngine, OrderRejected, rules_from_config
 from pipeline.venue.rest import RestApi, RestServer
@@ -180,10 +180,10 @@ def _number(params: dict, name: str, default: float, lo: float, hi: float = floa
     """
     v = params.get(name, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise VenueError(f"{name} must be a number, got {v!r}"[:200])
+        raise VenueConfigError(f"{name} must be a number, got {v!r}"[:200])
     x = float(v)
     if not lo <= x <= hi:
-        raise VenueError(f"{name} must be in {lo:g}..{hi:g}, got {v!r}")
+        raise VenueConfigError(f"{name} must be in {lo:g}..{hi:g}, got {v!r}")
     return x
 
 
@@ -195,7 +195,7 @@ def _integer(params: dict, name: str, default: int, lo: int) -> int:
     """
     v = params.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise VenueError(f"{name} must be an integer >= {lo}, got {v!r}"[:200])
+        raise VenueConfigError(f"{name} must be an integer >= {lo}, got {v!r}"[:200])
     return v
 
 
@@ -207,7 +207,7 @@ def _flag(params: dict, name: str, default: bool) -> bool:
     """
     v = params.get(name, default)
     if not isinstance(v, bool):
-        raise VenueError(f"{name} must be true or false, got {v!r}"[:200])
+        raise VenueConfigError(f"{name} must be true or false, got {v!r}"[:200])
     return v
 
 
@@ -244,7 +244,7 @@ class VenueAgent(Agent):
         p = dict(ctx.params)
         unknown = sorted(set(p) - PARAMS)
         if unknown:
-            raise VenueError(f"unknown venue params {unknown}; known: {sorted(PARAMS)}")
+            raise VenueConfigError(f"{ctx.name}: unknown venue params {unknown}; known: {sorted(PARAMS)}")
         kind = str(p.get("source", "synthetic"))
         seed = int(p.get("seed", 1))
         step_ms = p.get("step_ms")
@@ -262,7 +262,7 @@ class VenueAgent(Agent):
         run_dir = Path(ctx.config.supervisor.run_dir)
         account_path = p.get("account_path") or run_dir / f"{ctx.name}.account"
         if not isinstance(account_path, (str, Path)):
-            raise VenueError(f"account_path must be a path string, got {account_path!r}"[:200])
+            raise VenueConfigError(f"account_path must be a path string, got {account_path!r}"[:200])
         source = make_source(kind, instruments=specs, capture=p.get("capture") or None, seed=seed,
                              step_ms=int(step_ms) if step_ms is not None else None, jump_prob=jump_prob,
                              jump_ticks=jump_ticks)
@@ -279,7 +279,7 @@ class VenueAgent(Agent):
         creds = paper_credentials(str(p.get("key_file", DEFAULT_KEY_FILE)))
         max_notional = float(p.get("max_notional", 0.0))
         if max_notional < 0:
-            raise VenueError(f"max_notional must be >= 0 (0: no limit), got {max_notional}")
+            raise VenueConfigError(f"max_notional must be >= 0 (0: no limit), got {max_notional}")
         self.engine = CountingOrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
                                   self.server.market.levels, lambda: time.time_ns() // 1_000_000,
                                   max_notional=max_notional if max_notional > 0 else None,

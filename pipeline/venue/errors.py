@@ -6,16 +6,22 @@ cannot apply, and the server answers a bad client request with the venue's error
 Hierarchy (every class is a ``pipeline.errors.PipelineError``)::
 
     VenueError                   bad venue parameters (instruments, speed, fault values, ...)
+    +-- VenueConfigError         a bad or unknown venue param (also a ConfigError: not retried)
     +-- ReplayError              a capture cannot be read or holds a malformed books / trade frame
 """
 
 from __future__ import annotations
 
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 
 
 class VenueError(PipelineError):
     """Root of every exception the paper venue raises."""
+
+
+class VenueConfigError(VenueError, ConfigError):
+    """A bad or unknown venue param: a configuration error, so the stage's start fails at once and is
+    not retried (``pipeline.runner``: ConfigError at start)."""
 
 
 class ReplayError(VenueError):

@@ -197,8 +197,10 @@ def test_a_new_order_whose_audit_record_cannot_be_written_is_not_sent_but_cancel
 def test_bad_limits_fail_the_start_naming_the_field(tmp_path):
     with pytest.raises(ConfigError, match="max_open_ordrs"):
         make(tmp_path, params={"limits": {"max_open_ordrs": 3}})
-    with pytest.raises(ConfigError, match="unknown params"):
+    with pytest.raises(ConfigError, match="risk: bad params: Object contains unknown field `limit`"):
         make(tmp_path, params={"limit": {}})
+    with pytest.raises(ConfigError, match="risk: bad params: .*audit_path"):
+        make(tmp_path, params={"audit_path": 3})
 
 
 def test_audit_path_param(tmp_path):

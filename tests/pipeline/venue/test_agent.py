@@ -130,3 +130,12 @@ def test_supervised_venue_serves_clients_and_reports_its_counters(pipe):
         c.close()
     assert pipe.down() == 0
     assert not (pipe.run_dir / "venue.port").exists()
+
+
+def test_a_bad_or_unknown_param_is_a_config_error_naming_the_process_so_the_start_is_not_retried(tmp_path):
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="venue: unknown venue params"):  # the runner's permanent kind
+        VenueAgent().on_start(_ctx(tmp_path, "prot = 1"))
+    with pytest.raises(ConfigError, match="jump_prob"):
+        VenueAgent().on_start(_ctx(tmp_path, "jump_prob = 1.5"))
