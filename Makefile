@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm bench-pipeline stress chaos clean
+.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm bench-pipeline stress chaos chaos-sabotage clean
 
 MODEL     := models/generated/fast.onnx
 TINY_GGUF := models/generated/tiny.gguf
@@ -75,6 +75,11 @@ stress: setup
 
 chaos: setup
 	$(PY) -m bench.chaos
+
+# The chaos checks made to fail on purpose (each scenario with what one check guards broken): every one
+# must report FAIL. Outside `make test` for their length (~4 min).
+chaos-sabotage: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests/chaos/sabotage.py
 
 clean:
 	-$(PY) -m pipeline --config $(CONFIG) down 2>/dev/null

@@ -1,5 +1,6 @@
-"""Broken stand-ins that the chaos checks must catch (``tests/chaos/test_chaos_sabotage.py``): each
-breaks exactly what one check guards, so that the check is seen to report FAIL.
+"""Broken stand-ins that the chaos checks must catch (``tests/chaos/sabotage.py``, run by
+``make chaos-sabotage``): each breaks exactly what one check guards, so that the check is seen to
+report FAIL.
 
 - ``LosingSender``: the real ``procs.sender.SenderAgent`` that loses the ``NTH`` NEW order it reads
   (taken from the ring, never journaled, sent or answered): an order lost between the gateway and the
