@@ -110,6 +110,7 @@ from pipeline import http1
 from pipeline.agent import (MARK_CANCEL_SENT, MARK_INTENT_SYNCED, MARK_ORDER_READ, MARK_ORDER_SENT, MARK_VENUE_ACK,
                             Agent, mark_code)
 from pipeline.bitget import rest
+from pipeline.bitget.protocol import base_coin
 from pipeline.bitget.rest import Outcome, Result
 from pipeline.bitget.signing import load_credentials
 from pipeline.config import parse_stage_params
@@ -272,16 +273,17 @@ class HttpTransport:
         except http1.SendFailed as exc:
             raise Lost(str(exc)) from None
 
-    def receive(self) -> tuple[int, bytes]:
-        """The answer to the last ``send``, called once its first bytes are there: whole within
-        ``RECEIVE_DEADLINE_S`` (a venue that trickles or floods its answer cannot hold the sender
-        past its heartbeat). Raises Lost ("stale": a reused keep-alive the venue had closed;
-        "deadline", "too large: ...": the bounds of ``pipeline.http1``)."""
+    def receive(self, wait: bool = False) -> tuple[int, bytes]:
+        """The answer to the last ``send``, whole within ``RECEIVE_DEADLINE_S`` of its first bytes (a
+        venue that trickles or floods its answer cannot hold the sender past its heartbeat). Called
+        once those bytes are there, or with ``wait`` (a caller that just sent: reconciliation), which
+        first waits up to ``timeout_s`` for them. Raises Lost ("stale": a reused keep-alive the venue
+        had closed; "deadline", "too large: ...": the bounds of ``pipeline.http1``)."""
         sock = self.conn.sock
-        if sock is not None and not _readable((sock,)):  # a waiting caller (reconciliation): first bytes
+        if wait and sock is not None:
             try:
                 select.select([sock], [], [], self.conn.timeout_s)
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # the receive below fails and says why
                 pass
         try:
             return self.conn.receive(min(RECEIVE_DEADLINE_S, self.conn.timeout_s))
@@ -311,7 +313,7 @@ class SenderAgent(Agent):
         if not self.instruments:
             raise ConfigError("sender: no instruments configured")
         try:
-            self.coins = {i: rest.base_coin(inst.symbol) for i, inst in self.instruments.items()}
+            self.coins = {i: base_coin(inst.symbol) for i, inst in self.instruments.items()}
         except ValueError as exc:
             raise ConfigError(f"sender: {exc} (positions are reconciled against spot balances)") from None
         self.mismatches: dict[int, tuple[float, float]] = {}  # instrument -> (journal's, venue's) position
@@ -462,13 +464,8 @@ class SenderAgent(Agent):
         supervisor's restart reconciles from scratch, ``_account_gen``), then the positions against
         the balances (``_positions_gen``); a difference it finds sends an unsolicited state report
         carrying POSITION_MISMATCH. An answer that fails leaves it to the next round."""
-        res = yield rest.build_account_info(self.creds, self._wall())
-        if not res.ok:
-            return
-        try:
-            uid = rest.parse_account_id(res.data)
-        except ValueError:
-            self.stats["malformed"] += 1
+        uid = yield from self._account_id_gen()
+        if uid is None:
             return
         if uid != self.state.account:
             self.ctx.log.error("sender_venue_account_changed", old=self.state.account, new=uid, live=True)
@@ -579,7 +576,7 @@ class SenderAgent(Agent):
         """One request on the lane and its answer, waiting for it: reconciliation only, which runs
         before the lane has any job."""
         res = self._send(self.lane, req)
-        return res if res is not None else self._receive(self.lane, req)
+        return res if res is not None else self._receive(self.lane, req, wait=True)
 
     def _send(self, conn: HttpTransport, req: rest.Request, crash_point: str = "", *, sent_mark: int = 0,
               ts: int = 0) -> Result | None:
@@ -601,17 +598,19 @@ class SenderAgent(Agent):
             self._crash(crash_point)
         return None
 
-    def _receive(self, conn: HttpTransport, req: rest.Request, *, ack_mark: int = 0, ts: int = 0) -> Result:
-        """The answer to ``req``, sent on ``conn``, classified. ``ack_mark``: as ``sent_mark``, once read.
-        A GET whose reused keep-alive the venue had closed is sent once more on a fresh connection."""
+    def _receive(self, conn: HttpTransport, req: rest.Request, *, wait: bool = False, ack_mark: int = 0,
+                 ts: int = 0) -> Result:
+        """The answer to ``req``, sent on ``conn``, classified (``wait``: see ``HttpTransport.receive``).
+        ``ack_mark``: as ``sent_mark``, once read. A GET whose reused keep-alive the venue had closed is
+        sent once more on a fresh connection."""
         try:
-            status, body = conn.receive()
+            status, body = conn.receive(wait)
         except Lost as exc:
             self.stats["http_err"] += 1
             self.last_http_error = str(exc)
             if str(exc) == "stale" and req.method == "GET":
                 res = self._send(conn, req)
-                return res if res is not None else self._receive(conn, req)
+                return res if res is not None else self._receive(conn, req, wait=True)
             return rest.classify_transport_error(True, str(exc))
         if ack_mark:
             self.ctx.mark(ack_mark, ts)
@@ -1276,16 +1275,8 @@ class SenderAgent(Agent):
         that names another account (the venue was reset: a new account) is set aside and a fresh
         journal begins, so no old order or fill is replayed into the new account
         (``_new_account``). A request generator; returns True when done."""
-        res = yield rest.build_account_info(self.creds, self._wall())
-        if not res.ok:
-            if res.outcome is Outcome.REJECTED:
-                self.ctx.log.error("sender_reconcile_refused", request="account/info", code=res.code, msg=res.msg)
-            return False
-        try:
-            uid = rest.parse_account_id(res.data)
-        except ValueError as exc:
-            self.stats["malformed"] += 1
-            self.ctx.log.error("sender_bad_answer", request="account/info", error=str(exc))
+        uid = yield from self._account_id_gen()
+        if uid is None:
             return False
         known = self.state.account
         if known and known != uid:
@@ -1297,6 +1288,21 @@ class SenderAgent(Agent):
         if not self.state.account:
             self._jot({"t": "account", "id": uid})
         return True
+
+    def _account_id_gen(self):
+        """account/info's account id; None when the venue refused (logged), could not be reached, or
+        answered without one (counted in ``malformed``, logged). A request generator."""
+        res = yield rest.build_account_info(self.creds, self._wall())
+        if not res.ok:
+            if res.outcome is Outcome.REJECTED:
+                self.ctx.log.error("sender_reconcile_refused", request="account/info", code=res.code, msg=res.msg)
+            return None
+        try:
+            return rest.parse_account_id(res.data)
+        except ValueError as exc:
+            self.stats["malformed"] += 1
+            self.ctx.log.error("sender_bad_answer", request="account/info", error=str(exc))
+            return None
 
     def _new_account(self, old: str, new: str) -> None:
         """The venue answers for account ``new``, the journal is about ``old``: the journal is renamed

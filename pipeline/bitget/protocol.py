@@ -95,6 +95,20 @@ INST_TYPE_COIN_FUTURES = "COIN-FUTURES"
 INST_TYPE_USDC_FUTURES = "USDC-FUTURES"
 INST_TYPES = frozenset({INST_TYPE_SPOT, INST_TYPE_USDT_FUTURES, INST_TYPE_COIN_FUTURES, INST_TYPE_USDC_FUTURES})
 
+QUOTE_COIN = "USDT"  # the quote coin of the spot symbols the pipeline trades
+
+
+def base_coin(symbol: str) -> str:
+    """The base coin of a USDT-quoted spot symbol: the symbol without its ``QUOTE_COIN`` suffix
+    (``"BTCUSDT"`` -> ``"BTC"``): the coin whose balance is the position.
+
+    Raises:
+        ValueError: ``symbol`` is not a string ending in "USDT" with something before it.
+    """
+    if not isinstance(symbol, str) or not symbol.endswith(QUOTE_COIN) or len(symbol) <= len(QUOTE_COIN):
+        raise ValueError(f"{str(symbol)[:32]!r} is not a {QUOTE_COIN}-quoted symbol")
+    return symbol[: -len(QUOTE_COIN)]
+
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 MAX_LEVELS_PER_SIDE = 5000
 MAX_DATA_ENTRIES = 64  # data[] entries of one depth push (the venue sends one)

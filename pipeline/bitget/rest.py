@@ -146,13 +146,6 @@ class VenueAsset(msgspec.Struct, frozen=True):
         return self.available + self.frozen + self.locked
 
 
-def base_coin(symbol: str) -> str:
-    """The base coin of a USDT spot symbol (BTCUSDT -> BTC). Raises ValueError: not ``<coin>USDT``."""
-    if not symbol.endswith("USDT") or len(symbol) <= 4:
-        raise ValueError(f"not a USDT symbol: {symbol!r}")
-    return symbol[:-4]
-
-
 # ---------------------------------------------------------------------------------------- amounts
 def step_decimals(step: float) -> int:
     """Decimal places of a tick / lot step (0.1 -> 1, 0.0001 -> 4, 5 -> 0)."""

@@ -78,6 +78,7 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import NamedTuple
 
+from pipeline.bitget.protocol import QUOTE_COIN
 from pipeline.venue.errors import VenueError
 
 # Venue error codes (Bitget v2 numbering)
@@ -88,7 +89,6 @@ CODE_NOTIONAL = "43012"
 CODE_DUPLICATE = "43118"
 CODE_POST_ONLY = "43027"
 
-QUOTE_COIN = "USDT"
 #: ``on_event`` record types (field lists in the module docstring)
 ACCOUNT_RECORDS = frozenset(("account", "order", "fill", "cancel", "adjust"))
 
@@ -136,18 +136,6 @@ def rules_from_config(instruments: Iterable, symbols: Iterable[str]) -> dict[str
         out[s] = (InstrumentRules(s, Decimal(repr(float(i.tick_size))), Decimal(repr(float(i.lot_size))))
                   if i is not None else InstrumentRules(s))
     return out
-
-
-def base_coin(symbol: str) -> str:
-    """The base coin of a USDT-quoted spot symbol: the symbol without its ``QUOTE_COIN`` suffix
-    (``"BTCUSDT"`` -> ``"BTC"``).
-
-    Raises:
-        ValueError: ``symbol`` is not a string ending in "USDT" with something before it.
-    """
-    if not isinstance(symbol, str) or not symbol.endswith(QUOTE_COIN) or len(symbol) <= len(QUOTE_COIN):
-        raise ValueError(f"{str(symbol)[:32]!r} is not a {QUOTE_COIN}-quoted symbol")
-    return symbol[: -len(QUOTE_COIN)]
 
 
 def fmt(d: Decimal) -> str:

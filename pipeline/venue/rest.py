@@ -69,9 +69,10 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from pipeline.bitget.protocol import QUOTE_COIN, base_coin
 from pipeline.bitget.signing import Credentials, verify
 from pipeline.venue.errors import VenueError
-from pipeline.venue.orders import CODE_BAD_REQUEST, QUOTE_COIN, OrderEngine, OrderRejected, base_coin, fmt
+from pipeline.venue.orders import CODE_BAD_REQUEST, OrderEngine, OrderRejected, fmt
 
 HOST = "127.0.0.1"
 MAX_HEADER_BYTES = 16 * 1024

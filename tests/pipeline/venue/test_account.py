@@ -13,6 +13,7 @@ from decimal import Decimal
 import orjson
 import pytest
 
+from pipeline.bitget.protocol import base_coin
 from pipeline.journal import encode_record
 from pipeline.venue.account import AccountLog, decode_account_line, main, new_account_record, parse_account_log
 from pipeline.venue.errors import VenueError
@@ -21,26 +22,13 @@ from pipeline.venue.orders import (
     STATUS_FILLED,
     STATUS_LIVE,
     STATUS_PARTIAL,
-    InstrumentRules,
     OrderEngine,
     OrderRejected,
-    base_coin,
 )
+from tests.pipeline.venue.test_orders import RULES, Book  # the order tests' public book and rules
 
 D = Decimal
 T0_MS = 1_700_000_000_000
-RULES = {"BTCUSDT": InstrumentRules("BTCUSDT", D("0.1"), D("0.001")),
-         "ETHUSDT": InstrumentRules("ETHUSDT", D("0.01"), D("0.01"))}
-
-
-class Book:
-    def __init__(self) -> None:
-        self.books = {"BTCUSDT": ([["99.9", "1"], ["99.8", "2"]], [["100.1", "1"], ["100.2", "2"], ["100.5", "5"]]),
-                      "ETHUSDT": ([["9.99", "3"]], [["10.01", "3"]])}
-
-    def levels(self, symbol: str, n: int | None = None):
-        bids, asks = self.books[symbol]
-        return (bids[:n], asks[:n]) if n is not None else (list(bids), list(asks))
 
 
 class Clock:
