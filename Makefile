@@ -77,7 +77,7 @@ chaos: setup
 	$(PY) -m bench.chaos
 
 # The chaos checks made to fail on purpose (each scenario with what one check guards broken): every one
-# must report FAIL. Outside `make test` for their length (~4 min).
+# must report FAIL. Outside `make test` for their length (~12 min).
 chaos-sabotage: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/chaos/sabotage.py
 

@@ -1,11 +1,13 @@
 """The chaos checks made to fail on purpose (issue #19, "evidence that can fail"): each test runs a
-scenario, quick, with exactly the thing one check guards broken (``tests/chaos/saboteurs.py``) and
-requires that check, and the scenario, to report FAIL.
+scenario with exactly the thing one check guards broken (``tests/chaos/saboteurs.py``) and requires
+that check, and the scenario, to report FAIL. Quick mode, except the LLM faults' p99, which only a
+full run judges.
 
-Not part of ``make test`` (the file name is not ``test_*``: each runs a whole pipeline for ~1 min or
-more, together ~4 min on the 2-core VM, past the suite's budget): ``make chaos-sabotage`` runs them.
-The pure verdict functions are tested in every run (test_chaos_input.py, test_chaos_process.py), and
-the position scenarios' sabotaged runs are in the suite (test_chaos_position.py)."""
+Not part of ``make test`` (the file name is not ``test_*``): each runs a whole pipeline for a minute
+or more, the LLM one ~8 min, together ~12 min on the 2-core VM, past the suite's budget;
+``make chaos-sabotage`` runs them. The pure verdict functions are tested in every run
+(test_chaos_input.py, test_chaos_process.py), and the position scenarios' sabotaged runs are in the
+suite (test_chaos_position.py)."""
 
 from __future__ import annotations
 
@@ -66,8 +68,11 @@ def test_a_run_without_orders_fails_sigkill_each_and_consumer_stall():
     assert flow and row.details["checks"][flow[0]] is False, _report(row)
 
 
+@pytest.mark.timeout(900)
 def test_a_fast_path_that_stalls_under_the_llm_faults_fails_llm_faults():
-    row = llm_faults(StallFastUnderFaults, True)
+    # full mode (~8 min): only a run of thirty rounds judges the p99 (bench.chaos_input's rule: fewer
+    # than ten windows per condition is INCONCLUSIVE whatever the figures)
+    row = llm_faults(StallFastUnderFaults, False)
     _report(row)
     assert all(row.details["checks"].values()), _report(row)  # the safety checks still hold
     assert row.details["p99_verdict"] == FAIL and row.verdict == FAIL, row.details["p99_why"]
