@@ -17,19 +17,19 @@ setup: $(STAMP) $(MODEL) $(TINY_GGUF) $(PAPER_KEY)
 
 # The fast path's default model, trained from the synthetic venue's flow (a few seconds); made when missing.
 $(MODEL): | $(STAMP)
-	$(PY) -m pipeline.model --out $(MODEL)
+	$(PY) -m pipeline.trading.model --out $(MODEL)
 
 # The LLM hub's stand-in: a tiny random-weight GGUF (well under 1 MB), written by the gguf package.
 $(TINY_GGUF): | $(STAMP)
-	$(PY) -m pipeline.llm.tinymodel $(TINY_GGUF)
+	$(PY) -m pipeline.trading.llm.tinymodel $(TINY_GGUF)
 
 # A random key for the paper venue (0600); the order sender signs with it, the venue verifies it.
 $(PAPER_KEY): | $(STAMP)
-	$(PY) -m pipeline.bitget.signing $(PAPER_KEY)
+	$(PY) -m pipeline.trading.bitget.signing $(PAPER_KEY)
 
 model: $(STAMP)
-	$(PY) -m pipeline.model --out $(MODEL)
-	$(PY) -m pipeline.llm.tinymodel $(TINY_GGUF)
+	$(PY) -m pipeline.trading.model --out $(MODEL)
+	$(PY) -m pipeline.trading.llm.tinymodel $(TINY_GGUF)
 
 # Idempotent: re-runs only when the project's dependency list changes or the venv is missing.
 $(STAMP): pyproject.toml

@@ -33,10 +33,10 @@ import msgspec
 
 from bench import report
 from bench.pipeline import REPO, Scenario, config_text
-from pipeline.config import Config, load_config
-from pipeline.control import request
-from pipeline.errors import ControlError
-from pipeline.supervisor import clean_stale
+from pipeline.runtime.config import Config, load_config
+from pipeline.runtime.control import request
+from pipeline.runtime.errors import ControlError
+from pipeline.runtime.supervisor import clean_stale
 
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
@@ -139,7 +139,7 @@ class ChaosPipeline:
 
     # -- looking
     def status(self) -> dict:
-        """The supervisor's status (``pipeline.supervisor.Supervisor.status``)."""
+        """The supervisor's status (``pipeline.runtime.supervisor.Supervisor.status``)."""
         return request(self.cfg, {"cmd": "status"}, timeout_ms=5_000)["status"]
 
     def proc(self, name: str) -> dict:

@@ -94,9 +94,9 @@ import orjson
 from bench import report
 from bench.chaos import FAIL, INCONCLUSIVE, PASS, Row
 from bench.pipeline import KEY, REPO
-from pipeline.agent import LATENCY_DIR_ENV, MARK_DECIDED, MARK_ORDER_SENT, Agent, mark_code
-from pipeline.bitget.book import bitget_checksum
-from pipeline.messages import (INSTRUCTION_DTYPE, Action, ControlCmd, ControlReason, Kind, OrderOrigin,
+from pipeline.runtime.agent import LATENCY_DIR_ENV, MARK_DECIDED, MARK_ORDER_SENT, Agent, mark_code
+from pipeline.trading.bitget.book import bitget_checksum
+from pipeline.trading.messages import (INSTRUCTION_DTYPE, Action, ControlCmd, ControlReason, Kind, OrderOrigin,
                                pack_control)
 
 # ============================================================================================ helpers
@@ -413,7 +413,7 @@ class GarbageVenue(threading.Thread):
 
 
 def malformed_frames(ChaosPipeline, quick: bool) -> Row:
-    from pipeline.bitget.protocol import FrameKind, make_decoder
+    from pipeline.trading.bitget.protocol import FrameKind, make_decoder
 
     n = 10_000 if quick else 100_000
     good_after = 20
@@ -527,7 +527,7 @@ class FaultyLlmAgent(_LlmBase):
         self.stats["fault"] = self.mode
 
     def _set_mode(self, mode: str) -> None:
-        from pipeline.llm.breaker import CircuitBreaker
+        from pipeline.trading.llm.breaker import CircuitBreaker
 
         hub = self.hub
         hub.p, self.deadline_ns, hub._grammar = self._base_p, self._base_deadline_ns, self._base_grammar
@@ -1034,8 +1034,8 @@ def venue_open_orders(p) -> int:
     """
     import http.client
 
-    from pipeline.bitget.rest import Outcome, build_unfilled, classify_response, parse_orders
-    from pipeline.bitget.signing import load_credentials
+    from pipeline.trading.bitget.rest import Outcome, build_unfilled, classify_response, parse_orders
+    from pipeline.trading.bitget.signing import load_credentials
     from pipeline.venue.server import read_port_file
 
     req = build_unfilled(load_credentials(KEY), int(time.time() * 1000))
@@ -1156,7 +1156,7 @@ def key_material_hits(needles: dict[str, bytes], files, texts=()) -> tuple[list[
 
 
 def secrets_and_permissions(ChaosPipeline, quick: bool) -> Row:
-    from pipeline.bitget.signing import load_credentials
+    from pipeline.trading.bitget.signing import load_credentials
 
     creds = load_credentials(KEY)
     needles = {"api_key": creds.api_key, "secret": creds.secret, "passphrase": creds.passphrase}

@@ -47,7 +47,7 @@ import orjson
 from bench.chaos import INCONCLUSIVE, Row
 from bench.chaos_process import FLOW_MODEL, _quiesce, _soft_wait, orders_flow, whole_lots
 from bench.pipeline import KEY
-from pipeline.bitget.signing import load_credentials
+from pipeline.trading.bitget.signing import load_credentials
 from pipeline.venue.rest import ADJUST_POSITION
 from pipeline.venue.server import read_port_file
 

@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 
 from bench.chaos import Row
-from pipeline.journal import PENDING, UNKNOWN, replay
+from pipeline.trading.journal import PENDING, UNKNOWN, replay
 from ringbuf import layout as L
 
 SHM = Path("/dev/shm")

@@ -2,7 +2,7 @@
 
 Measured on this machine, on ``books15`` frames of the synthetic venue model (one instrument):
 
-(a) feature vector per BOOK: ``pipeline.features.compute`` of a 504-byte BOOK payload into a
+(a) feature vector per BOOK: ``pipeline.trading.features.compute`` of a 504-byte BOOK payload into a
     FEATURES record, as the feature stage does, p50 / p99 (target p50 <= 15 µs);
 (b) the classifier on the CPU provider with IO binding, batch 1 (the fast stage's ``_infer``: copy of
     the 128 features into the bound input, ``run_with_iobinding``, synchronize), p50 / p99 (target
@@ -45,10 +45,10 @@ import orjson
 from bench import report
 from bench.feed import books15_synthetic
 from bench.pipeline import hdr_summary
-from pipeline.bitget.book import Applied, BitgetBooks
-from pipeline.bitget.protocol import make_decoder
-from pipeline.features import FeatureParams, FeatureState, compute
-from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, FEATURES_LEN
+from pipeline.trading.bitget.book import Applied, BitgetBooks
+from pipeline.trading.bitget.protocol import make_decoder
+from pipeline.trading.features import FeatureParams, FeatureState, compute
+from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, FEATURES_LEN
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "generated" / "fast.onnx"
@@ -241,8 +241,8 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: b
     ``keep_warm_us = 200`` (the venue, the feed and the sink share those cores); otherwise every stage
     ``auto`` (cores shared, blocking waits), kept warm as the default config has it unless ``warm``
     is False (no keep-warm anywhere)."""
-    from pipeline.agent import LATENCY_DIR_ENV
-    from pipeline.messages import Kind
+    from pipeline.runtime.agent import LATENCY_DIR_ENV
+    from pipeline.trading.messages import Kind
 
     with tempfile.TemporaryDirectory(prefix="bench-fast-") as tmp:
         t = Path(tmp)
@@ -287,11 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model.resolve()
     built = None
     if not model.exists():
-        from pipeline.model import TrainParams, build
+        from pipeline.trading.model import TrainParams, build
 
         build(model, TrainParams(steps=20_000) if args.quick else TrainParams())
         built = ("trained by this run (--quick: 20,000 steps)" if args.quick
-                 else "trained by this run (pipeline.model's defaults)")
+                 else "trained by this run (pipeline.trading.model's defaults)")
     mod = model_info(model, built)
     frames = books15_synthetic(400)
     payloads = book_payloads(frames)

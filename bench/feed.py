@@ -30,14 +30,14 @@ import orjson
 
 from bench import report
 
-from pipeline.bitget.book import Applied, BitgetBooks
-from pipeline.bitget.capture import RECV, read_capture
-from pipeline.bitget.protocol import CHANNEL_BOOKS, make_decoder
-from pipeline.itch import synth
-from pipeline.itch.book import L3Book
-from pipeline.itch.framing import scan_frames
-from pipeline.itch.vectorized import decode_baseline, decode_buffer, msgs_per_s_runs
-from pipeline.messages import BOOK_DTYPE, Kind
+from pipeline.trading.bitget.book import Applied, BitgetBooks
+from pipeline.trading.bitget.capture import RECV, read_capture
+from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, make_decoder
+from pipeline.trading.itch import synth
+from pipeline.trading.itch.book import L3Book
+from pipeline.trading.itch.framing import scan_frames
+from pipeline.trading.itch.vectorized import decode_baseline, decode_buffer, msgs_per_s_runs
+from pipeline.trading.messages import BOOK_DTYPE, Kind
 from pipeline.venue.synthetic import SyntheticMarket
 from ringbuf import Ring, slot_size_for
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from bench import report
-from pipeline.llm.hub import LlmHub, LlmParams
-from pipeline.llm.prompt import example_signal
-from pipeline.llm.tinymodel import write_tiny_gguf
-from pipeline.config import InstrumentConfig
+from pipeline.trading.llm.hub import LlmHub, LlmParams
+from pipeline.trading.llm.prompt import example_signal
+from pipeline.trading.llm.tinymodel import write_tiny_gguf
+from pipeline.runtime.config import InstrumentConfig
 
 INSTRUMENTS = {1: InstrumentConfig(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001)}
 

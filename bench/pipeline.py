@@ -5,7 +5,7 @@ scenario, the whole graph of ``configs/default.toml`` (venue, feed, features, fa
 as real OS processes with their configured wait strategies and core plan, in a private shm prefix and
 run folder, with ``SHMPIPE_LATENCY_DIR`` set so every runner records each output's latency since
 ``ts_origin_ns`` (the feed's receive stamp of the venue frame) and the stages' marks
-(``pipeline.agent.LatencyTap``). A scenario:
+(``pipeline.runtime.agent.LatencyTap``). A scenario:
 
 1. writes the config (offered rate -> the venue's synthetic ``step_ms`` / ``speed``; instruments; the
    transport: ring, pyzmq or multiprocessing.Queue), starts ``python -m pipeline up``;
@@ -28,7 +28,7 @@ zero and the lean target is never reached), throttled by the gateway to
 LLM plan takes precedence over lean quoting, so the bench bounds the hub's ttl to 100-250 ms.
 
 The model: every scenario runs the shipped model (``models/generated/fast.onnx``, made by ``make model``
-/ ``python -m pipeline.model``; what ``make up`` runs) unless it says otherwise, and the plans run one
+/ ``python -m pipeline.trading.model``; what ``make up`` runs) unless it says otherwise, and the plans run one
 scenario (``ring-1k-hand-set``; ``clean-hand-set`` in the stress plan) with ``write_bench_model``'s
 hand-set MLP beside it: the shipped model's graph and size (same inference cost) with weights set by
 hand to follow the book imbalance, so that run has LEAN signals to act on. The shipped model was
@@ -65,12 +65,12 @@ from pathlib import Path
 import numpy as np
 
 from bench import report
-from pipeline.agent import (LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, MARK_INTENT_SYNCED, MARK_ORDER_READ,
+from pipeline.runtime.agent import (LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, MARK_INTENT_SYNCED, MARK_ORDER_READ,
                             MARK_ORDER_SENT, MARK_VENUE_ACK, mark_code)
-from pipeline.config import load_config
-from pipeline.control import request
-from pipeline.errors import ControlError
-from pipeline.messages import Kind, OrderOrigin
+from pipeline.runtime.config import load_config
+from pipeline.runtime.control import request
+from pipeline.runtime.errors import ControlError
+from pipeline.trading.messages import Kind, OrderOrigin
 from pipeline.venue.orders import DEFAULT_MAX_AWAY_TICKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,8 +147,8 @@ def write_bench_model(path: Path) -> Path:
     HOLD; never EMERGENCY. The trained default model, fed a venue stepping every millisecond (20 times
     faster than the flow it learnt from), calls nearly every tick EMERGENCY, which would leave no
     orders to time."""
-    from pipeline.features import F_IMBALANCE_5
-    from pipeline.model import Model, to_onnx
+    from pipeline.trading.features import F_IMBALANCE_5
+    from pipeline.trading.model import Model, to_onnx
 
     hidden = 32
     w1, b1 = np.zeros((128, hidden)), np.zeros(hidden)

@@ -590,7 +590,7 @@ class BenchError(Exception):
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this child when the bench process dies (even by SIGKILL), so that no
     busy-spinning child outlives it."""
-    from pipeline.linux import PR_SET_PDEATHSIG, prctl
+    from pipeline.runtime.linux import PR_SET_PDEATHSIG, prctl
 
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

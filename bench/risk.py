@@ -1,6 +1,6 @@
 """Risk decision micro-benchmark: ``python -m bench.risk``.
 
-Times the pure decision of ``pipeline.risk.RiskGateway`` per order with ``time.perf_counter_ns``: one
+Times the pure decision of ``pipeline.trading.risk.RiskGateway`` per order with ``time.perf_counter_ns``: one
 48-byte INSTRUCTION payload in (decode, ttl, planner: delta, limit price, one child), every pre-trade
 check (all pass: the longest path), the OrderApproved event and its 48-byte ORDER payload out. Between
 timed iterations (untimed) a SIGNAL moves the reference and a CANCELLED report closes the order, so the
@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from bench import report
-from pipeline.agent import Agent
-from pipeline.config import InstrumentConfig
-from pipeline.messages import EXEC_DTYPE, INSTRUCTION_DTYPE, SIGNAL_DTYPE, Action, ExecType
-from pipeline.risk import OrderApproved, OrderDenied, RiskGateway, RiskLimits, encode_order
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import InstrumentConfig
+from pipeline.trading.messages import EXEC_DTYPE, INSTRUCTION_DTYPE, SIGNAL_DTYPE, Action, ExecType
+from pipeline.trading.risk import OrderApproved, OrderDenied, RiskGateway, RiskLimits, encode_order
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_P99_US = 20.0
@@ -147,7 +147,7 @@ def bench_journal(n: int, journal_dir: Path, pace_s: float = 0.005) -> dict:
     """(c): the sender's journal: one intent record (as the sender writes before a place request)
     appended and fsync'd, one every ``pace_s`` (an order every few ms), in ``journal_dir`` (the
     repository's run directory by default: the disk the pipeline's journal is on)."""
-    from pipeline.journal import Journal
+    from pipeline.trading.journal import Journal
 
     journal_dir.mkdir(parents=True, exist_ok=True)
     path = journal_dir / f"bench-journal-{os.getpid()}.journal"
@@ -299,8 +299,8 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False, w
     unless ``warm`` is False."""
     import tempfile
 
-    from pipeline.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, mark_code
-    from pipeline.messages import OrderOrigin
+    from pipeline.runtime.agent import LATENCY_DIR_ENV, MARK_CANCEL_SENT, MARK_DECIDED, mark_code
+    from pipeline.trading.messages import OrderOrigin
 
     with tempfile.TemporaryDirectory(prefix="bench-risk-") as tmpname:
         tmp = Path(tmpname)

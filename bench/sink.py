@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from pipeline.agent import Agent
-from pipeline.messages import SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Kind
+from pipeline.runtime.agent import Agent
+from pipeline.trading.messages import SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, Kind
 
 _FLAGS_OFF = SIGNAL_DTYPE.fields["flags"][1]
 

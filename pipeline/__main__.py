@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.config import load_config
-from pipeline.control import request
-from pipeline.errors import ControlError, PipelineError
-from pipeline.log import open_event_log
-from pipeline.supervisor import RunLock, RunLockHeld, Supervisor, clean_stale, format_status
+from pipeline.runtime.config import load_config
+from pipeline.runtime.control import request
+from pipeline.runtime.errors import ControlError, PipelineError
+from pipeline.runtime.log import open_event_log
+from pipeline.runtime.supervisor import RunLock, RunLockHeld, Supervisor, clean_stale, format_status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@
 
 Per ``do_work``: up to ``ctx.batch`` FEATURES are copied into the input array, classified in one run,
 labelled with the thresholds (``emergency``, then ``buy`` / ``sell``, else HOLD; each a probability),
-and each becomes a SIGNAL (``pipeline.messages.SIGNAL_DTYPE``, the FEATURES' ``ts_origin_ns``
+and each becomes a SIGNAL (``pipeline.trading.messages.SIGNAL_DTYPE``, the FEATURES' ``ts_origin_ns``
 unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as SIGNAL_CTX
 (``SIGNAL_CTX_DTYPE``: the SIGNAL followed by its feature vector, 568 bytes), where those outputs
 exist. A poll that brings a single FEATURES (the usual case below saturation) takes the same steps
@@ -50,10 +50,10 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
-from pipeline.agent import Agent
-from pipeline.config import parse_stage_params
-from pipeline.errors import ConfigError, StartupError
-from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import parse_stage_params
+from pipeline.runtime.errors import ConfigError, StartupError
+from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
                                OFF_FEATURES_VECTOR, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
                                Kind, Label)
 

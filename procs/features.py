@@ -1,6 +1,6 @@
 """The feature stage: BOOK / TRADE from the ``md`` ring in, one FEATURES message per accepted BOOK out.
 
-``FeatureAgent`` (``module = "procs.features:FeatureAgent"``) keeps one ``pipeline.features.FeatureState``
+``FeatureAgent`` (``module = "procs.features:FeatureAgent"``) keeps one ``pipeline.trading.features.FeatureState``
 per configured instrument (tick size from the config). Per message read with ``Reader.poll``:
 
 - TRADE (40 B): ``update_from_trade``; a rejected trade is counted (``trade_rej_<reason>``).
@@ -28,11 +28,11 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
-from pipeline.agent import Agent
-from pipeline.config import parse_stage_params
-from pipeline.errors import ConfigError
-from pipeline.features import OK, FeatureParams, FeatureState, Reason, compute, update_from_trade
-from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import parse_stage_params
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.features import OK, FeatureParams, FeatureState, Reason, compute, update_from_trade
+from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
 
 _BOOK_BYTES = BOOK_DTYPE.itemsize
 _TRADE_BYTES = TRADE_DTYPE.itemsize

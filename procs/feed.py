@@ -1,6 +1,6 @@
 """The feed stage: venue market data in, BOOK / TRADE messages out on the ``md`` ring.
 
-Two agents (``pipeline.agent.Agent``), each the whole of a feed process:
+Two agents (``pipeline.runtime.agent.Agent``), each the whole of a feed process:
 
 ``BitgetFeedAgent`` (``module = "procs.feed:BitgetFeedAgent"``): the Bitget v2 public WebSocket
 (the real venue or the local paper venue, same dialect)::
@@ -64,7 +64,7 @@ queue_frames           8192: inbox bound
 max_msgs_per_s         10: outgoing frame rate
 record_path            record mode: every event of the connection (open, sent, received frame with
                        its UNIX receive time) appended in the capture line format
-                       (``pipeline.bitget.capture``)
+                       (``pipeline.trading.bitget.capture``)
 output                 output ring (default: the process's only output)
 emit_trade_snapshots   false: the venue's snapshot of recent (old) trades is not emitted
 decoder                ``"msgspec"`` (default) or ``"orjson"``
@@ -86,7 +86,7 @@ Counters (``ctx.stats``, published with each heartbeat; the first ten fit the st
     sends_discarded, record_errors, and rej_<reason> per Reject reason seen.
 
 ``ItchFeedAgent`` (``module = "procs.feed:ItchFeedAgent"``): NASDAQ TotalView-ITCH 5.0 through
-``pipeline.itch.L3Book``, one BOOK per message that changed a configured symbol's book:
+``pipeline.trading.itch.L3Book``, one BOOK per message that changed a configured symbol's book:
 
 - ``path``: replay a BinaryFILE (``.gz`` too) at ``speed`` ``"max"`` (default) or a factor of
   the original pace (1.0 = as recorded, by ITCH timestamps against ``ctx.clock``); the file is
@@ -118,11 +118,11 @@ from typing import Annotated, Callable, Literal
 
 import msgspec
 
-from pipeline.agent import Agent, AgentContext
-from pipeline.bitget.book import Applied, BitgetBooks
-from pipeline.bitget.capture import CaptureWriter
-from pipeline.bitget.errors import BitgetError
-from pipeline.bitget.protocol import (
+from pipeline.runtime.agent import Agent, AgentContext
+from pipeline.trading.bitget.book import Applied, BitgetBooks
+from pipeline.trading.bitget.capture import CaptureWriter
+from pipeline.trading.bitget.errors import BitgetError
+from pipeline.trading.bitget.protocol import (
     BOOK_CHANNELS,
     CHANNELS,
     INST_TYPES,
@@ -135,12 +135,12 @@ from pipeline.bitget.protocol import (
     resync_messages,
     subscribe_message,
 )
-from pipeline.config import parse_stage_params
-from pipeline.errors import ConfigError
-from pipeline.itch.book import NO_BOOK, BookEvent, L3Book
-from pipeline.itch.errors import ItchError
-from pipeline.itch.framing import MoldSequencer, iter_file_frames, try_decode_packet
-from pipeline.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
+from pipeline.runtime.config import parse_stage_params
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.itch.book import NO_BOOK, BookEvent, L3Book
+from pipeline.trading.itch.errors import ItchError
+from pipeline.trading.itch.framing import MoldSequencer, iter_file_frames, try_decode_packet
+from pipeline.trading.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
 from pipeline.venue.server import read_port_file
 
 MARK_CONNECTED = -1

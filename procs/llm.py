@@ -1,7 +1,7 @@
 """The slow path: SIGNAL_CTX from ``sig_llm`` in, validated INSTRUCTIONs to ``instr`` out (an LLM).
 
 ``LlmAgent`` (``module = "procs.llm:LlmAgent"``) loads one ``llama_cpp.Llama`` in ``on_start``
-(``pipeline.llm.hub.LlmHub``; params in ``pipeline.llm.hub.LlmParams``) and runs each decision in a
+(``pipeline.trading.llm.hub.LlmHub``; params in ``pipeline.trading.llm.hub.LlmParams``) and runs each decision in a
 ``GenerationWorker`` thread, so ``do_work`` never waits for the model:
 
 - every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a SIGNAL_CTX that is malformed (wrong
@@ -11,7 +11,7 @@
   niceness ``nice`` (10), so the fast path's processes win a shared core, and starts are at least
   ``min_gap_ms`` apart; the newest waiting
   signal replaces an older one (``conflated``);
-- when the worker is free and the circuit breaker (``pipeline.llm.breaker``) allows, the waiting signal
+- when the worker is free and the circuit breaker (``pipeline.trading.llm.breaker``) allows, the waiting signal
   is submitted with a deadline ``deadline_ms`` from now and the instrument's position read from the risk
   stage's ``pos_lots_<id>`` counter in the process table (``unknown`` when there is none); while the
   breaker is OPEN waiting signals are dropped (``breaker_drops``): the system runs fast-path only;
@@ -19,7 +19,7 @@
   instrument, the answer's action / lots / offset / confidence / ttl, ``signal_seq`` = the signal's
   ``feature_seq``, ``issued_ns`` = the clock at emission, ``instruction_id`` = 1, 2, ...) written with
   the signal's ts_origin_ns; the output is never waited on (full: ``instr_drops``). Anything else is
-  counted as ``rej_<reason>`` (``pipeline.llm.schema.REASONS``) and nothing is written.
+  counted as ``rej_<reason>`` (``pipeline.trading.llm.schema.REASONS``) and nothing is written.
 - a generation still running ``hang_grace_ms`` past its deadline (a call that yields no token never
   reaches the per-token deadline check) is hung: counted (``hung``) as a late failure for the breaker
   at once, and aborted; its answer, if it ever comes, is dropped (``rej_hung``);
@@ -27,7 +27,7 @@
 - idle (any ``wait`` but busy-spin), the stage sleeps ``idle_poll_ms`` (2) between looks at its ring,
   or until the generation in flight finishes (``wait_for_work``), instead of the runner's back-off.
 
-Params: ``pipeline.llm.hub.LlmParams``; an unknown or ill-typed field fails the start with a ConfigError
+Params: ``pipeline.trading.llm.hub.LlmParams``; an unknown or ill-typed field fails the start with a ConfigError
 naming the process and the field (``llm: bad params: Object contains unknown field ...``).
 
 Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
@@ -42,16 +42,16 @@ import time
 
 import numpy as np
 
-from pipeline.agent import Agent
-from pipeline.config import parse_stage_params
-from pipeline.errors import ConfigError
-from pipeline.llm.breaker import BreakerState, CircuitBreaker
-from pipeline.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, LlmParams
-from pipeline.llm.hub import parse_params as _hub_params
-from pipeline.llm.schema import instruction_bytes
-from pipeline.messages import SIGNAL_CTX_DTYPE, Kind
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import parse_stage_params
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.llm.breaker import BreakerState, CircuitBreaker
+from pipeline.trading.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, LlmParams
+from pipeline.trading.llm.hub import parse_params as _hub_params
+from pipeline.trading.llm.schema import instruction_bytes
+from pipeline.trading.messages import SIGNAL_CTX_DTYPE, Kind
 
-#: imported by the fork server before it forks this stage (pipeline/forkserver.py): llama-cpp-python
+#: imported by the fork server before it forks this stage (pipeline/runtime/forkserver.py): llama-cpp-python
 #: takes ~30 ms to import, and the hub imports it only when it loads the model
 FORK_PRELOAD = ("llama_cpp",)
 
@@ -71,7 +71,7 @@ class _NoWait:
 
 
 def parse_params(name: str, params: dict) -> LlmParams:
-    """``params`` of process ``name`` as ``LlmParams`` (``pipeline.llm.hub``).
+    """``params`` of process ``name`` as ``LlmParams`` (``pipeline.trading.llm.hub``).
 
     Raises:
         ConfigError: an unknown or ill-typed field, named with the process (``llm: bad params: Object
@@ -136,7 +136,7 @@ class LlmAgent(Agent):
         if risk_name not in names:
             return None, None
         try:
-            from pipeline.proctable import ProcTable
+            from pipeline.runtime.proctable import ProcTable
 
             table = ProcTable.attach(self.ctx.config.supervisor.shm_prefix)
             return table, table.record(names.index(risk_name))

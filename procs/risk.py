@@ -1,6 +1,6 @@
 """The risk gateway stage: the only way to the order sender. ``module = "procs.risk:RiskAgent"``.
 
-The decisions are ``pipeline.risk.RiskGateway``'s (see there); this stage moves bytes:
+The decisions are ``pipeline.trading.risk.RiskGateway``'s (see there); this stage moves bytes:
 
 - inputs (ring names from params, each optional: an input absent from the config is not read), read in
   priority order each ``do_work``, each drained up to ``ctx.batch`` messages: ``control`` (CONTROL),
@@ -17,7 +17,7 @@ The decisions are ``pipeline.risk.RiskGateway``'s (see there); this stage moves 
   ``do_work``; no fsync (the sender's journal is the durable record of what was sent).
 
 Params (``RiskParams``: an unknown or ill-typed field fails the start naming the process and the field):
-``limits`` (table, ``pipeline.risk.RiskLimits``; ConfigError naming the bad field),
+``limits`` (table, ``pipeline.trading.risk.RiskLimits``; ConfigError naming the bad field),
 ``audit_path`` ("<supervisor.log_dir>/risk_audit.jsonl"), ``control_input`` ("control"), ``exec_input``
 ("exec"), ``signal_input`` ("sig_risk"), ``instruction_input`` ("instr"), ``output`` ("orders").
 
@@ -37,12 +37,12 @@ from typing import Any
 
 import msgspec
 
-from pipeline.agent import MARK_DECIDED, Agent, mark_code
-from pipeline.config import parse_stage_params
-from pipeline.errors import ConfigError, StartupError
-from pipeline.messages import ExecType, Kind, Label
-from pipeline.runepoch import read_run_epoch
-from pipeline.risk import (EXEC_S, SIGNAL_S, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
+from pipeline.runtime.agent import MARK_DECIDED, Agent, mark_code
+from pipeline.runtime.config import parse_stage_params
+from pipeline.runtime.errors import ConfigError, StartupError
+from pipeline.trading.messages import ExecType, Kind, Label
+from pipeline.runtime.runepoch import read_run_epoch
+from pipeline.trading.risk import (EXEC_S, SIGNAL_S, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
                            InstructionExpired, MessageRejected, OrderApproved, OrderDenied, PositionMismatch,
                            RiskGateway, RiskLimits, StateChanged, Synced, SyncStarted, VenueAccountChanged, decode_limits,
                            encode_order)

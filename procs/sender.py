@@ -2,7 +2,7 @@
 
 ``SenderAgent`` (``module = "procs.sender:SenderAgent"``) is the only process that holds the API key.
 
-Input ring ``orders`` (ORDER, ``pipeline.messages.ORDER_DTYPE``); output ring ``exec`` (EXEC_REPORT,
+Input ring ``orders`` (ORDER, ``pipeline.trading.messages.ORDER_DTYPE``); output ring ``exec`` (EXEC_REPORT,
 ``EXEC_DTYPE``). The ``ts_origin_ns`` of a report is the ORDER's for a direct answer, the clock's for
 what the sender learns by itself (polled fills, reconciliation).
 
@@ -16,7 +16,7 @@ Order of work, per order (``clientOid = client_oid(order_id)``):
    then is place-order sent (an intent whose write or fsync fails, or that finds the journal in doubt
    and unable to recover, is not sent: REJECTED with reason HALTED, ``journal_errors`` counted,
    ``sender_journal_failed`` logged).
-2. The answer is classified (``pipeline.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
+2. The answer is classified (``pipeline.trading.bitget.rest``): OK -> ``ack`` journaled, ACKED; REJECTED ->
    ``reject`` journaled, REJECTED (BAD_SIGNATURE for 40009, else VENUE_REJECTED; 43118, a clientOid
    the venue already has, is queried instead); RETRYABLE -> retried after ``retry_backoff_ms * 2**n``
    up to ``max_retries`` times, then REJECTED RATE_LIMITED (429), HALTED (venue unreachable: never
@@ -106,18 +106,18 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
-from pipeline import http1
-from pipeline.agent import (MARK_CANCEL_SENT, MARK_INTENT_SYNCED, MARK_ORDER_READ, MARK_ORDER_SENT, MARK_VENUE_ACK,
+from pipeline.runtime import http1
+from pipeline.runtime.agent import (MARK_CANCEL_SENT, MARK_INTENT_SYNCED, MARK_ORDER_READ, MARK_ORDER_SENT, MARK_VENUE_ACK,
                             Agent, mark_code)
-from pipeline.bitget import rest
-from pipeline.bitget.protocol import base_coin
-from pipeline.bitget.rest import Outcome, Result
-from pipeline.bitget.signing import load_credentials
-from pipeline.config import parse_stage_params
-from pipeline.errors import ConfigError
-from pipeline.journal import (CANCELLED, FILLED, LIVE, PARTIAL, PENDING, UNKNOWN, WORKING,
+from pipeline.trading.bitget import rest
+from pipeline.trading.bitget.protocol import base_coin
+from pipeline.trading.bitget.rest import Outcome, Result
+from pipeline.trading.bitget.signing import load_credentials
+from pipeline.runtime.config import parse_stage_params
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.journal import (CANCELLED, FILLED, LIVE, PARTIAL, PENDING, UNKNOWN, WORKING,
                               Journal, OrderEntry)
-from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ORDER_STRUCT, ExecReason, ExecType, Kind, OrderCmd, OrderOrigin,
+from pipeline.trading.messages import (EXEC_DTYPE, ORDER_DTYPE, ORDER_STRUCT, ExecReason, ExecType, Kind, OrderCmd, OrderOrigin,
                                Side, TimeInForce, client_oid, decode_order, order_id_from_client_oid)
 from pipeline.venue.server import read_port_file
 
@@ -249,7 +249,7 @@ def _loopback_pair() -> tuple[socket.socket, socket.socket]:
 
 
 class HttpTransport:
-    """The sender's keep-alive connection to 127.0.0.1 (``pipeline.http1``: the request written in one
+    """The sender's keep-alive connection to 127.0.0.1 (``pipeline.runtime.http1``: the request written in one
     ``sendall``), reopened when it drops. ``address()`` gives (host, port) at every (re)connection (the
     port file may appear late)."""
 
@@ -278,7 +278,7 @@ class HttpTransport:
         venue that trickles or floods its answer cannot hold the sender past its heartbeat). Called
         once those bytes are there, or with ``wait`` (a caller that just sent: reconciliation), which
         first waits up to ``timeout_s`` for them. Raises Lost ("stale": a reused keep-alive the venue
-        had closed; "deadline", "too large: ...": the bounds of ``pipeline.http1``)."""
+        had closed; "deadline", "too large: ...": the bounds of ``pipeline.runtime.http1``)."""
         sock = self.conn.sock
         if wait and sock is not None:
             try:

@@ -59,7 +59,7 @@ Config (one process entry; every param optional, unknown params fail the start):
                                  # further than this from its own side's best price is invalid
     itch_port = 0                # > 0: also send a synthetic ITCH 5.0 session over MoldUDP64 to this
                                  # UDP port on 127.0.0.1 (re-requests: to the packets' source port)
-    itch_events = 100000         # order-flow messages of the session (pipeline.itch.synth)
+    itch_events = 100000         # order-flow messages of the session (pipeline.trading.itch.synth)
     itch_rate = 10000.0          # messages a second (0 = as fast as possible)
     itch_drop_prob = 0.0         # fault: data packets dropped at random
     rest_port = 0                # order REST API port; 0: a free port, written to the REST port file
@@ -115,9 +115,9 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from pipeline.agent import Agent, AgentContext
-from pipeline.bitget.signing import Credentials, generate_paper_credentials, load_credentials
-from pipeline.errors import ConfigError
+from pipeline.runtime.agent import Agent, AgentContext
+from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials
+from pipeline.runtime.errors import ConfigError
 from pipeline.venue.account import AccountLog
 from pipeline.venue.errors import VenueConfigError, VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream

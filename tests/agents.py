@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import struct
 
-from pipeline.agent import Agent
-from pipeline.messages import unpack_control
+from pipeline.runtime.agent import Agent
+from pipeline.trading.messages import unpack_control
 
 SEQ = struct.Struct("<Q")
 KIND_SEQ = 100

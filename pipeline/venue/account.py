@@ -6,7 +6,7 @@ venue. ``OrderEngine`` (``pipeline.venue.orders``, sans-I/O) hands every state c
 next start ``AccountLog.open`` reads the records back for ``OrderEngine.restore``.
 
 File: default ``<run_dir>/<process name>.account`` (``run/venue.account``), mode 0600, append-only,
-one record a line in the order sender's journal line format (``pipeline.journal.encode_record``)::
+one record a line in the order sender's journal line format (``pipeline.trading.journal.encode_record``)::
 
     CCCCCCCC {json object}\\n      CCCCCCCC: CRC-32 (zlib) of the JSON bytes, 8 lowercase hex digits
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.journal import encode_record
+from pipeline.trading.journal import encode_record
 from pipeline.venue.errors import VenueError
 from pipeline.venue.orders import ACCOUNT_RECORDS
 

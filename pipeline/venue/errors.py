@@ -3,7 +3,7 @@
 The per-tick code never raises for market data: the market core returns ``None`` for an update it
 cannot apply, and the server answers a bad client request with the venue's error event.
 
-Hierarchy (every class is a ``pipeline.errors.PipelineError``)::
+Hierarchy (every class is a ``pipeline.runtime.errors.PipelineError``)::
 
     VenueError                   bad venue parameters (instruments, speed, fault values, ...)
     +-- VenueConfigError         a bad or unknown venue param (also a ConfigError: not retried)
@@ -12,7 +12,7 @@ Hierarchy (every class is a ``pipeline.errors.PipelineError``)::
 
 from __future__ import annotations
 
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.runtime.errors import ConfigError, PipelineError
 
 
 class VenueError(PipelineError):
@@ -21,7 +21,7 @@ class VenueError(PipelineError):
 
 class VenueConfigError(VenueError, ConfigError):
     """A bad or unknown venue param: a configuration error, so the stage's start fails at once and is
-    not retried (``pipeline.runner``: ConfigError at start)."""
+    not retried (``pipeline.runtime.runner``: ConfigError at start)."""
 
 
 class ReplayError(VenueError):

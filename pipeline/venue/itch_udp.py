@@ -2,7 +2,7 @@
 127.0.0.1, with re-requests answered.
 
 Sans-I/O part, ``MoldStream``: the session's messages (encoded ITCH, numbered from 1) cut into
-MoldUDP64 packets of at most ``max_datagram_bytes`` (``pipeline.itch.framing.encode_packet``),
+MoldUDP64 packets of at most ``max_datagram_bytes`` (``pipeline.trading.itch.framing.encode_packet``),
 re-request answers (the packets covering what was asked, within what was already published),
 heartbeats and the end-of-session packet.
 
@@ -24,16 +24,16 @@ import random
 from collections.abc import Sequence
 from contextlib import suppress
 
-from pipeline.itch import messages as M
-from pipeline.itch.framing import (
+from pipeline.trading.itch import messages as M
+from pipeline.trading.itch.framing import (
     MOLD_HEADER_BYTES,
     decode_request,
     encode_end_of_session,
     encode_heartbeat,
     encode_packet,
 )
-from pipeline.itch.errors import ItchError
-from pipeline.itch.synth import generate_session
+from pipeline.trading.itch.errors import ItchError
+from pipeline.trading.itch.synth import generate_session
 from pipeline.venue.errors import VenueError
 
 HOST = "127.0.0.1"
@@ -63,7 +63,7 @@ class MoldStream:
     @classmethod
     def synthetic(cls, seed: int, n_events: int, session: str = "PAPER",
                   max_datagram_bytes: int = DEFAULT_DATAGRAM_BYTES, **kwargs) -> "MoldStream":
-        """A ``pipeline.itch.synth`` session (prelude, ``n_events`` order-flow messages, epilogue);
+        """A ``pipeline.trading.itch.synth`` session (prelude, ``n_events`` order-flow messages, epilogue);
         ``kwargs`` go to ``generate_session``."""
         return cls(session, [M.encode(r) for r in generate_session(seed, n_events, **kwargs)], max_datagram_bytes)
 

@@ -32,9 +32,9 @@ change: the changed levels, the checksum of the resulting book), ``books1`` / ``
 ``trade`` (a snapshot of up to ``recent_trades`` recent trades, newest first, on subscribe; then
 the new trades of each event, oldest first).
 
-Book rules (the same as ``pipeline.bitget.book``, so a client's book equals the venue's): a level is
+Book rules (the same as ``pipeline.trading.bitget.book``, so a client's book equals the venue's): a level is
 keyed by its numeric price and keeps its ORIGINAL ``price`` / ``size`` strings; the checksum is
-``pipeline.bitget.book.bitget_checksum`` over the top 25 a side (reused, not reimplemented).
+``pipeline.trading.bitget.book.bitget_checksum`` over the top 25 a side (reused, not reimplemented).
 
 Sequence numbers: per instrument, +1 per book change (snapshot or update); a subscriber's snapshot
 carries the current one. Faults that change what the venue publishes live here, so they are
@@ -52,8 +52,8 @@ from typing import NamedTuple
 
 import orjson
 
-from pipeline.bitget.book import CHECKSUM_LEVELS, bitget_checksum
-from pipeline.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT, PING_TEXT, PONG_TEXT
+from pipeline.trading.bitget.book import CHECKSUM_LEVELS, bitget_checksum
+from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT, PING_TEXT, PONG_TEXT
 from pipeline.venue.errors import VenueError
 
 #: Channels the venue serves, and the depth of each snapshot-only book channel.

@@ -78,7 +78,7 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import NamedTuple
 
-from pipeline.bitget.protocol import QUOTE_COIN
+from pipeline.trading.bitget.protocol import QUOTE_COIN
 from pipeline.venue.errors import VenueError
 
 # Venue error codes (Bitget v2 numbering)

@@ -12,7 +12,7 @@ Three layers, the first two sans-I/O:
 - ``RestApi``: one request in, ``(http_status, json_bytes)`` out. Checks, in order: known route
   (404 "40404"), the auth headers (400 "40001" missing), ACCESS-KEY and ACCESS-PASSPHRASE (401
   "40006"), ACCESS-TIMESTAMP within ``recv_window_ms`` of the venue's wall clock (400 "40008"),
-  ACCESS-SIGN (401 "40009", ``pipeline.bitget.signing.verify`` over the exact path, query text and
+  ACCESS-SIGN (401 "40009", ``pipeline.trading.bitget.signing.verify`` over the exact path, query text and
   body bytes received), the per-key rate limit for place / cancel requests (429 "429", a token
   bucket of ``rate_limit_per_s`` tokens refilled continuously), then the JSON body / query and the
   ``OrderEngine`` (``pipeline.venue.orders``). Every answer is
@@ -69,8 +69,8 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from pipeline.bitget.protocol import QUOTE_COIN, base_coin
-from pipeline.bitget.signing import Credentials, verify
+from pipeline.trading.bitget.protocol import QUOTE_COIN, base_coin
+from pipeline.trading.bitget.signing import Credentials, verify
 from pipeline.venue.errors import VenueError
 from pipeline.venue.orders import CODE_BAD_REQUEST, OrderEngine, OrderRejected, fmt
 

@@ -96,7 +96,7 @@ from pathlib import Path
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from pipeline.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, PING_TEXT
+from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, PING_TEXT
 from pipeline.venue.errors import VenueError
 from pipeline.venue.market import (
     DEPTH_CHANNELS,
@@ -817,7 +817,7 @@ class VenueServer:
 
 
 def instrument_specs(instruments, venue: str | None = "paper") -> list[InstrumentSpec]:
-    """``InstrumentSpec``s of config instruments (``pipeline.config.InstrumentConfig``) whose
+    """``InstrumentSpec``s of config instruments (``pipeline.runtime.config.InstrumentConfig``) whose
     ``venue`` is ``venue`` (all when None)."""
     return [InstrumentSpec(i.symbol, i.tick_size, i.lot_size) for i in instruments if venue is None or i.venue == venue]
 
@@ -985,7 +985,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--itch-events", type=int, default=100_000)
     ap.add_argument("--itch-rate", type=float, default=10_000.0, help="ITCH messages a second (0 = as fast as possible)")
     args = ap.parse_args(argv)
-    from pipeline.config import load_config
+    from pipeline.runtime.config import load_config
 
     specs = instrument_specs(load_config(args.config).instruments) if args.source == "synthetic" else []
     source = make_source(args.source, instruments=specs, capture=args.capture, seed=args.seed, step_ms=args.step_ms,

@@ -23,7 +23,7 @@ step's changed levels become one update (size ``"0"`` deletes), its trades one t
 market's whole book jump by 1..``jump_ticks`` ticks with probability ``jump_prob`` per step (see
 ``pipeline.venue.synthetic``), published as ordinary book changes; ``jumps`` counts them.
 
-Replay: the RECV frames of a capture (``pipeline.bitget.capture`` line format) on the ``books``
+Replay: the RECV frames of a capture (``pipeline.trading.bitget.capture`` line format) on the ``books``
 and ``trade`` channels, translated to v2 by ``translate_frame``: ``instType`` ``"sp"`` -> ``"SPOT"``,
 v1 trade rows ``[ts, price, size, side]`` -> objects ``{"ts","price","size","side"}`` (the venue
 numbers their tradeId), original price / size strings and checksums kept. Other channels (ticker,
@@ -40,9 +40,9 @@ from typing import NamedTuple
 
 import orjson
 
-from pipeline.bitget.capture import RECV, read_capture
-from pipeline.bitget.errors import CaptureError
-from pipeline.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT
+from pipeline.trading.bitget.capture import RECV, read_capture
+from pipeline.trading.bitget.errors import CaptureError
+from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT
 from pipeline.venue.errors import ReplayError, VenueError
 from pipeline.venue.market import BookEvent, TradeEvent
 from pipeline.venue.synthetic import SyntheticMarket, SyntheticParams

@@ -13,7 +13,7 @@ import pytest
 
 from bench.pipeline import (MODEL, NEARLY_ALL, VALIDITY_RULE, Scenario, config_text, hdr_summary, labels_line,
                             models_table, stress_section, venue_pacing)
-from pipeline.config import parse_config
+from pipeline.runtime.config import parse_config
 from pipeline.venue.orders import DEFAULT_MAX_AWAY_TICKS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bench.risk import from_ring
-from pipeline.agent import LatencyTap
+from pipeline.runtime.agent import LatencyTap
 
 ROOT = Path(__file__).resolve().parents[2]
 

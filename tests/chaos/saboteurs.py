@@ -23,7 +23,7 @@ import threading
 import time
 
 from bench.chaos import ChaosPipeline
-from pipeline.messages import ORDER_DTYPE, Kind, OrderCmd
+from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd
 from procs.sender import SenderAgent
 
 #: which NEW order (1-based, as read) the broken senders lose or double

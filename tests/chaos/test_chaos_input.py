@@ -88,7 +88,7 @@ def test_no_key_material_anywhere_and_every_segment_socket_and_listener_is_priva
 
 # -------------------------------------------------------------------------------- the scanners themselves
 def test_fuzzed_frames_are_each_refused_by_the_decoder_or_fail_their_checksum():
-    from pipeline.bitget.protocol import FrameKind, make_decoder
+    from pipeline.trading.bitget.protocol import FrameKind, make_decoder
 
     frames, badsum = fuzz_frames(3_000, seed=1, first_seq=10)
     kinds = [make_decoder().decode(f).kind for f in frames]

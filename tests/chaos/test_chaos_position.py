@@ -72,7 +72,7 @@ def test_acceptance_equal_or_reducing_with_the_difference_shown():
 
 def test_sender_params_rewrites_the_bench_config(tmp_path):
     from bench.pipeline import Scenario, config_text
-    from pipeline.config import load_config
+    from pipeline.runtime.config import load_config
 
     text = _sender_params(config_text(Scenario("t", 1000, llm=True), tmp_path, "t"), account_check_ms=0,
                           journal_path=str(tmp_path / "j" / "sender.journal"))

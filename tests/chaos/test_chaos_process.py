@@ -79,7 +79,7 @@ def test_a_run_without_orders_or_fills_fails_the_flow_check():
 
 def test_orders_flow_rewrites_the_bench_config_or_says_it_cannot(tmp_path):
     from bench.pipeline import Scenario, config_text
-    from pipeline.config import load_config
+    from pipeline.runtime.config import load_config
 
     text = orders_flow(config_text(Scenario("t", 1000, llm=True), tmp_path, "t"))
     assert 'tif = "GTC"' in text and "risk_aversion = 1.0" in text and "emergency = 2.0" in text

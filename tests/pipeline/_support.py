@@ -4,7 +4,7 @@ tmp_path), real supervisor processes, polling with deadlines, and resource inspe
 Every ``Pipeline`` cleans up after itself (``cleanup``): it asks a live supervisor to go down,
 SIGKILLs whatever is left that runs with one of its config files (supervisors, runners), then
 removes every segment, semaphore, socket and pid file of its configs through
-``pipeline.supervisor.clean_stale``.
+``pipeline.runtime.supervisor.clean_stale``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from string import Template
 import orjson
 import pytest
 
-from pipeline.config import Config, load_config
-from pipeline.control import request
-from pipeline.errors import ControlError
-from pipeline.supervisor import RUNNER_ENV, clean_stale
+from pipeline.runtime.config import Config, load_config
+from pipeline.runtime.control import request
+from pipeline.runtime.errors import ControlError
+from pipeline.runtime.supervisor import RUNNER_ENV, clean_stale
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHM_DIR = Path("/dev/shm")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.agent import Agent
+from pipeline.runtime.agent import Agent
 from tests.agents import CrashAtStart
 
 

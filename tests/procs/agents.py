@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from pipeline.agent import Agent
-from pipeline.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
+from pipeline.runtime.agent import Agent
+from pipeline.trading.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
 
 
 class PayloadSink(Agent):
@@ -105,7 +105,7 @@ class FeatureCounter(Agent):
     per FEATURES message (f65: microprice offset, f62: imbalance over 5 levels) to ``params.out``."""
 
     def on_start(self, ctx):
-        from pipeline.messages import FEATURES_DTYPE
+        from pipeline.trading.messages import FEATURES_DTYPE
 
         self.dtype = FEATURES_DTYPE
         self.ctx = ctx

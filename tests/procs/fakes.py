@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
-from pipeline.agent import AgentContext
-from pipeline.config import ProcessConfig, parse_config
-from pipeline.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
+from pipeline.runtime.agent import AgentContext
+from pipeline.runtime.config import ProcessConfig, parse_config
+from pipeline.trading.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
 
 INSTRUMENTS = """
 [[instruments]]

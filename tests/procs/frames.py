@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.bitget.book import bitget_checksum
+from pipeline.trading.bitget.book import bitget_checksum
 
 
 def dumps(obj) -> str:

@@ -8,13 +8,13 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipeline.agent import Agent, AgentContext
-from pipeline.config import ProcessConfig, load_config, parse_config
-from pipeline.errors import ConfigError, StartupError
-from pipeline.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
+from pipeline.runtime.agent import Agent, AgentContext
+from pipeline.runtime.config import ProcessConfig, load_config, parse_config
+from pipeline.runtime.errors import ConfigError, StartupError
+from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
                                Kind, Label)
-from pipeline.model import Model, to_onnx
-from pipeline.runner import load_agent_class
+from pipeline.trading.model import Model, to_onnx
+from pipeline.runtime.runner import load_agent_class
 from procs.fast import FastAgent, FastParams, parse_params
 from tests.procs.agents import read_payloads
 from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until

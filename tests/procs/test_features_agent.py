@@ -7,11 +7,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipeline.agent import AgentContext
-from pipeline.config import ProcessConfig, load_config, parse_config
-from pipeline.errors import ConfigError
-from pipeline.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, TRADE_SIDE_BUY, Kind
-from pipeline.runner import load_agent_class
+from pipeline.runtime.agent import AgentContext
+from pipeline.runtime.config import ProcessConfig, load_config, parse_config
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, TRADE_SIDE_BUY, Kind
+from pipeline.runtime.runner import load_agent_class
 from procs.features import FeatureAgent, FeatureStageParams, parse_params
 from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort

@@ -21,18 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.agent import AgentContext
-from pipeline.bitget.book import Applied
-from pipeline.bitget.capture import OPEN, RECV, SEND, read_capture
-from pipeline.bitget.protocol import Subscription, subscribe_message, unsubscribe_message
-from pipeline.config import load_config
-from pipeline.errors import ConfigError
-from pipeline.itch import messages as M
-from pipeline.itch.book import L3Book
-from pipeline.itch.framing import encode_packet, iter_file_frames
-from pipeline.itch.synth import generate_binaryfile, generate_session
-from pipeline.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
-from pipeline.runner import load_agent_class
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget.book import Applied
+from pipeline.trading.bitget.capture import OPEN, RECV, SEND, read_capture
+from pipeline.trading.bitget.protocol import Subscription, subscribe_message, unsubscribe_message
+from pipeline.runtime.config import load_config
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.itch import messages as M
+from pipeline.trading.itch.book import L3Book
+from pipeline.trading.itch.framing import encode_packet, iter_file_frames
+from pipeline.trading.itch.synth import generate_binaryfile, generate_session
+from pipeline.trading.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
+from pipeline.runtime.runner import load_agent_class
 from pipeline.venue.server import read_port_file
 from procs.feed import (Backoff, BitgetFeedAgent, BitgetFeedParams, ItchFeedAgent, ItchFeedParams, ResyncThrottle,
                         parse_params)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.messages import Kind
+from pipeline.trading.messages import Kind
 from pipeline.venue.server import VenueServer, VenueThread
 from pipeline.venue.sources import ReplaySource
 from procs.feed import BitgetFeedAgent

@@ -10,17 +10,17 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipeline.agent import Agent, AgentContext
-from pipeline.config import ProcessConfig, load_config, parse_config
-from pipeline.errors import ConfigError
-from pipeline.llm.hub import LlmParams
-from pipeline.llm.prompt import example_signal
-from pipeline.messages import INSTRUCTION_DTYPE, Action, Kind
-from pipeline.runner import load_agent_class
+from pipeline.runtime.agent import Agent, AgentContext
+from pipeline.runtime.config import ProcessConfig, load_config, parse_config
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.llm.hub import LlmParams
+from pipeline.trading.llm.prompt import example_signal
+from pipeline.trading.messages import INSTRUCTION_DTYPE, Action, Kind
+from pipeline.runtime.runner import load_agent_class
 from procs.llm import LlmAgent, parse_params
 from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
 from tests.procs.agents import read_payloads
-from tests.pipeline.llm.support import tiny_model
+from tests.pipeline.trading.llm.support import tiny_model
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 from tests.procs.test_features_agent import ListInput
 
@@ -110,7 +110,7 @@ def test_200_generations_only_validated_instructions_leave_and_every_rejection_i
     assert total == 200
     # which malformations a random model produces varies from run to run (sampling); that it produces
     # several kinds, all of them counted under a known reason, does not
-    from pipeline.llm.schema import REASONS
+    from pipeline.trading.llm.schema import REASONS
 
     assert "truncated" in reasons and len(reasons) >= 3 and set(reasons) <= set(REASONS), reasons
     assert len(emitted) >= 40
@@ -279,7 +279,7 @@ class _StuckHub:
         self.entered = threading.Event()
 
     def decide(self, sig, position_lots, *, deadline_ns, abort):
-        from pipeline.llm.hub import Outcome
+        from pipeline.trading.llm.hub import Outcome
 
         self.entered.set()
         abort.wait(30)
@@ -340,7 +340,7 @@ def test_idle_the_stage_sleeps_between_looks_but_wakes_when_its_generation_finis
 
 
 def test_idle_poll_ms_must_be_positive():
-    from pipeline.errors import ConfigError
+    from pipeline.runtime.errors import ConfigError
 
     with pytest.raises(ConfigError, match="idle_poll_ms"):
         start({**LIMITS, "idle_poll_ms": 0})

@@ -10,18 +10,18 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.agent import Agent, AgentContext
-from pipeline.config import ProcessConfig, parse_config
-from pipeline.errors import ConfigError
-from pipeline.messages import (INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd, ExecType, Kind, Label,
+from pipeline.runtime.agent import Agent, AgentContext
+from pipeline.runtime.config import ProcessConfig, parse_config
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.messages import (INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd, ExecType, Kind, Label,
                                OrderCmd, Side, order_id_for)
-from pipeline.runepoch import epoch_path, read_run_epoch, write_run_epoch
+from pipeline.runtime.runepoch import epoch_path, read_run_epoch, write_run_epoch
 from procs.risk import RiskAgent
 from tests.pipeline._support import BACK_OFF, process, read_log, ring, wait_until
 from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
 from tests.procs.agents import read_payloads
 from tests.procs.test_features_agent import ListInput
-from tests.pipeline.test_risk import ctl, ex  # the EXEC_REPORT and CONTROL builders of the core's tests
+from tests.pipeline.trading.test_risk import ctl, ex  # the EXEC_REPORT and CONTROL builders of the core's tests
 
 MID = 50_000.0  # BTCUSDT of INSTRUMENTS: tick 0.1, lot 0.0001 -> one lot is 5 of notional
 
@@ -330,7 +330,7 @@ def test_keep_warm_runs_the_fast_paths_on_a_shadow_and_leaves_the_real_gateway_u
 
 def test_without_a_run_epoch_the_stage_does_not_start(tmp_path):
     """Order ids must not repeat across runs: a risk stage started outside `up` (no run epoch) refuses."""
-    from pipeline.errors import StartupError
+    from pipeline.runtime.errors import StartupError
     cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\nrun_dir = "{tmp_path / "empty"}"\n\n'
                        + ring("exec", payload=128) + ring("orders", payload=128) + INSTRUMENTS)
     proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=["exec"], outputs=["orders"], params={})

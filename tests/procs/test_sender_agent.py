@@ -25,12 +25,12 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.agent import AgentContext
-from pipeline.bitget.signing import (Credentials, generate_paper_credentials, load_credentials, verify,
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget.signing import (Credentials, generate_paper_credentials, load_credentials, verify,
                                      write_credentials_file)
-from pipeline.config import ProcessConfig, parse_config
-from pipeline.journal import Journal, encode_record
-from pipeline.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, Side, TimeInForce,
+from pipeline.runtime.config import ProcessConfig, parse_config
+from pipeline.trading.journal import Journal, encode_record
+from pipeline.trading.messages import (EXEC_DTYPE, ORDER_DTYPE, ExecReason, ExecType, Kind, OrderCmd, Side, TimeInForce,
                                client_oid)
 from pipeline.venue.orders import InstrumentRules, OrderEngine
 from pipeline.venue.rest import RestApi, RestServer
@@ -437,7 +437,7 @@ def test_over_https_a_certificate_that_does_not_verify_means_nothing_is_sent(tmp
     ("api.bitget.com", None),
 ])
 def test_base_url_is_https_anywhere_or_plain_http_to_the_loopback_only(url, ok):
-    from pipeline.errors import ConfigError
+    from pipeline.runtime.errors import ConfigError
     from procs.sender import parse_base_url
 
     if ok is None:
@@ -451,7 +451,7 @@ def test_base_url_is_https_anywhere_or_plain_http_to_the_loopback_only(url, ok):
 
 
 def test_a_ca_file_that_cannot_be_loaded_fails_the_start(tmp_path):
-    from pipeline.errors import ConfigError
+    from pipeline.runtime.errors import ConfigError
 
     with pytest.raises(ConfigError, match="ca_file"):
         Harness(tmp_path, "https://localhost:1", {"ca_file": str(tmp_path / "none.pem")})
@@ -606,7 +606,7 @@ def test_an_order_query_the_venue_is_slow_to_answer_holds_no_new_order_and_no_ca
 
 
 def test_an_order_query_that_raises_is_counted_and_the_order_is_queried_again(tmp_path, venue, monkeypatch):
-    from pipeline.bitget import rest
+    from pipeline.trading.bitget import rest
 
     h = start(tmp_path, venue)
     real, calls = rest.parse_orders, []
@@ -687,7 +687,7 @@ def test_intents_that_cannot_be_made_durable_are_not_sent_and_each_is_answered_r
 
 
 def test_connections_outside_1_to_16_fail_the_start(tmp_path, venue):
-    from pipeline.errors import ConfigError
+    from pipeline.runtime.errors import ConfigError
 
     for bad in (0, 17):
         with pytest.raises(ConfigError, match="connections"):

@@ -1,5 +1,5 @@
 """Helpers of the venue server tests: venues run in a thread, and a real WebSocket client whose
-every receive is bounded by a timeout and whose depth pushes go through ``pipeline.bitget``'s
+every receive is bounded by a timeout and whose depth pushes go through ``pipeline.trading.bitget``'s
 decoder and ``BitgetBooks`` (the feed's own integrity checks)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from websockets.sync.client import connect
 
-from pipeline.bitget import Applied, BitgetBooks, FrameKind, Subscription, make_decoder, subscribe_message
-from pipeline.bitget.protocol import unsubscribe_message
-from pipeline.messages import BOOK_DTYPE
+from pipeline.trading.bitget import Applied, BitgetBooks, FrameKind, Subscription, make_decoder, subscribe_message
+from pipeline.trading.bitget.protocol import unsubscribe_message
+from pipeline.trading.messages import BOOK_DTYPE
 from pipeline.venue.server import VenueServer, VenueThread
 from pipeline.venue.sources import InstrumentSpec, SyntheticSource
 

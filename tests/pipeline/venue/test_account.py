@@ -13,8 +13,8 @@ from decimal import Decimal
 import orjson
 import pytest
 
-from pipeline.bitget.protocol import base_coin
-from pipeline.journal import encode_record
+from pipeline.trading.bitget.protocol import base_coin
+from pipeline.trading.journal import encode_record
 from pipeline.venue.account import AccountLog, decode_account_line, main, new_account_record, parse_account_log
 from pipeline.venue.errors import VenueError
 from pipeline.venue.orders import (

@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.agent import AgentContext
-from pipeline.bitget.signing import generate_paper_credentials, load_credentials, query_string
-from pipeline.config import parse_config
-from pipeline.log import open_event_log
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget.signing import generate_paper_credentials, load_credentials, query_string
+from pipeline.runtime.config import parse_config
+from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
 from pipeline.venue.rest import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, ORDER_INFO, PLACE
 from pipeline.venue.server import read_port_file

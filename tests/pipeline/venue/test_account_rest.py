@@ -13,7 +13,7 @@ from decimal import Decimal
 import orjson
 import pytest
 
-from pipeline.bitget.signing import Credentials, generate_paper_credentials, load_credentials, query_string
+from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials, query_string
 from pipeline.venue.account import AccountLog, parse_account_log
 from pipeline.venue.orders import InstrumentRules, OrderEngine
 from pipeline.venue.rest import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, FILLS, PLACE, RestApi, RestServer

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agent import AgentContext
-from pipeline.bitget import FrameKind
-from pipeline.config import parse_config
-from pipeline.log import open_event_log
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget import FrameKind
+from pipeline.runtime.config import parse_config
+from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
 from pipeline.venue.server import read_port_file
 from procs.venue import PUBLISHED_STATS, VenueAgent
@@ -56,7 +56,7 @@ def test_agent_serves_paper_instruments_writes_the_port_file_and_publishes_count
 def test_agent_can_also_send_itch_over_moldudp64(tmp_path):
     import socket
 
-    from pipeline.itch.framing import decode_packet
+    from pipeline.trading.itch.framing import decode_packet
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
@@ -133,7 +133,7 @@ def test_supervised_venue_serves_clients_and_reports_its_counters(pipe):
 
 
 def test_a_bad_or_unknown_param_is_a_config_error_naming_the_process_so_the_start_is_not_retried(tmp_path):
-    from pipeline.errors import ConfigError
+    from pipeline.runtime.errors import ConfigError
 
     with pytest.raises(ConfigError, match="venue: unknown venue params"):  # the runner's permanent kind
         VenueAgent().on_start(_ctx(tmp_path, "prot = 1"))

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from pipeline.agent import AgentContext
-from pipeline.bitget import Applied, FrameKind
-from pipeline.config import parse_config
-from pipeline.log import open_event_log
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget import Applied, FrameKind
+from pipeline.runtime.config import parse_config
+from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
 from pipeline.venue.orders import InstrumentRules, OrderEngine, OrderRejected
 from pipeline.venue.server import (

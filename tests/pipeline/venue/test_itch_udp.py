@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pipeline.itch import messages as M
-from pipeline.itch.framing import MoldSequencer, decode_packet, encode_request
+from pipeline.trading.itch import messages as M
+from pipeline.trading.itch.framing import MoldSequencer, decode_packet, encode_request
 from pipeline.venue.errors import VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 from pipeline.venue.server import VenueServer, VenueThread

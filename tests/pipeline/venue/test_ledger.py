@@ -11,10 +11,10 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.agent import AgentContext
-from pipeline.bitget.signing import generate_paper_credentials, load_credentials
-from pipeline.config import parse_config
-from pipeline.log import open_event_log
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget.signing import generate_paper_credentials, load_credentials
+from pipeline.runtime.config import parse_config
+from pipeline.runtime.log import open_event_log
 from pipeline.venue.rest import PLACE
 from pipeline.venue.server import read_port_file
 from procs.venue import LEDGER_STATS, PUBLISHED_STATS, VenueAgent

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.bitget import Applied, BitgetBooks, FrameKind, bitget_checksum, make_decoder
-from pipeline.messages import BOOK_DTYPE
+from pipeline.trading.bitget import Applied, BitgetBooks, FrameKind, bitget_checksum, make_decoder
+from pipeline.trading.messages import BOOK_DTYPE
 from pipeline.venue.errors import VenueError
 from pipeline.venue.market import (
     CODE_ILLEGAL_REQUEST,

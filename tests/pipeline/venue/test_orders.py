@@ -290,7 +290,7 @@ def test_construction_refuses_no_instrument_and_a_bad_max_notional(book, clock):
 
 
 def test_rules_from_config_take_tick_and_lot_of_the_matching_instrument():
-    from pipeline.config import InstrumentConfig
+    from pipeline.runtime.config import InstrumentConfig
 
     cfg = [InstrumentConfig(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001)]
     rules = rules_from_config(cfg, ["BTCUSDT", "SUNUSDT"])

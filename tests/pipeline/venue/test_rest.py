@@ -15,10 +15,10 @@ from decimal import Decimal
 import orjson
 import pytest
 
-from pipeline.agent import AgentContext
-from pipeline.bitget.signing import Credentials, generate_paper_credentials, load_credentials, query_string
-from pipeline.config import parse_config
-from pipeline.log import open_event_log
+from pipeline.runtime.agent import AgentContext
+from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials, query_string
+from pipeline.runtime.config import parse_config
+from pipeline.runtime.log import open_event_log
 from pipeline.venue.orders import InstrumentRules, OrderEngine
 from pipeline.venue.rest import (
     CANCEL,

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from pipeline.bitget import Applied, FrameKind, bitget_checksum
-from pipeline.bitget.protocol import resync_messages
+from pipeline.trading.bitget import Applied, FrameKind, bitget_checksum
+from pipeline.trading.bitget.protocol import resync_messages
 from pipeline.venue.server import HOST, VenueServer, VenueThread
 from pipeline.venue.sources import ReplaySource
 from tests.pipeline._support import wait_until

@@ -1,6 +1,6 @@
 """The paper venue's REST server against slow and malformed peers (slowloris), over real sockets on
 127.0.0.1: a crowd of connections that dribble a header byte at a time must never make a
-well-behaved client (the order sender's own ``pipeline.http1.Connection``, a complete request at
+well-behaved client (the order sender's own ``pipeline.runtime.http1.Connection``, a complete request at
 once) wait or be refused; a head or body that never completes is answered 408 at its deadline; a
 body cut short by end of file, and a bare LF / bare CR line ending, are answered 400 at once; an
 idle connection is closed at its idle timeout; a peer that does not read its answers is reset.
@@ -20,8 +20,8 @@ from decimal import Decimal
 import orjson
 import pytest
 
-from pipeline import http1
-from pipeline.bitget.signing import generate_paper_credentials, load_credentials
+from pipeline.runtime import http1
+from pipeline.trading.bitget.signing import generate_paper_credentials, load_credentials
 from pipeline.venue.orders import InstrumentRules, OrderEngine
 from pipeline.venue.rest import PLACE, UNFILLED, HttpError, HttpParser, RestApi, RestServer
 from pipeline.venue.server import VenueServer, VenueThread

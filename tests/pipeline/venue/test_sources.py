@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipeline.bitget.capture import format_line
+from pipeline.trading.bitget.capture import format_line
 from pipeline.venue.errors import ReplayError, VenueError
 from pipeline.venue.market import BookEvent, TradeEvent
 from pipeline.venue.sources import InstrumentSpec, ReplaySource, SyntheticSource, translate_frame

@@ -1,0 +1,254 @@
+"""Configuration: TOML files decoded into frozen msgspec Structs that reject unknown fields.
+
+One file describes the rings, the processes, the instruments, the supervisor and the GPU budget.
+``load_config`` rejects a bad file before anything starts; every error names the field path
+(``$.processes[1].inputs[0]``) and what is wrong with it.
+
+Example (see configs/ for complete files)::
+
+    [supervisor]
+    shm_prefix = "tp"
+
+    [[rings]]
+    name = "md"
+    max_payload_bytes = 512
+    capacity = 4096
+    full_policy = "drop"
+
+    [[processes]]
+    name = "feed"
+    module = "procs.feed:BitgetFeedAgent"
+    outputs = ["md"]
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from pipeline.runtime.errors import ConfigError
+
+Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,30}$")]
+PositiveMs = Annotated[int, msgspec.Meta(ge=1, le=3_600_000)]
+WaitName = Literal["auto", "busy-spin", "back-off", "blocking"]
+
+
+class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class RestartPolicy(_Strict):
+    """How the supervisor restarts a process that died or hung.
+
+    The n-th consecutive restart waits ``min(backoff_initial_ms * backoff_multiplier**(n-1),
+    backoff_max_ms)``; a process that stays up ``stable_after_ms`` resets n. More than
+    ``max_restarts`` restarts inside ``window_ms`` is flapping: the process goes FATAL.
+    """
+
+    backoff_initial_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 0
+    backoff_multiplier: Annotated[float, msgspec.Meta(ge=1.0, le=10.0)] = 2.0
+    backoff_max_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 5_000
+    stable_after_ms: PositiveMs = 10_000
+    max_restarts: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 30
+    window_ms: PositiveMs = 60_000
+
+
+class RingConfig(_Strict):
+    """One SPSC ring: one producer process (or the supervisor for ``control_ring``), one consumer."""
+
+    name: Name
+    max_payload_bytes: Annotated[int, msgspec.Meta(ge=1, le=65_535)]
+    capacity: Annotated[int, msgspec.Meta(ge=2, le=1 << 24)]
+    full_policy: Literal["drop", "backpressure"]
+
+
+class ProcessConfig(_Strict):
+    """One stage process. ``module`` is ``package.module:AgentClass``."""
+
+    name: Name
+    module: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+    inputs: list[Name] = []
+    outputs: list[Name] = []
+    core: int | Literal["auto"] = "auto"
+    wait: WaitName = "auto"
+    # while idle (any wait; a parked stage is woken for it), the runner calls the agent's keep_warm()
+    # at most this often (0 = never)
+    keep_warm_us: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
+    # CPU niceness of the whole process (0 = normal; 1..19 = lower priority, inherited by its threads):
+    # a slow-path process yields a shared core to the fast path's processes
+    nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = 0
+    heartbeat_timeout_ms: PositiveMs = 2_000
+    ready_timeout_ms: PositiveMs = 30_000
+    batch: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 256
+    restart: RestartPolicy = RestartPolicy()
+    params: dict[str, Any] = {}
+
+
+class InstrumentConfig(_Strict):
+    """An instrument; the hot path knows it only by ``id``."""
+
+    id: Annotated[int, msgspec.Meta(ge=1, le=65_535)]
+    symbol: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+    tick_size: Annotated[float, msgspec.Meta(gt=0)]
+    lot_size: Annotated[float, msgspec.Meta(gt=0)]
+    venue: str = "paper"
+
+
+class GpuConfig(_Strict):
+    """GPU budget: what the configured models need must fit the card with ``reserve_mib`` left free."""
+
+    require: bool = False
+    device_id: Annotated[int, msgspec.Meta(ge=0, le=63)] = 0
+    reserve_mib: Annotated[int, msgspec.Meta(ge=0)] = 1_024
+    llm_weights_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
+    llm_kv_cache_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
+    onnx_mem_limit_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class SupervisorConfig(_Strict):
+    """Where the supervisor keeps its files and how it talks and polls."""
+
+    shm_prefix: Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,15}$")] = "tp"
+    run_dir: str = "run"
+    log_dir: str = "logs"
+    # ipc://PATH only (default: ipc://<run_dir>/control.sock, created 0600 in the 0700 run dir): whoever
+    # can connect can halt, restart or stop the pipeline, so there is no tcp:// option
+    control_endpoint: str = ""
+    control_ring: str = ""  # ring the supervisor writes CONTROL messages into ("" = none)
+    # "zmq" / "mp-queue": the same processes over pyzmq / multiprocessing.Queue, for comparison only
+    transport: Literal["ring", "zmq", "mp-queue"] = "ring"
+    # how stage processes start: forked from a fork server that has imported their code once
+    # (pipeline/runtime/forkserver.py), or each a fresh `python -m pipeline.runtime.runner`; mp-queue: always spawned
+    launcher: Literal["fork-server", "exec"] = "fork-server"
+    poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=1_000)] = 10
+    heartbeat_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
+    stop_grace_ms: PositiveMs = 3_000
+    log_max_bytes: Annotated[int, msgspec.Meta(ge=4_096)] = 10_000_000
+    log_backups: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
+
+
+class Config(_Strict):
+    """The whole system's configuration."""
+
+    supervisor: SupervisorConfig = SupervisorConfig()
+    gpu: GpuConfig = GpuConfig()
+    rings: list[RingConfig] = []
+    processes: list[ProcessConfig] = []
+    instruments: list[InstrumentConfig] = []
+
+    def ring(self, name: str) -> RingConfig:
+        for r in self.rings:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def process(self, name: str) -> ProcessConfig:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def segment_name(self, ring: str) -> str:
+        """The /dev/shm name of a ring of this configuration."""
+        return f"{self.supervisor.shm_prefix}.{ring}"
+
+    def control_endpoint(self) -> str:
+        return self.supervisor.control_endpoint or f"ipc://{Path(self.supervisor.run_dir).resolve()}/control.sock"
+
+
+_ENDPOINT = re.compile(r"^ipc://.+$")
+
+
+def _check(cfg: Config) -> None:
+    """Cross-field rules msgspec cannot express. Raises ConfigError naming the field path."""
+    ring_names = {}
+    for i, r in enumerate(cfg.rings):
+        if r.name in ring_names:
+            raise ConfigError(f"$.rings[{i}].name: duplicate ring name {r.name!r}")
+        ring_names[r.name] = i
+        if r.capacity & (r.capacity - 1):
+            raise ConfigError(f"$.rings[{i}].capacity: must be a power of two, got {r.capacity}")
+    producers: dict[str, str] = {}
+    consumers: dict[str, str] = {}
+    ctl = cfg.supervisor.control_ring
+    if ctl:
+        if ctl not in ring_names:
+            raise ConfigError(f"$.supervisor.control_ring: unknown ring {ctl!r}")
+        producers[ctl] = "supervisor"
+    seen = set()
+    for i, p in enumerate(cfg.processes):
+        if p.name in seen:
+            raise ConfigError(f"$.processes[{i}].name: duplicate process name {p.name!r}")
+        seen.add(p.name)
+        for field, table in (("inputs", consumers), ("outputs", producers)):
+            for j, rn in enumerate(getattr(p, field)):
+                path = f"$.processes[{i}].{field}[{j}]"
+                if rn not in ring_names:
+                    raise ConfigError(f"{path}: unknown ring {rn!r}")
+                if rn in table:
+                    role = "consumer" if field == "inputs" else "producer"
+                    raise ConfigError(f"{path}: ring {rn!r} already has {role} {table[rn]!r} (rings are single-producer, single-consumer)")
+                table[rn] = p.name
+        if isinstance(p.core, int) and p.core < 0:
+            raise ConfigError(f"$.processes[{i}].core: must be >= 0 or 'auto', got {p.core}")
+        if p.restart.backoff_max_ms < p.restart.backoff_initial_ms:
+            raise ConfigError(f"$.processes[{i}].restart.backoff_max_ms: must be >= backoff_initial_ms")
+    ids = set()
+    for i, ins in enumerate(cfg.instruments):
+        if ins.id in ids:
+            raise ConfigError(f"$.instruments[{i}].id: duplicate instrument id {ins.id}")
+        ids.add(ins.id)
+    ep = cfg.supervisor.control_endpoint
+    if ep and not _ENDPOINT.match(ep):
+        raise ConfigError(f"$.supervisor.control_endpoint: must be ipc://PATH, got {ep!r} (a TCP control endpoint "
+                          "would let any local user halt, restart or stop the pipeline; the ipc socket is 0600)")
+
+
+def parse_config(text: str | bytes, source: str = "<config>") -> Config:
+    """Decode and check a TOML document.
+
+    Raises:
+        ConfigError: malformed TOML, unknown field, wrong type, out-of-bounds value or a broken
+            cross-reference; the message starts with ``source`` and names the field path.
+    """
+    try:
+        cfg = msgspec.toml.decode(text, type=Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        _check(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return cfg
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and check a config file (see ``parse_config``).
+
+    Raises:
+        ConfigError: the file cannot be read, or its content is rejected.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
+    return parse_config(data, str(p))
+
+
+def parse_stage_params(name: str, params, kind: type):
+    """A stage's ``params`` table as its frozen params struct ``kind`` (unknown fields rejected).
+
+    Raises:
+        ConfigError: an unknown or ill-typed field, named with the process
+            (``fast: bad params: Object contains unknown field `requre_gpu```).
+    """
+    try:
+        return msgspec.convert(dict(params), kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: bad params: {exc}") from None
