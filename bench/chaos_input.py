@@ -1036,7 +1036,7 @@ def venue_open_orders(p) -> int:
 
     from pipeline.trading.bitget.rest import Outcome, build_unfilled, classify_response, parse_orders
     from pipeline.trading.bitget.signing import load_credentials
-    from pipeline.venue.server import read_port_file
+    from pipeline.runtime.portfile import read_port_file
 
     req = build_unfilled(load_credentials(KEY), int(time.time() * 1000))
     conn = http.client.HTTPConnection("127.0.0.1", int(read_port_file(p.cfg.supervisor.run_dir + "/venue.rest.port")),

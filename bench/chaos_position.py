@@ -49,7 +49,7 @@ from bench.chaos_process import FLOW_MODEL, _quiesce, _soft_wait, orders_flow, w
 from bench.pipeline import KEY
 from pipeline.trading.bitget.signing import load_credentials
 from pipeline.venue.rest import ADJUST_POSITION
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 
 TMPFS_SIZE = "2m"
 MIN_PLACED = 5  # orders placed at the venue before the fault, so that the result is not vacuous

@@ -141,7 +141,7 @@ from pipeline.trading.itch.book import NO_BOOK, BookEvent, L3Book
 from pipeline.trading.itch.errors import ItchError
 from pipeline.trading.itch.framing import MoldSequencer, iter_file_frames, try_decode_packet
 from pipeline.trading.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 
 MARK_CONNECTED = -1
 MARK_DISCONNECTED = -2

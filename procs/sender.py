@@ -119,7 +119,7 @@ from pipeline.trading.journal import (CANCELLED, FILLED, LIVE, PARTIAL, PENDING,
                               Journal, OrderEntry)
 from pipeline.trading.messages import (EXEC_DTYPE, ORDER_DTYPE, ORDER_STRUCT, ExecReason, ExecType, Kind, OrderCmd, OrderOrigin,
                                Side, TimeInForce, client_oid, decode_order, order_id_from_client_oid)
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 
 CRASH_ENV = "SHMPIPE_TEST_CRASH"
 _ORDER_BYTES = ORDER_DTYPE.itemsize

@@ -123,7 +123,8 @@ from pipeline.venue.errors import VenueConfigError, VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 from pipeline.venue.orders import CODE_DUPLICATE, OrderEngine, OrderRejected, rules_from_config
 from pipeline.venue.rest import RestApi, RestServer
-from pipeline.venue.server import VenueServer, VenueThread, instrument_specs, make_source, write_port_file
+from pipeline.runtime.portfile import write_port_file
+from pipeline.venue.server import VenueServer, VenueThread, instrument_specs, make_source
 
 PARAMS = frozenset({"port", "port_file", "source", "capture", "speed", "seed", "step_ms", "loop", "delay_ms",
                     "drop_prob", "itch_port", "itch_events", "itch_rate", "itch_drop_prob", "rest_port",

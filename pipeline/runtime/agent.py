@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pipeline.runtime.errors import ConfigError
 from pipeline.runtime.config import Config, ProcessConfig
 from pipeline.runtime.log import EventLog
 
@@ -133,6 +134,26 @@ class AgentContext:
         #: the bench's full record of latencies (None unless ``LATENCY_DIR_ENV`` is set for the runner)
         self.tap: LatencyTap | None = None
 
+    def input(self, name: str | None = None):
+        """The reader of input ring ``name``; ``None``: the process's only input.
+
+        Raises:
+            ConfigError: no such input (or ``None`` with other than one input); the message names the
+                process and the inputs it has.
+        """
+        return _port(self.name, "input", self.inputs, name)
+
+    def output(self, name: str | None = None, *, required: bool = True):
+        """The writer of output ring ``name``; ``None``: the process's only output. With
+        ``required=False`` a missing ``name`` gives ``None`` (an optional output).
+
+        Raises:
+            ConfigError: a required output is missing; the message names the process and its outputs.
+        """
+        if not required and name not in self.outputs:
+            return None
+        return _port(self.name, "output", self.outputs, name)
+
     def emit(self, port, kind: int, payload, ts_origin_ns: int) -> bool:
         """Write one message to an output port (full policy applied) and account for it.
 
@@ -180,3 +201,14 @@ class AgentContext:
             return 0, 0
         p50, p99 = np.percentile(self._lat[:n], (50, 99))
         return int(p50), int(p99)
+
+
+def _port(process: str, what: str, ports: dict, name: str | None):
+    """``ports[name]``, or the only port when ``name`` is None (see ``AgentContext.input``)."""
+    if name is None:
+        if len(ports) != 1:
+            raise ConfigError(f"process {process}: name the {what} ring (params.{what}); it has {sorted(ports)}")
+        return next(iter(ports.values()))
+    if name not in ports:
+        raise ConfigError(f"process {process}: {what} ring {name!r} is not among its {what}s {sorted(ports)}")
+    return ports[name]

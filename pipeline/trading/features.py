@@ -58,13 +58,13 @@ from __future__ import annotations
 
 import enum
 import math
-import struct
 
 import numpy as np
 
-from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_LEVELS, FEATURES_DTYPE, FEATURES_FLAG_NO_EXCH_TS,
-                               FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_WARMUP, FEATURES_LEN, OFF_FEATURES_VECTOR,
-                               TRADE_DTYPE, TRADE_SIDE_BUY, TRADE_SIDE_SELL)
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_HEAD_STRUCT, BOOK_LEVELS, FEATURES_DTYPE,
+                                      FEATURES_FLAG_NO_EXCH_TS, FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_WARMUP,
+                                      FEATURES_HEAD_STRUCT, FEATURES_LEN, TRADE_SIDE_BUY,
+                                      TRADE_SIDE_SELL, TRADE_STRUCT)
 
 N_FEATURES = FEATURES_LEN
 L = BOOK_LEVELS
@@ -149,10 +149,6 @@ class Reason(enum.IntEnum):
 OK = Reason.OK
 
 # ------------------------------------------------------------------------------------- state
-_BOOK_HEAD = struct.Struct("<HHHHQQ")  # instrument_id, flags, n_bids, n_asks, seq, exch_ts_ns
-_TRADE = struct.Struct("<HB5xQQdd")  # instrument_id, side, trade_id, exch_ts_ns, price, size
-_FEAT_HEAD = struct.Struct("<HH4xQQdd")  # instrument_id, flags, book_seq, exch_ts_ns, ref_mid, ref_spread
-assert _BOOK_HEAD.size == 24 and _TRADE.size == TRADE_DTYPE.itemsize == 40 and _FEAT_HEAD.size == OFF_FEATURES_VECTOR
 _BOOK_BYTES = BOOK_DTYPE.itemsize
 # _PRESENT[nb, na]: (4, 15) mask of the present levels in the rows bid_px, bid_sz, ask_px, ask_sz
 _PRESENT = np.zeros((L + 1, L + 1, 4, L), bool)
@@ -266,7 +262,7 @@ def update_from_trade(state: FeatureState, trade, fallback_ts_ns: int = 0) -> Re
         raw = memoryview(trade.tobytes())
     if raw.nbytes != 40:
         return Reason.BAD_SIZE
-    _iid, side, _tid, ts, px, sz = _TRADE.unpack_from(raw, 0)
+    _iid, side, _tid, ts, px, sz = TRADE_STRUCT.unpack_from(raw, 0)
     if not (math.isfinite(px) and math.isfinite(sz)):
         return Reason.NON_FINITE_INPUT
     if px <= 0:
@@ -340,7 +336,7 @@ def compute(state: FeatureState, book, out, fallback_ts_ns: int = 0) -> Reason:
     raw = _as_bytes(book)
     if raw.nbytes != _BOOK_BYTES:
         return Reason.BAD_SIZE
-    _iid, bflags, nb, na, seq, ts = _BOOK_HEAD.unpack_from(raw, 0)
+    _iid, bflags, nb, na, seq, ts = BOOK_HEAD_STRUCT.unpack_from(raw, 0)
     if nb > L or na > L:
         return Reason.BAD_LEVEL_COUNT
     lv = np.frombuffer(raw, "<f8", 4 * L, 24).reshape(4, L)  # bid_px, bid_sz, ask_px, ask_sz
@@ -448,7 +444,7 @@ def compute(state: FeatureState, book, out, fallback_ts_ns: int = 0) -> Reason:
     elif isinstance(out, np.ndarray):
         if out is not s._out:  # views of the caller's record, kept while it passes the same one
             s._out, s._out_bytes, s._out_vec = out, memoryview(out).cast("B"), out["features"]
-        _FEAT_HEAD.pack_into(s._out_bytes, 0, s.instrument_id, flags, seq, book_ts, mid, spread)
+        FEATURES_HEAD_STRUCT.pack_into(s._out_bytes, 0, s.instrument_id, flags, seq, book_ts, mid, spread)
         s._out_vec[...] = row
     else:  # an np.void record: field by field
         out["instrument_id"], out["flags"], out["book_seq"] = s.instrument_id, flags, seq

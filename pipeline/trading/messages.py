@@ -187,6 +187,8 @@ BOOK_DTYPE = np.dtype([
     ("ask_px", "<f8", (BOOK_LEVELS,)), ("ask_sz", "<f8", (BOOK_LEVELS,)),
 ])
 assert BOOK_DTYPE.itemsize == 504
+BOOK_HEAD_STRUCT = struct.Struct("<HHHHQQ")  # the fields before the levels (pinned against BOOK_DTYPE by a test)
+assert BOOK_HEAD_STRUCT.size == 24
 
 TRADE_SIDE_BUY = 1
 TRADE_SIDE_SELL = 2
@@ -195,6 +197,8 @@ TRADE_DTYPE = np.dtype([
     ("trade_id", "<u8"), ("exch_ts_ns", "<u8"), ("price", "<f8"), ("size", "<f8"),
 ])
 assert TRADE_DTYPE.itemsize == 40
+TRADE_STRUCT = struct.Struct("<HB5xQQdd")  # TRADE_DTYPE as a struct (pinned against it by a test)
+assert TRADE_STRUCT.size == TRADE_DTYPE.itemsize
 
 
 FEATURES_LEN = 128
@@ -256,6 +260,8 @@ INSTRUCTION_DTYPE = np.dtype([
     ("confidence", "<f4"), ("instruction_id", "<u8"),
 ])
 assert INSTRUCTION_DTYPE.itemsize == 48
+INSTRUCTION_STRUCT = struct.Struct("<HBBiqQQIfQ")  # INSTRUCTION_DTYPE as a struct (pinned against it by a test)
+assert INSTRUCTION_STRUCT.size == INSTRUCTION_DTYPE.itemsize
 
 
 class OrderCmd(enum.IntEnum):
@@ -356,6 +362,8 @@ EXEC_DTYPE = np.dtype([
     ("fill_id", "<u8"),
 ])
 assert EXEC_DTYPE.itemsize == 56
+EXEC_STRUCT = struct.Struct("<HBBH2xQdddQQ")  # EXEC_DTYPE as a struct (pinned against it by a test)
+assert EXEC_STRUCT.size == EXEC_DTYPE.itemsize
 
 
 def order_id_for(instrument_id: int, origin_seq: int, leg: int, epoch: int = 0) -> int:

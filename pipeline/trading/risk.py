@@ -61,22 +61,21 @@ from __future__ import annotations
 
 import enum
 import math
-import struct
 from collections import deque
 from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 
 from pipeline.runtime.errors import ConfigError
-from pipeline.trading.messages import (ORDER_STRUCT, SIGNAL_STRUCT, Action, ControlCmd, ExecReason, ExecType, Label, OrderCmd,
+from pipeline.trading.messages import (EXEC_STRUCT, INSTRUCTION_STRUCT, ORDER_STRUCT, SIGNAL_STRUCT, Action, ControlCmd, ExecReason, ExecType, Label, OrderCmd,
                                OrderOrigin, Side, TimeInForce, order_id_for, unpack_control)
 
 # ---------------------------------------------------------------------------------------------- layouts
 # struct views of the layouts declared in pipeline.trading.messages (pinned against the numpy dtypes by a test)
 SIGNAL_S = SIGNAL_STRUCT
-INSTRUCTION_S = struct.Struct("<HBBiqQQIfQ")
+INSTRUCTION_S = INSTRUCTION_STRUCT
 ORDER_S = ORDER_STRUCT
-EXEC_S = struct.Struct("<HBBH2xQdddQQ")
+EXEC_S = EXEC_STRUCT
 assert (SIGNAL_S.size, INSTRUCTION_S.size, ORDER_S.size, EXEC_S.size) == (56, 48, 48, 56)
 
 NS_PER_MS = 1_000_000

@@ -82,7 +82,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import json
 import os
 import random
 import signal
@@ -112,6 +111,7 @@ from pipeline.venue.market import (
     parse_request,
 )
 from pipeline.venue.sources import InstrumentSpec, ReplaySource, SyntheticSource
+from pipeline.runtime.portfile import write_port_file
 
 HOST = "127.0.0.1"
 PATH = "/v2/ws/public"
@@ -844,34 +844,6 @@ def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), captur
             raise VenueError("jump_prob is a fault of the synthetic source only (a replay's book is the capture's)")
         return ReplaySource.from_capture(capture)
     raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay'")
-
-
-def write_port_file(path: str | Path, port: int) -> None:
-    """Write ``port`` (decimal, newline) to ``path`` atomically (a reader never sees half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{port}\n")
-    os.replace(tmp, path)
-
-
-def read_port_file(path: str | Path) -> int:
-    """The port in a port file: ``8080`` (what ``write_port_file`` writes), ``host:8080``, or a
-    JSON object with ``port``.
-
-    Raises:
-        OSError: the file cannot be read. ValueError: no valid port in it.
-    """
-    text = Path(path).read_text().strip()
-    if text.startswith("{"):
-        doc = json.loads(text)
-        port = doc.get("port", doc.get("ws_port"))
-    else:
-        port = text.rsplit(":", 1)[-1]
-    port = int(port)
-    if not 0 < port <= 65535:
-        raise ValueError(f"{path}: not a port: {port}")
-    return port
 
 
 class VenueThread:

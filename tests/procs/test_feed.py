@@ -33,7 +33,7 @@ from pipeline.trading.itch.framing import encode_packet, iter_file_frames
 from pipeline.trading.itch.synth import generate_binaryfile, generate_session
 from pipeline.trading.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
 from pipeline.runtime.runner import load_agent_class
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 from procs.feed import (Backoff, BitgetFeedAgent, BitgetFeedParams, ItchFeedAgent, ItchFeedParams, ResyncThrottle,
                         parse_params)
 from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until

@@ -20,7 +20,7 @@ from pipeline.runtime.config import parse_config
 from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
 from pipeline.venue.rest import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, ORDER_INFO, PLACE
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 from procs.venue import VenueAgent
 from tests.pipeline._support import process
 from tests.procs.fakes import INSTRUMENTS

@@ -12,7 +12,7 @@ from pipeline.trading.bitget import FrameKind
 from pipeline.runtime.config import parse_config
 from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 from procs.venue import PUBLISHED_STATS, VenueAgent
 from tests.pipeline._support import BACK_OFF, process, wait_until
 from tests.pipeline.venue._client import CAPTURE_PATH, Client, sub

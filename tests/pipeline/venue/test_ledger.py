@@ -16,7 +16,7 @@ from pipeline.trading.bitget.signing import generate_paper_credentials, load_cre
 from pipeline.runtime.config import parse_config
 from pipeline.runtime.log import open_event_log
 from pipeline.venue.rest import PLACE
-from pipeline.venue.server import read_port_file
+from pipeline.runtime.portfile import read_port_file
 from procs.venue import LEDGER_STATS, PUBLISHED_STATS, VenueAgent
 from tests.pipeline._support import process
 from tests.procs.fakes import INSTRUMENTS

@@ -33,7 +33,8 @@ from pipeline.venue.rest import (
     RestServer,
     TokenBucket,
 )
-from pipeline.venue.server import VenueServer, VenueThread, read_port_file
+from pipeline.runtime.portfile import read_port_file
+from pipeline.venue.server import VenueServer, VenueThread
 from procs.venue import ORDER_STATS, VenueAgent
 from tests.pipeline._support import process
 from tests.pipeline.venue._client import synthetic
