@@ -57,7 +57,7 @@ SIGNAL payload (56 bytes; numpy ``SIGNAL_DTYPE``), one per FEATURES, from the fa
      32      8    ref_spread      f64   the FEATURES' reference spread
      40     16    probs           f32[4] HOLD, LEAN_BUY, LEAN_SELL, EMERGENCY
 
-On ``sig_llm`` the fast stage sends SIGNAL_CTX (568 bytes; numpy ``SIGNAL_CTX_DTYPE``, kind SIGNAL):
+On ``sig_llm`` the fast stage sends SIGNAL_CTX (568 bytes; numpy ``SIGNAL_CTX_DTYPE``, kind SIGNAL_CTX):
 the SIGNAL above followed by the FEATURES vector it was computed from (``f32[128]`` at offset 56), so
 the LLM hub can describe the book without a second ring.
 
@@ -106,6 +106,15 @@ EXEC_REPORT payload (56 bytes; numpy ``EXEC_DTYPE``), sender -> risk; events, pa
      40      8    venue_ts_ns     u64   the venue's timestamp, ns since the epoch (0 if none)
      48      8    fill_id         u64   FILL: the venue's trade id; else 0
 
+POSITION payload (24 bytes; ``POSITION_STRUCT``), risk -> llm, the gateway's view of one instrument's
+position whenever it changes (a full state: the latest supersedes every earlier one)::
+
+    offset  size  field
+      0      2    instrument_id   u16
+      2      6    (zero)
+      8      8    lots            i64   signed position in lots (lot_size units)
+     16      8    as_of_ns        u64   CLOCK_MONOTONIC when the gateway's position changed
+
 CONTROL payload (16 bytes)::
 
     0        2        4                8               16
@@ -136,6 +145,8 @@ class Kind(enum.IntEnum):
     ORDER = 6
     EXEC_REPORT = 7
     CONTROL = 8
+    SIGNAL_CTX = 9
+    POSITION = 10
 
 
 class ControlCmd(enum.IntEnum):
@@ -364,6 +375,22 @@ EXEC_DTYPE = np.dtype([
 assert EXEC_DTYPE.itemsize == 56
 EXEC_STRUCT = struct.Struct("<HBBH2xQdddQQ")  # EXEC_DTYPE as a struct (pinned against it by a test)
 assert EXEC_STRUCT.size == EXEC_DTYPE.itemsize
+
+
+POSITION_STRUCT = struct.Struct("<H6xqQ")
+assert POSITION_STRUCT.size == 24
+
+
+def pack_position(instrument_id: int, lots: int, as_of_ns: int) -> bytes:
+    """The POSITION payload."""
+    return POSITION_STRUCT.pack(instrument_id, lots, as_of_ns)
+
+
+def unpack_position(payload) -> tuple[int, int, int] | None:
+    """Decode a POSITION payload into (instrument_id, lots, as_of_ns); None when it is the wrong size."""
+    if len(payload) != POSITION_STRUCT.size:
+        return None
+    return POSITION_STRUCT.unpack_from(payload, 0)
 
 
 def order_id_for(instrument_id: int, origin_seq: int, leg: int, epoch: int = 0) -> int:

@@ -14,7 +14,17 @@ from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_LEVE
 
 def test_kinds_are_stable_wire_codes():
     assert [(k.name, k.value) for k in Kind] == [("BOOK", 1), ("TRADE", 2), ("FEATURES", 3), ("SIGNAL", 4),
-                                                ("INSTRUCTION", 5), ("ORDER", 6), ("EXEC_REPORT", 7), ("CONTROL", 8)]
+                                                ("INSTRUCTION", 5), ("ORDER", 6), ("EXEC_REPORT", 7), ("CONTROL", 8),
+                                                ("SIGNAL_CTX", 9), ("POSITION", 10)]
+
+
+def test_position_golden_bytes():
+    from pipeline.trading.messages import pack_position, unpack_position
+
+    raw = pack_position(7, -3, 0x0102030405060708)
+    assert raw == bytes.fromhex("0700" "000000000000" "fdffffffffffffff" "0807060504030201")
+    assert unpack_position(raw) == (7, -3, 0x0102030405060708)
+    assert unpack_position(raw[:-1]) is None
 
 
 def test_book_layout_offsets():
