@@ -23,7 +23,7 @@ Measured on this machine, on ``books15`` frames of the synthetic venue model (on
 
 The classifier of (b)-(d') is ``--model`` (default: the shipped ``models/generated/fast.onnx``, the
 file ``make up`` runs; trained here when missing); every row of the report names its file (path and
-sha256). Every percentile is HdrHistogram's (``bench.pipeline.hdr_summary``).
+sha256). Every percentile is HdrHistogram's (``bench.report.hdr_summary``).
 
 Writes ``bench/results/<UTC timestamp>-fast/results.json`` and ``report.md``; prints the table.
 """
@@ -44,7 +44,8 @@ import orjson
 
 from bench import report
 from bench.feed import books15_synthetic
-from bench.pipeline import hdr_summary
+from bench import configtext as ct
+from bench.report import hdr_summary
 from pipeline.trading.bitget.book import Applied, BitgetBooks
 from pipeline.trading.bitget.protocol import make_decoder
 from pipeline.trading.features import FeatureParams, FeatureState, compute
@@ -164,75 +165,25 @@ def bench_naive(model: Path, frames: list[bytes], passes: int, period_s: float =
     return percentiles_us(ns)
 
 
-CONFIG = """
-[supervisor]
-shm_prefix = "{prefix}"
-run_dir = "{run}"
-log_dir = "{logs}"
-poll_interval_ms = 10
-heartbeat_interval_ms = 100
-stop_grace_ms = 3000
-
-[[rings]]
-name = "md"
-max_payload_bytes = 512
-capacity = 8192
-full_policy = "drop"
-
-[[rings]]
-name = "feat"
-max_payload_bytes = 560
-capacity = 4096
-full_policy = "drop"
-
-[[rings]]
-name = "sig_risk"
-max_payload_bytes = 64
-capacity = 4096
-full_policy = "drop"
-
-[[processes]]
-name = "venue"
-module = "procs.venue:VenueAgent"
-wait = "back-off"
-params = {{ port = 0, seed = 1, step_ms = 20, port_file = "{run}/venue.port" }}
-
-[[processes]]
-name = "feed"
-module = "procs.feed:BitgetFeedAgent"
-{feed_place}
-outputs = ["md"]
-wait = "back-off"
-params = {{ port_file = "{run}/venue.port", channels = ["books15"] }}
-
-[[processes]]
-name = "features"
-module = "procs.features:FeatureAgent"
-{features_place}
-inputs = ["md"]
-outputs = ["feat"]
-
-[[processes]]
-name = "fast"
-module = "procs.fast:FastAgent"
-{fast_place}
-inputs = ["feat"]
-outputs = ["sig_risk"]
-params = {{ model_path = "{model}", providers = "cpu" }}
-
-[[processes]]
-name = "sink"
-module = "bench.sink:LatencySink"
-inputs = ["sig_risk"]
-params = {{ out = "{sink}" }}
-
-[[instruments]]
-id = 1
-symbol = "BTCUSDT"
-venue = "paper"
-tick_size = 0.1
-lot_size = 0.0001
-"""
+def end_to_end_config(*, prefix: str, tmp: Path, model: Path, sink: Path, spin: bool, warm: bool) -> str:
+    """The config of (d): venue (synthetic books15, a 20 ms step), feed, features, fast and
+    ``bench.sink:LatencySink`` on sig_risk; run and log folders under ``tmp``; placement as
+    ``bench_end_to_end`` says."""
+    run = tmp / "run"
+    return ct.blocks(
+        ct.supervisor(shm_prefix=prefix, run_dir=str(run), log_dir=str(tmp / "logs"), poll_interval_ms=10,
+                      heartbeat_interval_ms=100, stop_grace_ms=3000),
+        ct.ring("md", 512, 8192, "drop"), ct.ring("feat", 560, 4096, "drop"), ct.ring("sig_risk", 64, 4096, "drop"),
+        ct.process("venue", "procs.venue:VenueAgent", wait="back-off",
+                   params={"port": 0, "seed": 1, "step_ms": 20, "port_file": str(run / "venue.port")}),
+        ct.process("feed", "procs.feed:BitgetFeedAgent", report.placement("feed", warm=warm), outputs=["md"],
+                   wait="back-off", params={"port_file": str(run / "venue.port"), "channels": ["books15"]}),
+        ct.process("features", "procs.features:FeatureAgent", report.placement("features", 0 if spin else None, warm=warm),
+                   inputs=["md"], outputs=["feat"]),
+        ct.process("fast", "procs.fast:FastAgent", report.placement("fast", 1 if spin else None, warm=warm),
+                   inputs=["feat"], outputs=["sig_risk"], params={"model_path": str(model), "providers": "cpu"}),
+        ct.process("sink", "bench.sink:LatencySink", inputs=["sig_risk"], params={"out": str(sink)}),
+        ct.BTCUSDT)
 
 
 def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: bool = True) -> dict:
@@ -249,10 +200,8 @@ def bench_end_to_end(model: Path, seconds: float, *, spin: bool = False, warm: b
         sink = t / "latency.bin"
         cfg = t / "bench.toml"
         (t / "lat").mkdir()
-        cfg.write_text(CONFIG.format(prefix=f"bf{os.getpid() % 100000}", run=t / "run", logs=t / "logs", model=model,
-                                     sink=sink, feed_place=report.placement("feed", warm=warm),
-                                     features_place=report.placement("features", 0 if spin else None, warm=warm),
-                                     fast_place=report.placement("fast", 1 if spin else None, warm=warm)))
+        cfg.write_text(end_to_end_config(prefix=f"bf{os.getpid() % 100000}", tmp=t, model=model, sink=sink, spin=spin,
+                                         warm=warm))
         settle_s = 1.0
         proc = report.run_pipeline_for(cfg, seconds + settle_s + 2.0, {**os.environ, LATENCY_DIR_ENV: str(t / "lat")})
         read = np.fromfile(sink, "<i8") if sink.exists() else np.zeros(0, np.int64)
@@ -284,77 +233,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-e2e", action="store_true", help="skip (d), the multi-process run")
     args = ap.parse_args(argv)
     out_dir, machine = report.start("fast", args.out)
-    model = args.model.resolve()
-    built = None
-    if not model.exists():
-        from pipeline.trading.model import TrainParams, build
-
-        build(model, TrainParams(steps=20_000) if args.quick else TrainParams())
-        built = ("trained by this run (--quick: 20,000 steps)" if args.quick
-                 else "trained by this run (pipeline.trading.model's defaults)")
+    model, built = model_file(args.model.resolve(), args.quick)
     mod = model_info(model, built)
     frames = books15_synthetic(400)
     payloads = book_payloads(frames)
     passes = 3 if args.quick else 25
-    rows = np.zeros((len(payloads), FEATURES_LEN), np.float32)
-    st = FeatureState(1, 0.1)
-    for i, b in enumerate(payloads):
-        compute(st, b, rows[i], i + 1)
-    res = {"features": bench_features(payloads, passes), "classifier": bench_classifier(model, rows, passes),
-           "naive_loop": bench_naive(model, frames, passes)}
-    res["naive_paced"] = bench_naive(model, frames[: 50 if args.quick else 200], 1, period_s=0.02)
+    res = measure(model, frames, payloads, passes, args.quick)
     if not args.no_e2e:
         secs = args.seconds or (4.0 if args.quick else 10.0)
         res["end_to_end"] = bench_end_to_end(model, secs)
         res["end_to_end_spin"] = bench_end_to_end(model, secs, spin=True)
         res["end_to_end_cold"] = bench_end_to_end(model, secs, warm=False)
-    fe, cl, nv = res["features"], res["classifier"], res["naive_loop"]
-
-    def verdict(v: float, t: float) -> str:
-        return f"target p50 <= {t:g} µs: {'MET' if v <= t else 'MISSED'}"
-
-    rows_md = [
-        ("(a) feature vector per BOOK (compute into a FEATURES record)", fe, verdict(fe["p50_us"], TARGETS["features_p50_us"])),
-        (f"(b) classifier, {cl['provider']}, IO binding, batch 1", cl, verdict(cl["p50_us"], TARGETS["classifier_p50_us"])),
-        ("(c) single-process loop: orjson.loads + Python level loop + InferenceSession.run", nv,
-         f"p50 is {nv['p50_us'] / (fe['p50_us'] + cl['p50_us']):.2f}x that of (a)+(b)"),
-    ]
-    no_model = "none (no classifier)"
-    short = f"{mod['path']} ({mod['sha256']})"
-    pc = res["naive_paced"]
-    rows_md.append(("(c') the same loop on the same frames, one every 20 ms (the pace of (d)), sleeping between", pc,
-                    f"{pc['p50_us'] / nv['p50_us']:.1f}x (c): the cost of cold caches"))
-    e2e, spin = res.get("end_to_end"), res.get("end_to_end_spin")
-    if e2e:
-        for key, r in (("", e2e), ("_spin", spin)):
-            res[f"e2e{key}_over_naive_p50"] = r["p50_us"] / nv["p50_us"]
-            res[f"e2e{key}_over_naive_paced_p50"] = r["p50_us"] / pc["p50_us"]
-        best = min(e2e["p50_us"], spin["p50_us"])  # the better placement: best of 2, reported with the median
-        res["e2e_best_of_2_p50_us"] = best
-        res["e2e_median_of_2_p50_us"] = statistics.median([e2e["p50_us"], spin["p50_us"]])
-        res["e2e_p50_le_naive_p50"] = best <= nv["p50_us"]
-        res["e2e_p50_le_naive_paced_p50"] = best <= pc["p50_us"]
-
-        def against(r: dict) -> str:
-            return f"{r['p50_us'] / nv['p50_us']:.1f}x (c), {r['p50_us'] / pc['p50_us']:.2f}x (c')"
-
-        rows_md.append((f"(d) end to end, venue + feed + features + fast (+ a sink): frame received -> SIGNAL written, "
-                        f"default placement (cores shared, blocking waits, {report.default_place('fast').strip() or 'no keep-warm'}; "
-                        f"{e2e['n']} SIGNALs; BOOK written at p50 "
-                        f"{e2e['feed_p50_us']:.0f} µs, FEATURES {e2e['features_p50_us']:.0f} µs; the sink read the SIGNALs "
-                        f"at p50 {e2e['sink_read_p50_us']:.0f} µs)", e2e, against(e2e)))
-        cold = res["end_to_end_cold"]
-        res["e2e_cold_over_warm_p50"] = cold["p50_us"] / e2e["p50_us"]
-        rows_md.append((f"(d-) the same as (d) without keep-warm ({cold['n']} SIGNALs; BOOK at p50 {cold['feed_p50_us']:.0f} µs, "
-                        f"FEATURES {cold['features_p50_us']:.0f} µs)", cold,
-                        f"{cold['p50_us'] / e2e['p50_us']:.2f}x (d): what keep-warm saves"))
-        rows_md.append((f"(d') the same with features on core 0 and fast on core 1, each busy-spinning with "
-                        f"keep_warm_us = 200 ({spin['n']} SIGNALs; BOOK at p50 {spin['feed_p50_us']:.0f} µs, FEATURES "
-                        f"{spin['features_p50_us']:.0f} µs; sink read at p50 {spin['sink_read_p50_us']:.0f} µs)",
-                        spin, against(spin) + f"; best of 2 ((d), (d')) p50 {res['e2e_best_of_2_p50_us']:.0f} µs "
-                        f"(median of the 2: {res['e2e_median_of_2_p50_us']:.0f} µs) <= (c) p50: "
-                        f"{'MET' if res['e2e_p50_le_naive_p50'] else 'MISSED'}; <= (c') p50: "
-                        f"{'MET' if res['e2e_p50_le_naive_paced_p50'] else 'MISSED'}"))
+        add_ratios(res)
     results = {"machine": machine, "targets": TARGETS, "frames": len(frames), "books": len(payloads),
                "source": "synthetic venue model (books15, one instrument)", "model": mod, "percentiles": "HdrHistogram",
                **res}
@@ -364,12 +254,98 @@ def main(argv: list[str] | None = None) -> int:
           "Percentiles from HdrHistogram (1 ns to 60 s, 3 significant digits).",
           f"Model of (b)-(d'): {mod['label']}.", "",
           "| measured | model file (sha256) | p50 | p99 | verdict |", "|---|---|---|---|---|"]
+    no_model = "none (no classifier)"
+    short = f"{mod['path']} ({mod['sha256']})"
     md += [f"| {a} | {no_model if a.startswith('(a)') else short} | {r['p50_us']:.2f} µs | {r['p99_us']:.2f} µs | {v} |"
-           for a, r, v in rows_md]
-    if not e2e:
+           for a, r, v in report_rows(res)]
+    if not res.get("end_to_end"):
         md += ["", "(d) end to end: not run (--no-e2e)."]
     report.write(out_dir, results, md)
     return 0
+
+
+def model_file(model: Path, quick: bool) -> tuple[Path, str | None]:
+    """``model``, trained here when it does not exist; and how this run built it (None: it did not)."""
+    if model.exists():
+        return model, None
+    from pipeline.trading.model import TrainParams, build
+
+    build(model, TrainParams(steps=20_000) if quick else TrainParams())
+    return model, ("trained by this run (--quick: 20,000 steps)" if quick
+                   else "trained by this run (pipeline.trading.model's defaults)")
+
+
+def measure(model: Path, frames: list[bytes], payloads: list[bytes], passes: int, quick: bool) -> dict:
+    """(a), (b), (c) and (c') on ``frames`` (their BOOK ``payloads``), ``passes`` times each."""
+    rows = np.zeros((len(payloads), FEATURES_LEN), np.float32)
+    st = FeatureState(1, 0.1)
+    for i, b in enumerate(payloads):
+        compute(st, b, rows[i], i + 1)
+    res = {"features": bench_features(payloads, passes), "classifier": bench_classifier(model, rows, passes),
+           "naive_loop": bench_naive(model, frames, passes)}
+    res["naive_paced"] = bench_naive(model, frames[: 50 if quick else 200], 1, period_s=0.02)
+    return res
+
+
+def add_ratios(res: dict) -> None:
+    """Add to ``res`` (with its (d) runs) the ratios of (d) and (d') to (c) and (c'), the best of the two
+    placements and their median, whether it is within (c) / (c'), and (d-) over (d)."""
+    e2e, spin, nv, pc = res["end_to_end"], res["end_to_end_spin"], res["naive_loop"], res["naive_paced"]
+    for key, r in (("", e2e), ("_spin", spin)):
+        res[f"e2e{key}_over_naive_p50"] = r["p50_us"] / nv["p50_us"]
+        res[f"e2e{key}_over_naive_paced_p50"] = r["p50_us"] / pc["p50_us"]
+    best = min(e2e["p50_us"], spin["p50_us"])  # the better placement: best of 2, reported with the median
+    res["e2e_best_of_2_p50_us"] = best
+    res["e2e_median_of_2_p50_us"] = statistics.median([e2e["p50_us"], spin["p50_us"]])
+    res["e2e_p50_le_naive_p50"] = best <= nv["p50_us"]
+    res["e2e_p50_le_naive_paced_p50"] = best <= pc["p50_us"]
+    res["e2e_cold_over_warm_p50"] = res["end_to_end_cold"]["p50_us"] / e2e["p50_us"]
+
+
+def _verdict(v: float, t: float) -> str:
+    return f"target p50 <= {t:g} µs: {'MET' if v <= t else 'MISSED'}"
+
+
+def report_rows(res: dict) -> list[tuple[str, dict, str]]:
+    """The report's rows (what was measured, its figures, the verdict or comparison): (a), (b), (c),
+    (c'), then (d), (d-) and (d') when they ran."""
+    fe, cl, nv, pc = res["features"], res["classifier"], res["naive_loop"], res["naive_paced"]
+    rows_md = [
+        ("(a) feature vector per BOOK (compute into a FEATURES record)", fe, _verdict(fe["p50_us"], TARGETS["features_p50_us"])),
+        (f"(b) classifier, {cl['provider']}, IO binding, batch 1", cl, _verdict(cl["p50_us"], TARGETS["classifier_p50_us"])),
+        ("(c) single-process loop: orjson.loads + Python level loop + InferenceSession.run", nv,
+         f"p50 is {nv['p50_us'] / (fe['p50_us'] + cl['p50_us']):.2f}x that of (a)+(b)"),
+        ("(c') the same loop on the same frames, one every 20 ms (the pace of (d)), sleeping between", pc,
+         f"{pc['p50_us'] / nv['p50_us']:.1f}x (c): the cost of cold caches"),
+    ]
+    return rows_md + (e2e_rows(res) if res.get("end_to_end") else [])
+
+
+def e2e_rows(res: dict) -> list[tuple[str, dict, str]]:
+    """The rows of (d), (d-) and (d') (``add_ratios`` done)."""
+    e2e, spin, cold = res["end_to_end"], res["end_to_end_spin"], res["end_to_end_cold"]
+    nv, pc = res["naive_loop"], res["naive_paced"]
+
+    def against(r: dict) -> str:
+        return f"{r['p50_us'] / nv['p50_us']:.1f}x (c), {r['p50_us'] / pc['p50_us']:.2f}x (c')"
+
+    return [
+        (f"(d) end to end, venue + feed + features + fast (+ a sink): frame received -> SIGNAL written, "
+         f"default placement (cores shared, blocking waits, {report.default_place('fast').strip() or 'no keep-warm'}; "
+         f"{e2e['n']} SIGNALs; BOOK written at p50 "
+         f"{e2e['feed_p50_us']:.0f} µs, FEATURES {e2e['features_p50_us']:.0f} µs; the sink read the SIGNALs "
+         f"at p50 {e2e['sink_read_p50_us']:.0f} µs)", e2e, against(e2e)),
+        (f"(d-) the same as (d) without keep-warm ({cold['n']} SIGNALs; BOOK at p50 {cold['feed_p50_us']:.0f} µs, "
+         f"FEATURES {cold['features_p50_us']:.0f} µs)", cold,
+         f"{cold['p50_us'] / e2e['p50_us']:.2f}x (d): what keep-warm saves"),
+        (f"(d') the same with features on core 0 and fast on core 1, each busy-spinning with "
+         f"keep_warm_us = 200 ({spin['n']} SIGNALs; BOOK at p50 {spin['feed_p50_us']:.0f} µs, FEATURES "
+         f"{spin['features_p50_us']:.0f} µs; sink read at p50 {spin['sink_read_p50_us']:.0f} µs)",
+         spin, against(spin) + f"; best of 2 ((d), (d')) p50 {res['e2e_best_of_2_p50_us']:.0f} µs "
+         f"(median of the 2: {res['e2e_median_of_2_p50_us']:.0f} µs) <= (c) p50: "
+         f"{'MET' if res['e2e_p50_le_naive_p50'] else 'MISSED'}; <= (c') p50: "
+         f"{'MET' if res['e2e_p50_le_naive_paced_p50'] else 'MISSED'}"),
+    ]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What the benches share: where results go, the machine line, the percentile summary, writing
-results.json + report.md (the table also printed), and running a pipeline config for a while."""
+"""What the benches share: where results go, the machine line, the HdrHistogram percentiles
+(``hdr_us``, ``percentiles_us``, ``hdr_summary``), writing results.json + report.md (the table also
+printed), the placement lines of a bench config, and running a pipeline config for a while."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
+#: the percentiles of ``hdr_summary``'s curve (the plots' percentile curves)
+CURVE_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100)
 
 
 def start(name: str, out: Path | None) -> tuple[Path, dict]:
@@ -38,15 +41,38 @@ def hdr_us(ns, percentiles=(50.0, 99.0)) -> list[float]:
     """The ``percentiles`` of nanosecond timings in µs, from an HdrHistogram (1 ns to 60 s, 3
     significant digits: within 0.1 % of the recorded value; a value under 1 ns counts as 1 ns), as
     every latency percentile the benches and chaos report. NaN each when there is no timing."""
-    from hdrh.histogram import HdrHistogram
-
     vals = np.asarray(ns, dtype=np.int64).ravel()
     if vals.size == 0:
         return [float("nan")] * len(percentiles)
-    h = HdrHistogram(1, 60_000_000_000, 3)
-    for v in np.clip(vals, 1, 60_000_000_000).tolist():
-        h.record_value(v)
+    h = _histogram(np.clip(vals, 1, 60_000_000_000).tolist())
     return [h.get_value_at_percentile(q) / 1000.0 for q in percentiles]
+
+
+def hdr_summary(lat_ns, curve: tuple = CURVE_PERCENTILES) -> dict:
+    """HdrHistogram (1 ns to 60 s, 3 significant digits) of nanosecond timings: n, p50 / p99 / p99.9 /
+    max in µs and the percentile ``curve`` ([[q, µs], ...]); ``{"n": 0}`` for none. Every percentile
+    bench.pipeline and bench.fast report comes from here (a value under 1 ns is recorded as 1 ns; one
+    over 60 s is not recorded, but counted in n)."""
+    vals = np.asarray(lat_ns, dtype=np.int64).ravel()
+    if vals.size == 0:
+        return {"n": 0}
+    h = _histogram(np.maximum(vals, 1).tolist())
+    out = {"n": int(vals.size), "p50_us": h.get_value_at_percentile(50) / 1000,
+           "p99_us": h.get_value_at_percentile(99) / 1000, "p999_us": h.get_value_at_percentile(99.9) / 1000,
+           "max_us": h.get_max_value() / 1000, "percentiles": "HdrHistogram"}
+    if curve:
+        out["curve"] = [[q, h.get_value_at_percentile(q) / 1000] for q in curve]
+    return out
+
+
+def _histogram(values: list[int]):
+    """An HdrHistogram of 1 ns to 60 s, 3 significant digits, with each of ``values`` recorded."""
+    from hdrh.histogram import HdrHistogram
+
+    h = HdrHistogram(1, 60_000_000_000, 3)
+    for v in values:
+        h.record_value(v)
+    return h
 
 
 def percentiles_us(ns) -> dict:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import configtext as ct
 from bench import report
 from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import InstrumentConfig
@@ -207,72 +208,29 @@ class EmergencySource(Agent):
         pass
 
 
-EMERGENCY_CONFIG = """
-[supervisor]
-shm_prefix = "{prefix}"
-run_dir = "{run}"
-log_dir = "{logs}"
-control_ring = "control"
-
-[[rings]]
-name = "sig_risk"
-max_payload_bytes = 64
-capacity = 4096
-full_policy = "drop"
-
-[[rings]]
-name = "orders"
-max_payload_bytes = 128
-capacity = 4096
-full_policy = "backpressure"
-
-[[rings]]
-name = "exec"
-max_payload_bytes = 128
-capacity = 4096
-full_policy = "backpressure"
-
-[[rings]]
-name = "control"
-max_payload_bytes = 16
-capacity = 64
-full_policy = "backpressure"
-
-[[processes]]
-name = "venue"
-module = "procs.venue:VenueAgent"
-wait = "back-off"
-params = {{ port = 0, seed = 1, port_file = "{run}/venue.port", rest_port_file = "{run}/venue.rest.port", key_file = "{key}", rate_limit_per_s = 10000.0 }}
-
-[[processes]]
-name = "risk"
-module = "procs.risk:RiskAgent"
-{risk_place}
-inputs = ["control", "exec", "sig_risk"]
-outputs = ["orders"]
-params = {{ limits = {{ emergency_cooldown_ms = 0, stale_ref_ms = 60000 }} }}
-
-[[processes]]
-name = "sender"
-module = "procs.sender:SenderAgent"
-{sender_place}
-inputs = ["orders"]
-outputs = ["exec"]
-params = {{ venue_port_file = "{run}/venue.rest.port", key_file = "{key}", journal_path = "{run}/sender.journal", rate_limit_per_s = 10000 }}
-
-[[processes]]
-name = "source"
-module = "bench.risk:EmergencySource"
-outputs = ["sig_risk"]
-params = {{ rate_per_s = {rate}, delay_s = 2.0 }}
-
-[[instruments]]
-id = 1
-symbol = "BTCUSDT"
-venue = "paper"
-tick_size = 0.1
-lot_size = 0.0001
-"""
+def emergency_config(*, prefix: str, tmp: Path, key: Path | str, rate: float, spin: bool, warm: bool) -> str:
+    """The config of (b): the paper venue, the risk gateway (cool-down 0), the sender and the
+    ``EmergencySource`` writing ``rate`` EMERGENCY SIGNALs a second; run and log folders under
+    ``tmp``; placement as ``bench_emergency`` says."""
+    run = tmp / "run"
+    return ct.blocks(
+        ct.supervisor(shm_prefix=prefix, run_dir=str(run), log_dir=str(tmp / "logs"), control_ring="control"),
+        ct.ring("sig_risk", 64, 4096, "drop"), ct.ring("orders", 128, 4096, "backpressure"),
+        ct.ring("exec", 128, 4096, "backpressure"), ct.ring("control", 16, 64, "backpressure"),
+        ct.process("venue", "procs.venue:VenueAgent", wait="back-off",
+                   params={"port": 0, "seed": 1, "port_file": str(run / "venue.port"),
+                           "rest_port_file": str(run / "venue.rest.port"), "key_file": str(key),
+                           "rate_limit_per_s": 10000.0}),
+        ct.process("risk", "procs.risk:RiskAgent", report.placement("risk", 0 if spin else None, warm=warm),
+                   inputs=["control", "exec", "sig_risk"], outputs=["orders"],
+                   params={"limits": {"emergency_cooldown_ms": 0, "stale_ref_ms": 60000}}),
+        ct.process("sender", "procs.sender:SenderAgent", report.placement("sender", 1 if spin else None, warm=warm),
+                   inputs=["orders"], outputs=["exec"],
+                   params={"venue_port_file": str(run / "venue.rest.port"), "key_file": str(key),
+                           "journal_path": str(run / "sender.journal"), "rate_limit_per_s": 10000}),
+        ct.process("source", "bench.risk:EmergencySource", outputs=["sig_risk"],
+                   params={"rate_per_s": rate, "delay_s": 2.0}),
+        ct.BTCUSDT)
 
 
 def from_ring(sent: np.ndarray, written: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -306,10 +264,8 @@ def bench_emergency(seconds: float, rate: float = 50.0, *, spin: bool = False, w
         tmp = Path(tmpname)
         (tmp / "lat").mkdir()
         cfg = tmp / "risk.toml"
-        cfg.write_text(EMERGENCY_CONFIG.format(prefix=f"br{os.getpid() % 100000}", run=tmp / "run", logs=tmp / "logs",
-                                               key=REPO / "secrets" / "paper.json", rate=rate,
-                                               risk_place=report.placement("risk", 0 if spin else None, warm=warm),
-                                               sender_place=report.placement("sender", 1 if spin else None, warm=warm)))
+        cfg.write_text(emergency_config(prefix=f"br{os.getpid() % 100000}", tmp=tmp, key=REPO / "secrets" / "paper.json",
+                                        rate=rate, spin=spin, warm=warm))
         env = {**os.environ, LATENCY_DIR_ENV: str(tmp / "lat")}
         proc = report.run_pipeline_for(cfg, seconds + 4.0, env)
         f = tmp / "lat" / "sender.lat.npy"

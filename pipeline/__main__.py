@@ -21,7 +21,7 @@ from pipeline.runtime.config import load_config
 from pipeline.runtime.control import request
 from pipeline.runtime.errors import ControlError, PipelineError
 from pipeline.runtime.log import open_event_log
-from pipeline.runtime.supervisor import RunLock, RunLockHeld, Supervisor, clean_stale, format_status
+from pipeline.runtime.supervisor import PID_FILE, RunLock, RunLockHeld, Supervisor, clean_stale, format_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +86,7 @@ def _down(cfg) -> int:
         StartupError: the run's pid file cannot be opened or locked for a reason other than another
             holder (the path and the OS's reason).
     """
-    pid_file = Path(cfg.supervisor.run_dir) / "supervisor.pid"
+    pid_file = Path(cfg.supervisor.run_dir) / PID_FILE
     try:
         request(cfg, {"cmd": "down"}, timeout_ms=2_000)
     except ControlError:

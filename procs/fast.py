@@ -19,11 +19,11 @@
 Per ``do_work``: up to ``ctx.batch`` FEATURES are copied into the input array, classified in one run,
 labelled with the thresholds (``emergency``, then ``buy`` / ``sell``, else HOLD; each a probability),
 and each becomes a SIGNAL (``pipeline.trading.messages.SIGNAL_DTYPE``, the FEATURES' ``ts_origin_ns``
-unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as SIGNAL_CTX
-(``SIGNAL_CTX_DTYPE``: the SIGNAL followed by its feature vector, 568 bytes), where those outputs
-exist. A poll that brings a single FEATURES (the usual case below saturation) takes the same steps
-in scalar code (cheaper than the batch path; the same bytes, tested). A model swap is a restart of
-this process with a new ``model_path`` in the config; the other processes keep running.
+unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as kind
+SIGNAL_CTX (``SIGNAL_CTX_DTYPE``: the SIGNAL followed by its feature vector, 568 bytes), where those
+outputs exist. A poll that brings a single FEATURES (the usual case below saturation) takes the same
+steps in scalar code (cheaper than the batch path; the same bytes, tested). A model swap is a restart
+of this process with a new ``model_path`` in the config; the other processes keep running.
 
 Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm_output`` ("sig_llm"),
 ``model_path`` ("models/generated/fast.onnx"), ``providers`` ("auto" | "cpu" | "cuda"),
@@ -31,6 +31,7 @@ Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm
 ("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5}),
 ``warmup_runs`` (20). Typed (``FastParams``): an unknown or ill-typed field fails the start with a
 ConfigError naming the process and the field (``fast: bad params: Object contains unknown field ...``).
+``FastParams.gpu_need`` is what the supervisor's GPU budget counts for the stage.
 
 Counters (``ctx.stats``): provider, model (first 8 hex digits of the file's SHA-256), features,
 signals, hold, lean_buy, lean_sell, emergency, runs, risk_drops, llm_drops, rejected, unknown_kind,
@@ -53,6 +54,7 @@ import numpy as np
 from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
+from pipeline.runtime.gpu import GpuNeed
 from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
                                OFF_FEATURES_VECTOR, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
                                Kind, Label)
@@ -88,6 +90,11 @@ class FastParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     arena_extend_strategy: Literal["kSameAsRequested", "kNextPowerOfTwo"] = "kSameAsRequested"
     thresholds: FastThresholds = FastThresholds()
     warmup_runs: Annotated[int, msgspec.Meta(ge=0)] = 20
+
+    def gpu_need(self) -> GpuNeed:
+        """What the stage puts on the GPU (``pipeline.runtime.gpu``): the CUDA arena's limit
+        (``gpu_mem_limit_mib``) unless ``providers = "cpu"``."""
+        return GpuNeed(onnx_mem_limit_mib=0 if self.providers == "cpu" else self.gpu_mem_limit_mib)
 
 
 def parse_params(name: str, params: dict) -> FastParams:
@@ -183,16 +190,9 @@ class FastAgent(Agent):
     def on_start(self, ctx) -> None:
         self.ctx = ctx
         self.p = p = parse_params(ctx.name, ctx.params)
-        name = p.input
-        if name is None:
-            if len(ctx.inputs) != 1:
-                raise ConfigError(f"fast: name the input ring (params.input); it has {sorted(ctx.inputs)}")
-            name = next(iter(ctx.inputs))
-        if name not in ctx.inputs:
-            raise ConfigError(f"fast: input ring {name!r} is not among {sorted(ctx.inputs)}")
-        self.inp = ctx.inputs[name]
-        self.risk = ctx.outputs.get(p.risk_output)
-        self.llm = ctx.outputs.get(p.llm_output)
+        self.inp = ctx.input(p.input)
+        self.risk = ctx.output(p.risk_output, required=False)
+        self.llm = ctx.output(p.llm_output, required=False)
         if self.risk is None and self.llm is None:
             raise ConfigError(f"fast: neither a risk nor an llm output among {sorted(ctx.outputs)}")
         self.th_buy = p.thresholds.buy
@@ -349,7 +349,7 @@ class FastAgent(Agent):
         if self.llm is not None and lab != _HOLD:
             self.ctx_sig[:] = self.sig1
             self.ctx_vec[:] = self.x[0]
-            if not self.ctx.emit(self.llm, Kind.SIGNAL, self.ctx_bytes, ts_origin_ns):
+            if not self.ctx.emit(self.llm, Kind.SIGNAL_CTX, self.ctx_bytes, ts_origin_ns):
                 st["llm_drops"] += 1
 
     def _classify_rows(self, n: int) -> np.ndarray:
@@ -389,7 +389,7 @@ class FastAgent(Agent):
             if llm is not None and lab[i] != Label.HOLD:
                 self.ctx_sig[:] = payload
                 self.ctx_vec[:] = f["features"][i]
-                if not emit(llm, Kind.SIGNAL, self.ctx_bytes, t):
+                if not emit(llm, Kind.SIGNAL_CTX, self.ctx_bytes, t):
                     self.stats["llm_drops"] += 1
 
     def on_close(self) -> None:

@@ -14,8 +14,9 @@ Params (``[[processes]] params = {...}``): ``input`` / ``output`` ring names (de
 one), ``tau_ofi_ms`` (1000), ``tau_trade_ms`` (1000), ``tau_vol_fast_ms`` (1000),
 ``tau_vol_slow_ms`` (10000), ``vpin_buckets`` (50), ``vpin_bucket_volume``: a number, or a
 ``{symbol: volume}`` table of configured symbols (default, and for a symbol the table leaves out: 1000
-lots of the instrument). Typed (``FeatureStageParams``): an unknown or ill-typed field fails the start
-with a ConfigError naming the process and the field (``features: bad params: ...``).
+lots of the instrument). Typed (``FeatureStageParams``): an unknown or ill-typed field is a ConfigError
+naming the process and the field (``features: bad params: ...``), raised by the supervisor's check
+before any process starts, and by the start itself.
 
 Counters (``ctx.stats``): books, trades, emitted, rejected, out_drops, then rej_<reason>,
 trade_rej_<reason>, unknown_kind, bad_size, unknown_instrument, errors.
@@ -64,27 +65,17 @@ def parse_params(name: str, params: dict) -> FeatureStageParams:
     return parse_stage_params(name, params, FeatureStageParams)
 
 
-def _port(ports: dict, name, what: str):
-    if name is None:
-        if len(ports) != 1:
-            raise ConfigError(f"features: name the {what} ring (params.{what}); it has {sorted(ports)}")
-        return next(iter(ports.values()))
-    if name not in ports:
-        raise ConfigError(f"features: {what} ring {name!r} is not among {sorted(ports)}")
-    return ports[name]
-
-
 class FeatureAgent(Agent):
     """BOOK / TRADE in, FEATURES out (see the module docstring)."""
 
-    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
+    #: the struct ``ctx.params`` must convert to (the supervisor converts it before any process starts)
     params_type = FeatureStageParams
 
     def on_start(self, ctx) -> None:
         self.ctx = ctx
         self.p = p = parse_params(ctx.name, ctx.params)
-        self.inp = _port(ctx.inputs, p.input, "input")
-        self.out = _port(ctx.outputs, p.output, "output")
+        self.inp = ctx.input(p.input)
+        self.out = ctx.output(p.output)
         bucket = p.vpin_bucket_volume
         if isinstance(bucket, dict):
             unknown = sorted(set(bucket) - {inst.symbol for inst in ctx.config.instruments})

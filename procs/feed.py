@@ -39,6 +39,10 @@ Two agents (``pipeline.runtime.agent.Agent``), each the whole of a feed process:
 - The network thread inherits the process's core pinning. On a core shared with the agent, run
   the feed with ``wait = "back-off"`` (a busy-spinning agent starves the thread); the agent sets
   ``sys.setswitchinterval(switch_interval_us)`` so the GIL is handed over quickly.
+- Where the parts live: the frames, markers, books, counters and resyncs are
+  ``pipeline.trading.bitget.session.FeedSession`` (sans-I/O); the network thread is
+  ``procs.feed_ws.WsClient``; the timing policies are ``pipeline.trading.bitget.pacing``. This module
+  holds the params and the agents, which wire them to the context (ring, clock, log).
 
 Params (``[[processes]] params = {...}``):
 
@@ -95,6 +99,8 @@ Counters (``ctx.stats``, published with each heartbeat; the first ten fit the st
   port: ``agent.port``; ``port_file`` receives it). ``MoldSequencer`` drops duplicates and reports
   gaps; a gap is counted (``gaps``, ``missing``) and logged, and the books go on (no re-request:
   an L3 book across a gap is not trustworthy until it is rebuilt).
+- The ingestion itself is ``pipeline.trading.itch.ingest`` (``FileReplay``, ``MoldDatagrams``); the
+  agent reads the file / socket and the clock.
 - ``symbols`` (default every configured instrument), ``midnight_epoch_ns`` (for ``exch_ts_ns``;
   default 0 in the payload), ``skip_empty`` / ``require_end`` (BinaryFILE variants), ``session``.
 
@@ -104,119 +110,33 @@ missing, duplicates, foreign, out_drops, replay_done, file_errors.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import os
 import random
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Annotated, Callable, Literal
 
 import msgspec
 
 from pipeline.runtime.agent import Agent, AgentContext
-from pipeline.trading.bitget.book import Applied, BitgetBooks
-from pipeline.trading.bitget.capture import CaptureWriter
-from pipeline.trading.bitget.errors import BitgetError
-from pipeline.trading.bitget.protocol import (
-    BOOK_CHANNELS,
-    CHANNELS,
-    INST_TYPES,
-    MAX_FRAME_BYTES,
-    PING_TEXT,
-    FrameKind,
-    Reject,
-    Subscription,
-    make_decoder,
-    resync_messages,
-    subscribe_message,
-)
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError
-from pipeline.trading.itch.book import NO_BOOK, BookEvent, L3Book
+from pipeline.runtime.portfile import read_port_file, write_port_file
+from pipeline.trading.bitget.capture import CaptureRecorder
+from pipeline.trading.bitget.errors import BitgetError
+from pipeline.trading.bitget.frames import BOOK_CHANNELS, CHANNELS, INST_TYPES
+from pipeline.trading.bitget.pacing import Backoff
+from pipeline.trading.bitget.session import LOG_FIRST_REJECTS, FeedSession
+from pipeline.trading.itch.book import L3Book
 from pipeline.trading.itch.errors import ItchError
-from pipeline.trading.itch.framing import MoldSequencer, iter_file_frames, try_decode_packet
-from pipeline.trading.messages import BOOK_DTYPE, TRADE_DTYPE, Kind
-from pipeline.runtime.portfile import read_port_file
-
-MARK_CONNECTED = -1
-MARK_DISCONNECTED = -2
-MARK_GAP = -3
+from pipeline.trading.itch.framing import iter_file_frames
+from pipeline.trading.itch.ingest import FileReplay, MoldDatagrams, start_counters
+from procs.feed_ws import NET_COUNTERS, WsClient
 
 DEFAULT_PORT_URL = "ws://127.0.0.1:{port}/v2/ws/public"
-SUBSCRIBE_CHUNK = 20  # subscriptions per subscribe request (keeps args well under 4096 bytes)
-RESYNC_WINDOW_NS = 60_000_000_000
-BOOK_BYTES = BOOK_DTYPE.itemsize
-TRADE_BYTES = TRADE_DTYPE.itemsize
-
-#: the counters in the order they are published (the status record keeps the first that fit)
-BITGET_COUNTERS = (
-    "frames", "rejected", "books_emitted", "trades_emitted", "resyncs", "reconnects", "stale_timeouts",
-    "queue_drops", "checksum_failures", "seq_gaps", "connects", "connect_failures", "disconnects",
-    "books_dropped", "resyncs_throttled", "gap_resets", "venue_errors", "pongs", "out_drops",
-    "sends_discarded", "record_errors",
-)
-#: counters the network thread owns (mirrored into ctx.stats by the agent)
-NET_COUNTERS = ("reconnects", "stale_timeouts", "queue_drops", "connects", "connect_failures", "disconnects",
-                "sends_discarded", "record_errors")
-ITCH_COUNTERS = (
-    "messages", "books_emitted", "rejected", "decode_errors", "datagrams", "bad_datagrams", "gaps", "missing",
-    "duplicates", "foreign", "out_drops", "replay_done", "file_errors",
-)
-_REJECT_KEYS = tuple(f"rej_{r.name.lower()}" for r in Reject)
-_LOG_FIRST_REJECTS = 20  # rejected frames logged one by one, then every 1000th
-
-
-# ----------------------------------------------------------------------------------- pure helpers
-class Backoff:
-    """Exponential back-off with jitter: the n-th consecutive delay is ``d = min(initial * 2**(n-1),
-    max)`` drawn uniformly in ``[d * (1 - jitter), d]`` from ``rng``. Pure (the caller sleeps)."""
-
-    def __init__(self, initial_ms: float, max_ms: float, jitter: float, rng: random.Random):
-        if not (initial_ms > 0 and max_ms >= initial_ms and 0.0 <= jitter <= 1.0):
-            raise ConfigError(f"back-off needs 0 < initial <= max and 0 <= jitter <= 1, got "
-                              f"{initial_ms}, {max_ms}, {jitter}")
-        self.initial_ms = float(initial_ms)
-        self.max_ms = float(max_ms)
-        self.jitter = float(jitter)
-        self.rng = rng
-        self.attempt = 0
-
-    def next_delay_s(self) -> float:
-        """The delay before the next attempt, in seconds; each call counts one more failure."""
-        d = min(self.initial_ms * (2.0 ** min(self.attempt, 62)), self.max_ms)
-        self.attempt += 1
-        return d * (1.0 - self.jitter * self.rng.random()) / 1000.0
-
-    def reset(self) -> None:
-        """A connection worked: the next delay starts from ``initial`` again."""
-        self.attempt = 0
-
-
-class ResyncThrottle:
-    """At most ``max_per_window`` grants per key in any ``window_ns`` (sliding window). Pure."""
-
-    def __init__(self, max_per_window: int, window_ns: int = RESYNC_WINDOW_NS):
-        self.max = int(max_per_window)
-        self.window_ns = int(window_ns)
-        self._times: dict[object, collections.deque] = {}
-
-    def allow(self, key, now_ns: int) -> bool:
-        """Grant (and count) one more for ``key`` at ``now_ns``, or refuse."""
-        q = self._times.get(key)
-        if q is None:
-            q = self._times[key] = collections.deque()
-        while q and now_ns - q[0] >= self.window_ns:
-            q.popleft()
-        if len(q) >= self.max:
-            return False
-        q.append(now_ns)
-        return True
-
 
 _AtLeastMilli = Annotated[float, msgspec.Meta(ge=0.001)]
 _NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -275,17 +195,6 @@ def parse_params(name: str, params: dict, kind: type[msgspec.Struct]):
     return parse_stage_params(name, params, kind)
 
 
-def _output_port(ctx: AgentContext, name: str | None):
-    if name is None:
-        if len(ctx.outputs) != 1:
-            raise ConfigError(f"process {ctx.name}: needs exactly one output ring or params.output, "
-                              f"has {sorted(ctx.outputs)}")
-        return next(iter(ctx.outputs.values()))
-    if name not in ctx.outputs:
-        raise ConfigError(f"process {ctx.name}: params.output {name!r} is not one of its outputs {sorted(ctx.outputs)}")
-    return ctx.outputs[name]
-
-
 def _instrument_map(ctx: AgentContext, key: str, want: _Instruments) -> dict[str, int]:
     """``{symbol: id}`` from ``params[key]`` (``want``: a list of configured symbols or a table), default
     every configured instrument."""
@@ -307,377 +216,114 @@ def _instrument_map(ctx: AgentContext, key: str, want: _Instruments) -> dict[str
     return out
 
 
-# ----------------------------------------------------------------------------------- network thread
-class NetCounters:
-    """Counters the network thread owns; ``version`` moves whenever one of them does."""
-
-    __slots__ = NET_COUNTERS + ("version", "frames_in", "sent")
-
-    def __init__(self) -> None:
-        for k in self.__slots__:
-            setattr(self, k, 0)
-
-    def bump(self, name: str, n: int = 1) -> None:
-        setattr(self, name, getattr(self, name) + n)
-        self.version += 1
+def _check_channels(name: str, inst_type: str, channels: list[str]) -> None:
+    """Raises ConfigError: an unknown inst_type or channel, a repeat, no channel, or two book channels."""
+    if inst_type not in INST_TYPES:
+        raise ConfigError(f"process {name}: params.inst_type {inst_type!r} not one of {sorted(INST_TYPES)}")
+    bad = [c for c in channels if c not in CHANNELS]
+    if bad or not channels or len(set(channels)) != len(channels):
+        raise ConfigError(f"process {name}: params.channels {channels!r}: each one of {sorted(CHANNELS)}, no repeats")
+    if sum(c in BOOK_CHANNELS for c in channels) > 1:
+        raise ConfigError(f"process {name}: params.channels {channels!r}: one book channel per feed "
+                          "(two would emit two BOOK streams per instrument)")
 
 
-class WsClient(threading.Thread):
-    """The feed's network thread: one asyncio loop, one websockets connection at a time.
+def _url_resolver(p: BitgetFeedParams, name: str) -> Callable[[], str]:
+    """The URL of the next connection attempt (``{port}`` filled from the port file, read each time).
 
-    ``inbox`` receives ``(ts_ns, frame)`` and the markers; ``send(conn_id, texts)`` is the one
-    thread-safe way in. ``stop(timeout_s)`` cancels everything, closes the connection and joins.
+    Raises:
+        ConfigError: port_file without a ``{port}`` placeholder in url, or a url that is not ws(s)://.
     """
+    url = p.url
+    port_file = p.port_file
+    if port_file:
+        template = url or DEFAULT_PORT_URL
+        if "{port}" not in template:
+            raise ConfigError(f"process {name}: params.url {template!r} needs a {{port}} placeholder with port_file")
+        return lambda: template.replace("{port}", str(read_port_file(port_file)))
+    if not url.startswith(("ws://", "wss://")):
+        raise ConfigError(f"process {name}: params.url must be ws://... or wss://... (or give port_file), got {url!r}")
+    return lambda: url
 
-    def __init__(self, *, url_fn: Callable[[], str], subscribe_texts: list[str], inbox: collections.deque,
-                 queue_max: int, backoff: Backoff, ping_interval_s: float, stale_after_s: float,
-                 open_timeout_s: float, max_msgs_per_s: float, log, record_fp=None, name: str = "feed-ws",
-                 wake: threading.Event | None = None, on_item: Callable[[int, object], None] | None = None):
-        super().__init__(name=name, daemon=True)
-        #: when set, every frame and marker is handed to it on this thread instead of the inbox
-        self.on_item = on_item
-        self.url_fn = url_fn
-        self.subscribe_texts = subscribe_texts
-        self.inbox = inbox
-        self.wake = wake if wake is not None else threading.Event()  # set after each append
-        self.queue_max = queue_max
-        self.backoff = backoff
-        self.ping_interval_s = ping_interval_s
-        self.stale_ns = int(stale_after_s * 1e9)
-        self.open_timeout_s = open_timeout_s
-        self.max_msgs_per_s = max_msgs_per_s
-        self.log = log
-        self.record_fp = record_fp
-        self.recorder = CaptureWriter(record_fp, "ws://unknown") if record_fp is not None else None
-        self.counters = NetCounters()
-        self.conn_id = 0
-        self.connected = False
-        self.loop = asyncio.new_event_loop()
-        self._outq: asyncio.Queue = asyncio.Queue()
-        self._task: asyncio.Task | None = None
-        self._stopping = False
-        self._gap_pending = False
-        self._last_rx_ns = 0
-        self._send_times: collections.deque = collections.deque()
 
-    # -- agent side
-    def send(self, conn_id: int, texts: list[str]) -> bool:
-        """Queue ``texts`` for connection ``conn_id`` (discarded if that connection is gone)."""
-        try:
-            for t in texts:
-                self.loop.call_soon_threadsafe(self._outq.put_nowait, (conn_id, t))
-        except RuntimeError:  # loop closed
-            return False
-        return True
+class _FeedAgent(Agent):
+    """What both feed agents start from: their typed params and their output ring."""
 
-    def stop(self, timeout_s: float) -> bool:
-        """Cancel the network task, wait up to ``timeout_s`` for the thread; True when it ended."""
-        self._stopping = True
-        try:
-            self.loop.call_soon_threadsafe(self._cancel)
-        except RuntimeError:
-            pass
-        if self.is_alive():
-            self.join(timeout_s)
-        return not self.is_alive()
+    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
+    params_type: type[msgspec.Struct]
 
-    def _cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    def _start(self, ctx: AgentContext):
+        """Keep ``ctx``; set ``p`` (the params) and ``out`` (the output ring); return ``p``.
 
-    # -- thread
-    def run(self) -> None:
-        loop = self.loop
-        asyncio.set_event_loop(loop)
-        try:
-            self._task = loop.create_task(self._main())
-            if self._stopping:
-                self._task.cancel()
-            try:
-                loop.run_until_complete(self._task)
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # a bug here must not go unnoticed
-                self.log.error("ws_thread_failed", error=f"{type(exc).__name__}: {exc}")
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-            self._flush_record()
-
-    async def _main(self) -> None:
-        from websockets.asyncio.client import connect
-
-        first = True
-        failures_logged = 0
-        while not self._stopping:
-            ws = None
-            try:
-                url = self.url_fn()
-                ws = await connect(url, open_timeout=self.open_timeout_s, ping_interval=None, close_timeout=0.5,
-                                   max_size=MAX_FRAME_BYTES, proxy=None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.counters.bump("connect_failures")
-                if failures_logged < 5 or self.counters.connect_failures % 100 == 0:
-                    self.log.warning("ws_connect_failed", error=f"{type(exc).__name__}: {exc}",
-                                     failures=self.counters.connect_failures)
-                failures_logged += 1
-            if ws is not None:
-                failures_logged = 0
-                got_frames = await self._session(ws, url, first)
-                first = False
-                if got_frames:
-                    self.backoff.reset()
-            if self._stopping:
-                break
-            await asyncio.sleep(self.backoff.next_delay_s())
-
-    async def _session(self, ws, url: str, first: bool) -> bool:
-        """One connection: subscribe, then receive / ping / send / watch until one of them ends.
-        Returns whether any frame arrived."""
-        self.conn_id += 1
-        cid = self.conn_id
-        c = self.counters
-        c.bump("connects")
-        if not first:
-            c.bump("reconnects")
-        frames_before = c.frames_in
-        self._put(MARK_CONNECTED, cid)
-        self.connected = True
-        self._last_rx_ns = time.monotonic_ns()
-        self._gap_pending = False
-        if self.recorder is not None:
-            self.recorder.url = url.replace(" ", "%20")
-            self._record(self.recorder.opened, time.time())
-        self.log.info("ws_connected", url=url, conn=cid, reconnect=not first)
-        tasks: list[asyncio.Task] = []
-        reason = "closed"
-        try:
-            for text in self.subscribe_texts:
-                await self._send(ws, text)
-            tasks = [asyncio.create_task(self._recv(ws, cid), name="recv"),
-                     asyncio.create_task(self._pinger(ws), name="ping"),
-                     asyncio.create_task(self._sender(ws, cid), name="send"),
-                     asyncio.create_task(self._watchdog(), name="watchdog")]
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            t = next(iter(done))
-            exc = t.exception()
-            reason = f"{t.get_name()}: {type(exc).__name__}: {exc}" if exc is not None else f"{t.get_name()}: {t.result()}"
-        except asyncio.CancelledError:
-            reason = "stopping"
-            raise
-        except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-        finally:
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
-            try:
-                await asyncio.wait_for(ws.close(), 1.0)
-            except BaseException:  # noqa: BLE001 - closing is best effort (cancelled, timed out, broken)
-                if ws.transport is not None:
-                    ws.transport.abort()
-            self.connected = False
-            self._put(MARK_DISCONNECTED, cid)
-            c.bump("disconnects")
-            self.log.info("ws_disconnected", conn=cid, reason=reason[:300], frames=c.frames_in - frames_before)
-            self._flush_record()
-        return c.frames_in > frames_before
-
-    def _put(self, ts: int, item) -> None:
-        if self.on_item is not None:
-            self.on_item(ts, item)
-        else:
-            self.inbox.append((ts, item))
-            self.wake.set()
-
-    async def _recv(self, ws, cid: int) -> str:
-        inbox, qmax, c = self.inbox, self.queue_max, self.counters
-        mono, rec, on_item = time.monotonic_ns, self.recorder, self.on_item
-        if on_item is not None:  # decode here: no queue, no hand-over to the agent thread
-            async for frame in ws:
-                ts = mono()
-                self._last_rx_ns = ts
-                c.frames_in += 1
-                if rec is not None:
-                    self._record(rec.received, time.time(), frame)
-                on_item(ts, frame)
-            return "closed by peer"
-        async for frame in ws:
-            ts = mono()
-            self._last_rx_ns = ts
-            c.frames_in += 1
-            if rec is not None:
-                self._record(rec.received, time.time(), frame)
-            if len(inbox) >= qmax:
-                c.bump("queue_drops")
-                self._gap_pending = True
-                continue
-            if self._gap_pending:
-                self._gap_pending = False
-                inbox.append((MARK_GAP, cid))
-            inbox.append((ts, frame))
-            self.wake.set()
-        return "closed by peer"
-
-    async def _pinger(self, ws) -> None:
-        while True:
-            await asyncio.sleep(self.ping_interval_s)
-            await self._send(ws, PING_TEXT)
-
-    async def _sender(self, ws, cid: int) -> None:
-        while True:
-            to, text = await self._outq.get()
-            if to != cid:
-                self.counters.bump("sends_discarded")
-                continue
-            await self._send(ws, text)
-
-    async def _watchdog(self) -> str:
-        period = min(max(self.stale_ns / 4e9, 0.01), 1.0)
-        last_flush = time.monotonic()
-        while True:
-            await asyncio.sleep(period)
-            now = time.monotonic_ns()
-            if self.record_fp is not None and now / 1e9 - last_flush >= 1.0:
-                self._flush_record()
-                last_flush = now / 1e9
-            if now - self._last_rx_ns > self.stale_ns:
-                self.counters.bump("stale_timeouts")
-                self.log.warning("ws_stale", silent_ms=(now - self._last_rx_ns) // 1_000_000)
-                return "stale"
-
-    async def _send(self, ws, text: str) -> None:
-        """Send one frame, pacing to ``max_msgs_per_s`` over a sliding second."""
-        times = self._send_times
-        while len(times) >= self.max_msgs_per_s:
-            age = time.monotonic() - times[0]
-            if age >= 1.0:
-                times.popleft()
-            else:
-                await asyncio.sleep(1.0 - age)
-        times.append(time.monotonic())
-        await ws.send(text)
-        self.counters.sent += 1
-        if self.recorder is not None:
-            self._record(self.recorder.sent, time.time(), text)
-
-    def _record(self, fn, t: float, frame=None) -> None:
-        try:
-            if frame is None:
-                fn(t)
-            else:
-                fn(t, frame if isinstance(frame, str) else frame.decode("utf-8"))
-        except Exception:  # a frame the line format cannot hold (line break, not UTF-8), or I/O
-            self.counters.bump("record_errors")
-
-    def _flush_record(self) -> None:
-        if self.record_fp is not None:
-            try:
-                self.record_fp.flush()
-            except Exception:
-                self.counters.bump("record_errors")
+        Raises:
+            ConfigError: bad params, or no such output ring.
+        """
+        self.ctx = ctx
+        self.p = p = parse_params(ctx.name, ctx.params, self.params_type)
+        self.out = ctx.output(p.output)
+        return p
 
 
 # ----------------------------------------------------------------------------------- Bitget agent
-class BitgetFeedAgent(Agent):
+class BitgetFeedAgent(_FeedAgent):
     """Bitget v2 public WebSocket -> BOOK / TRADE messages (see the module docstring)."""
 
-    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
     params_type = BitgetFeedParams
 
     def on_start(self, ctx: AgentContext) -> None:
-        self.ctx = ctx
-        self.p = p = parse_params(ctx.name, ctx.params, self.params_type)
+        p = self._start(ctx)
         name = ctx.name
-        self.out = _output_port(ctx, p.output)
-        inst_type = p.inst_type
-        if inst_type not in INST_TYPES:
-            raise ConfigError(f"process {name}: params.inst_type {inst_type!r} not one of {sorted(INST_TYPES)}")
         channels = list(p.channels)
-        bad = [c for c in channels if c not in CHANNELS]
-        if bad or not channels or len(set(channels)) != len(channels):
-            raise ConfigError(f"process {name}: params.channels {channels!r}: each one of {sorted(CHANNELS)}, no repeats")
-        if sum(c in BOOK_CHANNELS for c in channels) > 1:
-            raise ConfigError(f"process {name}: params.channels {channels!r}: one book channel per feed "
-                              "(two would emit two BOOK streams per instrument)")
+        _check_channels(name, p.inst_type, channels)
         self.instruments = _instrument_map(ctx, "instruments", p.instruments)
         try:
-            self.books = BitgetBooks(self.instruments, emit_trade_snapshots=p.emit_trade_snapshots)
-            self.decoder = make_decoder(p.decoder)
-            # keep_warm's private decoder and books: the same code on the latest book frame, with no
-            # effect on the real books, counters or ring
-            self._warm_decoder = make_decoder(p.decoder)
-            self._warm_books = BitgetBooks(self.instruments)
-            self.subs = [Subscription(inst_type, ch, sym) for sym in self.instruments for ch in channels]
-            texts = [subscribe_message(self.subs[i:i + SUBSCRIBE_CHUNK])
-                     for i in range(0, len(self.subs), SUBSCRIBE_CHUNK)]
+            self.session = session = FeedSession(
+                self.instruments, inst_type=p.inst_type, channels=channels, decoder=p.decoder,
+                emit_trade_snapshots=p.emit_trade_snapshots, resync_max_per_min=p.resync_max_per_min,
+                stats=ctx.stats, log=ctx.log, clock=ctx.clock, emit=ctx.emit, out=self.out, send=self._send)
         except BitgetError as exc:
             raise ConfigError(f"process {name}: {exc}") from None
-        self.url_fn = self._url_resolver(p, name)
-
-        ping_s = p.ping_interval_s
-        stale_s = p.stale_after_s
+        self.url_fn = _url_resolver(p, name)
         backoff = Backoff(p.backoff_initial_ms, p.backoff_max_ms, p.backoff_jitter, random.Random(p.seed))
-        self.throttle = ResyncThrottle(p.resync_max_per_min)
-        queue_max = p.queue_frames
         self.join_timeout_s = p.join_timeout_s
-        open_timeout_s = p.open_timeout_s
-        max_msgs_per_s = p.max_msgs_per_s
-        switch_s = p.switch_interval_us / 1e6
-
-        stats = ctx.stats
-        for k in BITGET_COUNTERS:
-            stats[k] = 0
-        self.stats = stats
-        self._book_buf = bytearray(BOOK_BYTES)
-        self._warm_buf = bytearray(BOOK_BYTES)
-        self._warm_frame = None  # the latest frame that made a BOOK (keep_warm's input)
-        self._warm_seen = -1  # frames received when keep_warm last looked
-        self._trade_view = memoryview(self.books.trade_records.view("u1"))
-        self._pending_resyncs: dict[Subscription, None] = {}
-        self._conn_id = 0
+        session.start_counters()
+        self.stats = ctx.stats
+        # the session's books and warm-up state, also the agent's (tests look at them there); its
+        # per-frame methods bound once (the per-frame path makes no attribute chains)
+        self.books = session.books
+        self._warm_books = session.warm_books
+        self._warm_buf = session.warm_buf
+        self._on_frame = session.on_frame
+        self._request_resyncs = session.request_resyncs
+        self._received = ctx.received
         self._net_version = -1
-        self._rejects_logged = 0
-
-        self.record_fp = None
-        record_path = p.record_path
-        if record_path:
-            Path(record_path).parent.mkdir(parents=True, exist_ok=True)
-            self.record_fp = open(record_path, "a", encoding="utf-8")
-        self.inbox: collections.deque = collections.deque()
-        self._wake = threading.Event()
-        decode_in = p.decode_in
-        self.inline = decode_in == "network"
         self._errors_logged = 0
         self._next_retry_ns = 0
-        self.net = WsClient(url_fn=self.url_fn, subscribe_texts=texts, inbox=self.inbox, queue_max=queue_max,
-                            backoff=backoff, ping_interval_s=ping_s, stale_after_s=stale_s,
-                            open_timeout_s=open_timeout_s, max_msgs_per_s=max_msgs_per_s,
-                            log=ctx.log, record_fp=self.record_fp, name=f"{name}-ws", wake=self._wake,
-                            on_item=self._on_item if self.inline else None)
+
+        self.record_fp = None
+        recorder = None
+        if p.record_path:
+            Path(p.record_path).parent.mkdir(parents=True, exist_ok=True)
+            self.record_fp = open(p.record_path, "a", encoding="utf-8")
+            recorder = CaptureRecorder(self.record_fp)
+        self.inbox: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self.inline = p.decode_in == "network"
+        self.net = WsClient(url_fn=self.url_fn, subscribe_texts=session.subscribe_texts, inbox=self.inbox,
+                            queue_max=p.queue_frames, backoff=backoff, ping_interval_s=p.ping_interval_s,
+                            stale_after_s=p.stale_after_s, open_timeout_s=p.open_timeout_s,
+                            max_msgs_per_s=p.max_msgs_per_s, log=ctx.log, recorder=recorder, name=f"{name}-ws",
+                            wake=self._wake, on_item=self._on_item if self.inline else None)
         ctx.log.info("feed_starting", venue="bitget", channels=channels, instruments=self.instruments,
-                     subscriptions=len(self.subs), record=bool(record_path), decode_in=decode_in)
+                     subscriptions=len(session.subs), record=bool(p.record_path), decode_in=p.decode_in)
         self._old_switch_s = sys.getswitchinterval()
-        sys.setswitchinterval(switch_s)
+        sys.setswitchinterval(p.switch_interval_us / 1e6)
         self.net.start()
 
-    @staticmethod
-    def _url_resolver(p: BitgetFeedParams, name: str) -> Callable[[], str]:
-        url = p.url
-        port_file = p.port_file
-        if port_file:
-            template = url or DEFAULT_PORT_URL
-            if "{port}" not in template:
-                raise ConfigError(f"process {name}: params.url {template!r} needs a {{port}} placeholder with port_file")
-            return lambda: template.replace("{port}", str(read_port_file(port_file)))
-        if not url.startswith(("ws://", "wss://")):
-            raise ConfigError(f"process {name}: params.url must be ws://... or wss://... (or give port_file), got {url!r}")
-        return lambda: url
+    @property
+    def _warm_frame(self):
+        """The latest frame that made a BOOK (``keep_warm``'s input; None before the first)."""
+        return self.session.warm_frame
 
     def wait_for_work(self, timeout_ns: int) -> bool:
         """The runner's park when idle: sleep until the network thread appends to the inbox (it sets
@@ -688,25 +334,11 @@ class BitgetFeedAgent(Agent):
         return self._wake.wait(timeout_ns / 1e9)
 
     def keep_warm(self) -> None:
-        """Runner hook (``keep_warm_us``, while idle): the latest frame that made a BOOK decoded and
-        applied again by a private decoder onto private books (an update onto a copy of the real book
-        it made: ``BitgetBooks.mirror``), into a private buffer; the real books, counters and ring are
-        untouched, nothing is emitted. Runs on the agent thread, on the core the network thread
-        decodes on, so the decode and the book update stay in that core's caches between frames.
-        Nothing to do before the first BOOK, nor when frames arrived since the last call (the network
-        thread's decode does not show in ``do_work``'s count, which postpones the runner's warm-up)."""
-        frame = self._warm_frame
-        seen = self.net.counters.frames_in
-        if frame is None or seen != self._warm_seen:  # frames since the last call: the decode is warm
-            self._warm_seen = seen
-            return
-        d = self._warm_decoder.decode(frame)
-        books = self._warm_books
-        if d.kind == FrameKind.UPDATE:  # onto a copy of the book it made: merged again, checksum holds
-            books.mirror(self.books, d)
-        else:  # a snapshot needs no history
-            books.reset()
-        books.apply(d, self._warm_buf)
+        """Runner hook (``keep_warm_us``, while idle): ``FeedSession.keep_warm``, on the agent thread,
+        on the core the network thread decodes on, so the decode and the book update stay in that
+        core's caches between frames (the network thread's decode does not show in ``do_work``'s
+        count, which postpones the runner's warm-up)."""
+        self.session.keep_warm(self.net.counters.frames_in)
 
     # -- hot path
     def _on_item(self, ts: int, item) -> None:
@@ -715,39 +347,38 @@ class BitgetFeedAgent(Agent):
         try:
             if ts >= 0:
                 self._on_frame(ts, item)
-                self.ctx.received(1)
-                resyncs = self.books.take_resyncs()
-                if resyncs:
-                    for sub in resyncs:
-                        self._pending_resyncs[sub] = None
-                if self._pending_resyncs:
-                    self._send_resyncs()
+                self._received(1)
+                self._request_resyncs()
             else:
                 self._on_marker(ts, item)
         except Exception as exc:  # a bug must not end the connection: count, log the first few
             self.stats["errors"] = self.stats.get("errors", 0) + 1
             self._errors_logged += 1
-            if self._errors_logged <= _LOG_FIRST_REJECTS:
+            if self._errors_logged <= LOG_FIRST_REJECTS:
                 self.ctx.log.error("feed_error", error=f"{type(exc).__name__}: {exc}")
 
     def do_work(self) -> int:
+        n = 0
         if self.inline:  # the network thread does the work; here only counters and deferred resyncs
-            if self._net_version != self.net.counters.version:
-                self._sync_net()
-            if self._pending_resyncs:
+            if self.session.pending_resyncs:
                 now = self.ctx.clock()
                 if now >= self._next_retry_ns:
                     self._next_retry_ns = now + 100_000_000
-                    with contextlib.suppress(RuntimeError):  # loop closed: stopping
-                        self.net.loop.call_soon_threadsafe(self._send_resyncs)
-            return 0
+                    try:
+                        self.net.loop.call_soon_threadsafe(self.session.send_resyncs)
+                    except RuntimeError:  # loop closed: stopping
+                        pass
+        elif self.inbox:
+            n = self._drain_inbox()
+        elif self.session.pending_resyncs:
+            self.session.send_resyncs()
+        if self._net_version != self.net.counters.version:
+            self._sync_net()
+        return n
+
+    def _drain_inbox(self) -> int:
+        """``decode_in = "agent"``: up to ``ctx.batch`` frames and markers from the inbox."""
         inbox = self.inbox
-        if not inbox:
-            if self._net_version != self.net.counters.version:
-                self._sync_net()
-            if self._pending_resyncs:
-                self._send_resyncs()
-            return 0
         n = marks = 0
         batch = self.ctx.batch
         on_frame = self._on_frame
@@ -760,86 +391,15 @@ class BitgetFeedAgent(Agent):
                 self._on_marker(ts, frame)
                 marks += 1
             n += 1
-        self.ctx.received(n - marks)
-        resyncs = self.books.take_resyncs()
-        if resyncs:
-            for sub in resyncs:
-                self._pending_resyncs[sub] = None
-        if self._pending_resyncs:
-            self._send_resyncs()
-        if self._net_version != self.net.counters.version:
-            self._sync_net()
+        self._received(n - marks)
+        self._request_resyncs()
         return n
 
-    def _on_frame(self, ts: int, frame) -> None:
-        s = self.stats
-        s["frames"] += 1
-        d = self.decoder.decode(frame)
-        k = d.kind
-        if k == FrameKind.SNAPSHOT or k == FrameKind.UPDATE:
-            code = self.books.apply(d, self._book_buf)
-            if code == Applied.EMITTED:
-                self._warm_frame = frame
-                if self.ctx.emit(self.out, Kind.BOOK, self._book_buf, ts):
-                    s["books_emitted"] += 1
-                else:
-                    s["out_drops"] += 1
-            elif code == Applied.CHECKSUM_MISMATCH:
-                s["checksum_failures"] += 1
-            elif code == Applied.SEQ_GAP:
-                s["seq_gaps"] += 1
-            else:
-                s["books_dropped"] += 1
-        elif k == FrameKind.TRADE:
-            n = self.books.fill_trades(d)
-            if n:
-                tv, emit, out = self._trade_view, self.ctx.emit, self.out
-                for i in range(n):
-                    if emit(out, Kind.TRADE, tv[i * TRADE_BYTES:(i + 1) * TRADE_BYTES], ts):
-                        s["trades_emitted"] += 1
-                    else:
-                        s["out_drops"] += 1
-        elif k == FrameKind.PONG:
-            s["pongs"] += 1
-        elif k == FrameKind.SUBSCRIBED or k == FrameKind.UNSUBSCRIBED:
-            pass
-        elif k == FrameKind.ERROR:
-            s["venue_errors"] += 1
-            if s["venue_errors"] <= 20 or s["venue_errors"] % 1000 == 0:
-                self.ctx.log.warning("venue_error", detail=d.detail[:300], channel=d.channel, inst_id=d.inst_id,
-                                     count=s["venue_errors"])
-        else:  # REJECTED, UNKNOWN
-            s["rejected"] += 1
-            key = _REJECT_KEYS[d.reason]
-            s[key] = s.get(key, 0) + 1
-            self._rejects_logged += 1
-            if self._rejects_logged <= _LOG_FIRST_REJECTS or self._rejects_logged % 1000 == 0:
-                self.ctx.log.warning("frame_rejected", reason=Reject(d.reason).name, detail=d.detail[:200],
-                                     kind=FrameKind(k).name, count=s["rejected"])
+    def _on_marker(self, mark: int, conn_id: int) -> None:
+        self.session.on_marker(mark, conn_id, self.net.counters.queue_drops)
 
-    def _on_marker(self, mark: int, cid: int) -> None:
-        self.books.reset()
-        self._pending_resyncs.clear()
-        if mark == MARK_CONNECTED:
-            self._conn_id = cid
-        elif mark == MARK_GAP:
-            self.stats["gap_resets"] += 1
-            self.ctx.log.warning("inbox_overflow", queue_drops=self.net.counters.queue_drops,
-                                 note="books reset; BOOK resumes after fresh snapshots")
-
-    def _send_resyncs(self) -> None:
-        now = self.ctx.clock()
-        s = self.stats
-        for sub in list(self._pending_resyncs):
-            if self.throttle.allow(sub, now):
-                del self._pending_resyncs[sub]
-                self.net.send(self._conn_id, resync_messages(sub))
-                s["resyncs"] += 1
-                self.ctx.log.info("resync", channel=sub.channel, inst_id=sub.inst_id, conn=self._conn_id)
-            elif self._pending_resyncs[sub] is None:
-                self._pending_resyncs[sub] = True  # counted once per deferral
-                s["resyncs_throttled"] += 1
-                self.ctx.log.warning("resync_throttled", channel=sub.channel, inst_id=sub.inst_id)
+    def _send(self, conn_id: int, texts: list[str]) -> bool:
+        return self.net.send(conn_id, texts)
 
     def _sync_net(self) -> None:
         c = self.net.counters
@@ -860,158 +420,79 @@ class BitgetFeedAgent(Agent):
 
 
 # ----------------------------------------------------------------------------------- ITCH agent
-_ITCH_TS_OFF = 5  # u48 BE nanoseconds since midnight at offset 5 of every message
-
-
-class ItchFeedAgent(Agent):
+class ItchFeedAgent(_FeedAgent):
     """ITCH 5.0 from a BinaryFILE replay or MoldUDP64 on UDP -> BOOK messages (module docstring)."""
 
-    #: the struct ``ctx.params`` must convert to (a check before start can use it: ``parse_params``)
     params_type = ItchFeedParams
 
     def on_start(self, ctx: AgentContext) -> None:
-        self.ctx = ctx
-        self.p = p = parse_params(ctx.name, ctx.params, self.params_type)
+        p = self._start(ctx)
         name = ctx.name
-        self.out = _output_port(ctx, p.output)
         symbols = _instrument_map(ctx, "symbols", p.symbols)
         try:
             self.book = L3Book(symbols, midnight_epoch_ns=p.midnight_epoch_ns)
         except ItchError as exc:
             raise ConfigError(f"process {name}: {exc}") from None
         self.stats = ctx.stats
-        for k in ITCH_COUNTERS:
-            self.stats[k] = 0
-        self._buf = bytearray(BOOK_BYTES)
-        self._seq = 0
+        start_counters(self.stats)
+        ports = {"stats": ctx.stats, "log": ctx.log, "clock": ctx.clock, "emit": ctx.emit, "out": self.out}
         self.sock = None
         self.port = None
         self._frames = None
         if (p.path is None) == (p.port is None):
             raise ConfigError(f"process {name}: give exactly one of params.path (BinaryFILE) or params.port (MoldUDP64)")
         if p.path is not None:
-            path = p.path
-            if not os.path.isfile(path):
-                raise ConfigError(f"process {name}: params.path {path!r} is not a file")
-            speed = p.speed
-            self.speed = 0.0 if speed == "max" else float(speed)
-            self._frames = iter_file_frames(path, require_end=p.require_end, skip_empty=p.skip_empty)
-            self._pending = None
-            self._t0_itch = None
-            self._t0_clock = 0
-            self._done = False
-            ctx.log.info("feed_starting", venue="itch-file", path=str(path), speed=speed, symbols=symbols)
+            if not os.path.isfile(p.path):
+                raise ConfigError(f"process {name}: params.path {p.path!r} is not a file")
+            self._frames = iter_file_frames(p.path, require_end=p.require_end, skip_empty=p.skip_empty)
+            speed = 0.0 if p.speed == "max" else float(p.speed)
+            self.replay = FileReplay(self.book, self._frames, speed=speed, **ports)
+            ctx.log.info("feed_starting", venue="itch-file", path=str(p.path), speed=p.speed, symbols=symbols)
         else:
-            port = p.port
-            self.seqr = MoldSequencer(p.session)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, p.recv_buffer_bytes)
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                sock.close()
-                raise
-            sock.setblocking(False)
-            self.sock = sock
-            self.port = sock.getsockname()[1]
-            self._rx = bytearray(65536)
-            self._rxv = memoryview(self._rx)
-            port_file = p.port_file
-            if port_file:
-                tmp = f"{port_file}.tmp"
-                Path(tmp).write_text(f"{self.port}\n")
-                os.replace(tmp, port_file)
+            self.mold = MoldDatagrams(self.book, session=p.session, **ports)
+            self._bind(p.port, p.recv_buffer_bytes)
+            if p.port_file:
+                write_port_file(p.port_file, self.port)
             ctx.log.info("feed_starting", venue="itch-moldudp64", port=self.port, symbols=symbols)
 
+    def _bind(self, port: int, recv_buffer_bytes: int) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer_bytes)
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self.sock = sock
+        self.port = sock.getsockname()[1]
+        self._rx = bytearray(65536)
+        self._rxv = memoryview(self._rx)
+
     def do_work(self) -> int:
-        n = self._replay() if self._frames is not None else self._drain()
-        if n:
-            b, s = self.book, self.stats
-            s["rejected"] = b.rejected
-            s["decode_errors"] = b.counts[BookEvent.DECODE_ERROR]
-        return n
-
-    def _emit(self, iid: int, ts: int) -> None:
-        self.book.write_payload(iid, self._buf)
-        if self.ctx.emit(self.out, Kind.BOOK, self._buf, ts):
-            self.stats["books_emitted"] += 1
+        if self._frames is not None:
+            ingest = self.replay
+            n = ingest.replay(self.ctx.batch)
         else:
-            self.stats["out_drops"] += 1
-
-    def _replay(self) -> int:
-        if self._done:
-            return 0
-        clock, book, speed = self.ctx.clock, self.book, self.speed
-        n = 0
-        batch = self.ctx.batch
-        while n < batch:
-            item = self._pending
-            if item is None:
-                try:
-                    item = next(self._frames, None)
-                except (ItchError, OSError) as exc:
-                    self.stats["file_errors"] += 1
-                    self.ctx.log.error("replay_file_error", error=f"{type(exc).__name__}: {exc}")
-                    item = None
-                if item is None:
-                    self._done = True
-                    self.stats["replay_done"] = 1
-                    self.ctx.log.info("replay_done", messages=self.stats["messages"],
-                                      books_emitted=self.stats["books_emitted"])
-                    break
-            msg = item[1]
-            if speed:
-                t = int.from_bytes(msg[_ITCH_TS_OFF:_ITCH_TS_OFF + 6], "big") if len(msg) >= 11 else 0
-                now = clock()
-                if self._t0_itch is None:
-                    self._t0_itch, self._t0_clock = t, now
-                if now < self._t0_clock + (t - self._t0_itch) / speed:
-                    self._pending = item
-                    break
-            self._pending = None
-            self._seq += 1
-            iid = book.apply_raw(msg, 0, len(msg), self._seq)
-            n += 1
-            if iid != NO_BOOK:
-                self._emit(iid, clock())
-        self.stats["messages"] += n
+            ingest = self.mold
+            n = self._drain()
+        if n:
+            ingest.publish_book_counters()
         return n
 
     def _drain(self) -> int:
-        sock, rxv, clock, book, s = self.sock, self._rxv, self.ctx.clock, self.book, self.stats
+        recv_into, rx, rxv = self.sock.recv_into, self._rx, self._rxv
+        clock, on_datagram = self.ctx.clock, self.mold.on_datagram
         n = 0
         batch = self.ctx.batch
         while n < batch:
             try:
-                size = sock.recv_into(self._rx)
+                size = recv_into(rx)
             except (BlockingIOError, InterruptedError):
                 break
             ts = clock()
             n += 1
-            s["datagrams"] += 1
-            packet, _reason = try_decode_packet(rxv[:size])
-            if packet is None:
-                s["bad_datagrams"] += 1
-                continue
-            v = self.seqr.on(packet)
-            if v.foreign:
-                s["foreign"] += 1
-                continue
-            if v.gap is not None:
-                s["gaps"] += 1
-                s["missing"] += len(v.gap)
-                self.ctx.log.warning("mold_gap", first=v.gap.start, last=v.gap.stop - 1, missing=len(v.gap),
-                                     gaps=s["gaps"])
-            s["duplicates"] += v.duplicates
-            msgs = packet.messages
-            for i in range(v.deliver_from, len(msgs)):
-                m = msgs[i]
-                iid = book.apply_raw(m, 0, len(m), packet.seq + i)
-                s["messages"] += 1
-                if iid != NO_BOOK:
-                    self._emit(iid, ts)
-            if v.end_of_session:
-                self.ctx.log.info("mold_end_of_session", next_seq=packet.seq, gaps=s["gaps"], missing=s["missing"])
+            on_datagram(rxv[:size], ts)
         return n
 
     def on_close(self) -> None:

@@ -4,17 +4,22 @@
 (``pipeline.trading.llm.hub.LlmHub``; params in ``pipeline.trading.llm.hub.LlmParams``) and runs each decision in a
 ``GenerationWorker`` thread, so ``do_work`` never waits for the model:
 
-- every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a SIGNAL_CTX that is malformed (wrong
-  kind or size) or names an unconfigured instrument is counted (``rejected`` / ``unknown_kind`` /
-  ``unknown_instrument``) and dropped;
+- every ``do_work`` drains ``sig_llm`` (up to ``ctx.batch``); a message that is not a well-formed
+  SIGNAL_CTX (wrong kind or size) or names an unconfigured instrument is counted (``unknown_kind`` /
+  ``rejected`` / ``unknown_instrument``) and dropped;
+- then it drains the ``pos`` ring (``position_input``; up to ``ctx.batch``): each POSITION
+  (``pipeline.trading.messages.unpack_position``, written by the risk stage whenever an instrument's
+  position changes, and once after its first sync) replaces the instrument's position in lots; a
+  message of another kind, the wrong size or an unconfigured instrument is counted (``unknown_kind`` /
+  ``pos_rejected`` / ``unknown_instrument``) and ignored. Without that ring (it is optional) every
+  position is ``unknown``, as it is before the first POSITION of an instrument;
 - at most one generation is in flight, on a thread scheduled SCHED_IDLE (``sched_idle``) with
   niceness ``nice`` (10), so the fast path's processes win a shared core, and starts are at least
   ``min_gap_ms`` apart; the newest waiting
   signal replaces an older one (``conflated``);
 - when the worker is free and the circuit breaker (``pipeline.trading.llm.breaker``) allows, the waiting signal
-  is submitted with a deadline ``deadline_ms`` from now and the instrument's position read from the risk
-  stage's ``pos_lots_<id>`` counter in the process table (``unknown`` when there is none); while the
-  breaker is OPEN waiting signals are dropped (``breaker_drops``): the system runs fast-path only;
+  is submitted with a deadline ``deadline_ms`` from now and the instrument's latest position; while
+  the breaker is OPEN waiting signals are dropped (``breaker_drops``): the system runs fast-path only;
 - a finished generation that validated becomes one INSTRUCTION (``INSTRUCTION_DTYPE``: the signal's
   instrument, the answer's action / lots / offset / confidence / ttl, ``signal_seq`` = the signal's
   ``feature_seq``, ``issued_ns`` = the clock at emission, ``instruction_id`` = 1, 2, ...) written with
@@ -24,14 +29,17 @@
   reaches the per-token deadline check) is hung: counted (``hung``) as a late failure for the breaker
   at once, and aborted; its answer, if it ever comes, is dropped (``rej_hung``);
 - breaker state changes are log events (``llm_breaker``: warning when it opens, info otherwise);
-- idle (any ``wait`` but busy-spin), the stage sleeps ``idle_poll_ms`` (2) between looks at its ring,
+- idle (any ``wait`` but busy-spin), the stage sleeps ``idle_poll_ms`` (2) between looks at its rings,
   or until the generation in flight finishes (``wait_for_work``), instead of the runner's back-off.
 
 Params: ``pipeline.trading.llm.hub.LlmParams``; an unknown or ill-typed field fails the start with a ConfigError
-naming the process and the field (``llm: bad params: Object contains unknown field ...``).
+naming the process and the field (``llm: bad params: Object contains unknown field ...``). ``input``
+defaults to the only input besides ``position_input``; ``LlmParams.gpu_need`` is what the
+supervisor's GPU budget counts for the stage.
 
 Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
 score, signals, conflated, breaker_drops, generations, instructions, instr_drops, rej_<reason>,
+rejected, unknown_kind, unknown_instrument, pos_rejected, hung,
 prompt_tok / prompt_eval (prompt tokens in total / actually evaluated, summed), gen_tok, gen_ms_last,
 gpu_mib (the weights' size when offloaded).
 """
@@ -49,7 +57,7 @@ from pipeline.trading.llm.breaker import BreakerState, CircuitBreaker
 from pipeline.trading.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, LlmParams
 from pipeline.trading.llm.hub import parse_params as _hub_params
 from pipeline.trading.llm.schema import instruction_bytes
-from pipeline.trading.messages import SIGNAL_CTX_DTYPE, Kind
+from pipeline.trading.messages import SIGNAL_CTX_DTYPE, Kind, unpack_position
 
 #: imported by the fork server before it forks this stage (pipeline/runtime/forkserver.py): llama-cpp-python
 #: takes ~30 ms to import, and the hub imports it only when it loads the model
@@ -81,6 +89,20 @@ def parse_params(name: str, params: dict) -> LlmParams:
     return _hub_params(dict(params))
 
 
+def _signal_input(p: LlmParams, inputs: dict) -> str:
+    """The name of the SIGNAL_CTX input: ``params.input``, else the only input besides the position's.
+
+    Raises:
+        ConfigError: no ``params.input`` and other than one such input.
+    """
+    if p.input is not None:
+        return p.input
+    others = sorted(name for name in inputs if name != p.position_input)
+    if len(others) != 1:
+        raise ConfigError(f"llm: name the signal input ring (params.input); it has {sorted(inputs)}")
+    return others[0]
+
+
 class LlmAgent(Agent):
     """SIGNAL_CTX in, INSTRUCTION out (see the module docstring)."""
 
@@ -94,17 +116,10 @@ class LlmAgent(Agent):
     def on_start(self, ctx) -> None:
         self.ctx = ctx
         self.p = p = parse_params(ctx.name, ctx.params)
-        name = p.input
-        if name is None:
-            if len(ctx.inputs) != 1:
-                raise ConfigError(f"llm: name the input ring (params.input); it has {sorted(ctx.inputs)}")
-            name = next(iter(ctx.inputs))
-        if name not in ctx.inputs:
-            raise ConfigError(f"llm: input ring {name!r} is not among {sorted(ctx.inputs)}")
-        if p.output not in ctx.outputs:
-            raise ConfigError(f"llm: output ring {p.output!r} is not among {sorted(ctx.outputs)}")
-        self.inp = ctx.inputs[name]
-        self.out = _NoWait(ctx.outputs[p.output])
+        self.inp = ctx.input(_signal_input(p, ctx.inputs))
+        self.out = _NoWait(ctx.output(p.output))
+        self.pos_in = ctx.inputs.get(p.position_input)  # optional: without it every position is unknown
+        self.positions: dict[int, int] = {}  # instrument id -> lots, from the latest POSITION of each
         self.instruments = {i.id: i for i in ctx.config.instruments}
         factory = type(self).hub_factory
         self.hub = factory(p, self.instruments, ctx.clock) if factory else LlmHub(p, self.instruments, clock=ctx.clock)
@@ -121,41 +136,39 @@ class LlmAgent(Agent):
         self.next_start_ns = 0
         self.pending: tuple[bytes, int] | None = None  # the newest SIGNAL_CTX not yet asked about
         self.next_id = 1
-        self._table, self._risk_rec = self._attach_risk_record(p.risk_process)
         self.stats = ctx.stats
         self.stats.update(model=self.hub.model_name, breaker=self.breaker.state.value, score=1.0, signals=0,
                           conflated=0, breaker_drops=0, generations=0, instructions=0, instr_drops=0,
                           prompt_tok=0, prompt_eval=0, gen_tok=0, gen_ms_last=0, gpu_mib=self.hub.gpu_mib)
         ctx.log.info("llm_ready", model=p.model_path, stand_in=self.hub.stand_in, n_ctx=p.n_ctx,
                      n_gpu_layers=p.n_gpu_layers, grammar=p.grammar, system_tokens=len(self.hub.sys_tokens),
-                     position_source=p.risk_process if self._risk_rec is not None else "none")
+                     position_source=p.position_input if self.pos_in is not None else "none")
 
     # -------------------------------------------------------------------------------- position
-    def _attach_risk_record(self, risk_name: str):
-        names = [q.name for q in self.ctx.config.processes]
-        if risk_name not in names:
-            return None, None
-        try:
-            from pipeline.runtime.proctable import ProcTable
-
-            table = ProcTable.attach(self.ctx.config.supervisor.shm_prefix)
-            return table, table.record(names.index(risk_name))
-        except Exception:  # no supervisor (in-process use): the position is unknown
-            return None, None
+    def _on_position(self, seq, ts_origin_ns, kind, payload) -> None:
+        if kind != Kind.POSITION:
+            self._bump("unknown_kind")
+            return
+        pos = unpack_position(payload)
+        if pos is None:
+            self._bump("pos_rejected")
+            return
+        instrument_id, lots, _as_of_ns = pos
+        if instrument_id not in self.instruments:
+            self._bump("unknown_instrument")
+            return
+        self.positions[instrument_id] = lots
 
     def position_lots(self, instrument_id: int) -> int | None:
-        """The risk stage's published position of the instrument in lots; None when unknown."""
-        if self._risk_rec is None:
-            return None
-        v = self._risk_rec.stage_stats().get(f"pos_lots_{instrument_id}")
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        """The instrument's position in lots, from the risk stage's latest POSITION; None when unknown."""
+        return self.positions.get(instrument_id)
 
     # -------------------------------------------------------------------------------- work
     def _bump(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n
 
     def _on(self, seq, ts_origin_ns, kind, payload) -> None:
-        if kind != Kind.SIGNAL:
+        if kind != Kind.SIGNAL_CTX:
             self._bump("unknown_kind")
             return
         if len(payload) != _CTX_BYTES:
@@ -173,6 +186,8 @@ class LlmAgent(Agent):
 
     def do_work(self) -> int:
         got = self.inp.poll(self._on, self.ctx.batch)
+        if self.pos_in is not None:  # before deciding: the position a generation starts with is the latest
+            got += self.pos_in.poll(self._on_position, self.ctx.batch)
         if got:
             self.ctx.received(got)
         work = got
@@ -269,10 +284,3 @@ class LlmAgent(Agent):
         hub = getattr(self, "hub", None)
         if hub is not None and ended:
             hub.close()
-        if getattr(self, "_table", None) is not None:
-            self._risk_rec = None
-            try:
-                self._table.close()
-            except Exception:
-                pass
-            self._table = None

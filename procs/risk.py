@@ -1,14 +1,19 @@
 """The risk gateway stage: the only way to the order sender. ``module = "procs.risk:RiskAgent"``.
 
-The decisions are ``pipeline.trading.risk.RiskGateway``'s (see there); this stage moves bytes:
+The decisions are ``pipeline.trading.risk.gateway.RiskGateway``'s (see there); this stage moves bytes:
 
-- inputs (ring names from params, each optional: an input absent from the config is not read), read in
-  priority order each ``do_work``, each drained up to ``ctx.batch`` messages: ``control`` (CONTROL),
-  ``exec`` (EXEC_REPORT), ``sig_risk`` (SIGNAL), ``instr`` (INSTRUCTION);
+- inputs (ring names from params, each optional: an input absent from the config is not read; none of
+  them: ConfigError), read in priority order each ``do_work``, each drained up to ``ctx.batch``
+  messages: ``control`` (CONTROL), ``exec`` (EXEC_REPORT), ``sig_risk`` (SIGNAL), ``instr`` (INSTRUCTION);
 - output ``orders`` (ORDER, a ``backpressure`` ring: ``ctx.emit`` waits for room). The ORDER's
   ``ts_origin_ns`` is that of the message the decision came from (``clock()`` for the start-up SYNC);
   an ORDER the port refuses anyway (a ``drop`` ring) is counted (``order_drops``), logged, and no
   longer counted as open;
+- optional output ``pos`` (POSITION, for the llm stage; absent from the config: none written): one
+  message, the instrument's position in whole lots as of the gateway's decision, whenever a fill moves
+  it, and at each SYNC_DONE for every instrument whose lots differ from the latest written (so every
+  instrument once after the first). Written with ``ctx.emit_nowait``: risk never waits for the llm; a
+  refused write is counted (``pos_dropped``) and written again at the next SYNC_DONE or fill;
 - ``on_start`` reads the run epoch (``<run_dir>/run.epoch``, written by ``up``: order ids never repeat
   across runs; StartupError when it is missing) and writes one ORDER SYNC; new orders are NOT_SYNCED
   until EXEC_REPORT SYNC_DONE;
@@ -17,16 +22,18 @@ The decisions are ``pipeline.trading.risk.RiskGateway``'s (see there); this stag
   ``do_work``; no fsync (the sender's journal is the durable record of what was sent).
 
 Params (``RiskParams``: an unknown or ill-typed field fails the start naming the process and the field):
-``limits`` (table, ``pipeline.trading.risk.RiskLimits``; ConfigError naming the bad field),
+``limits`` (table, ``pipeline.trading.risk.limits.RiskLimits``; ConfigError naming the bad field),
 ``audit_path`` ("<supervisor.log_dir>/risk_audit.jsonl"), ``control_input`` ("control"), ``exec_input``
-("exec"), ``signal_input`` ("sig_risk"), ``instruction_input`` ("instr"), ``output`` ("orders").
+("exec"), ``signal_input`` ("sig_risk"), ``instruction_input`` ("instr"), ``output`` ("orders"),
+``position_output`` ("pos").
 
 Counters (``ctx.stats``, short keys: the status record holds 760 bytes of JSON): state (ACTIVE /
 REDUCING / HALTED), synced (0/1), open (open orders), approved, denied, expired, cancels, cancel_all,
 emerg, fills, rejected (malformed input), order_drops, errors, pos_lots_<id> (position in lots),
 pdiff_lots_<id> (the venue's position minus the journal's, in lots, when the sender found them apart: risk
-is then REDUCING), acct_changed (state reports from a sender that found a new venue account), and
-deny_<reason lower> per denial reason seen (``deny_max_position``...).
+is then REDUCING), acct_changed (state reports from a sender that found a new venue account),
+pos_dropped (POSITION messages the position output refused), and deny_<reason lower> per denial reason
+seen (``deny_max_position``...).
 """
 
 from __future__ import annotations
@@ -40,12 +47,14 @@ import msgspec
 from pipeline.runtime.agent import MARK_DECIDED, Agent, mark_code
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
-from pipeline.trading.messages import ExecType, Kind, Label
 from pipeline.runtime.runepoch import read_run_epoch
-from pipeline.trading.risk import (EXEC_S, SIGNAL_S, CancelAllSent, CancelSent, DenyReason, EmergencyReceived, FillApplied,
-                           InstructionExpired, MessageRejected, OrderApproved, OrderDenied, PositionMismatch,
-                           RiskGateway, RiskLimits, StateChanged, Synced, SyncStarted, VenueAccountChanged, decode_limits,
-                           encode_order)
+from pipeline.trading.messages import EXEC_STRUCT, SIGNAL_STRUCT, ExecType, Kind, Label, pack_position
+from pipeline.trading.risk.checks import DenyReason
+from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, FillApplied, InstructionExpired,
+                                          MessageRejected, OrderApproved, OrderDenied, PositionMismatch, StateChanged,
+                                          Synced, SyncStarted, VenueAccountChanged, encode_order)
+from pipeline.trading.risk.gateway import RiskGateway
+from pipeline.trading.risk.limits import RiskLimits, decode_limits
 
 _DENY_KEYS = {r: "deny_" + r.name.lower() for r in DenyReason}
 
@@ -62,10 +71,11 @@ class _Shadow:
                                       emergency_cooldown_ms=0)
         self.gw = RiskGateway(instruments, lim, lambda: self.t)
         self.gw.start()
-        self.gw.on_exec(EXEC_S.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0))
+        self.gw.on_exec(EXEC_STRUCT.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0))
         spec = instruments[0]
         self.iid, mid = spec.id, spec.tick_size * 100_000
-        sig = lambda label: SIGNAL_S.pack(self.iid, label, 0, 1, 0, mid, 2 * spec.tick_size, 0.0, 0.0, 0.0, 0.0)  # noqa: E731
+        sig = lambda label: SIGNAL_STRUCT.pack(  # noqa: E731
+            self.iid, label, 0, 1, 0, mid, 2 * spec.tick_size, 0.0, 0.0, 0.0, 0.0)
         self.msgs = [sig(Label.HOLD), sig(Label.LEAN_BUY), None, sig(Label.EMERGENCY)]
         self.i = 0
 
@@ -75,7 +85,8 @@ class _Shadow:
         if k == 2:  # close whatever the lean signal opened, so the shadow stays flat
             events = []
             for oid in list(self.gw.books[self.iid].working):
-                events += self.gw.on_exec(EXEC_S.pack(self.iid, ExecType.CANCELLED, 0, 0, oid, 0.0, 0.0, 0.0, 0, 0))
+                events += self.gw.on_exec(EXEC_STRUCT.pack(self.iid, ExecType.CANCELLED, 0, 0, oid, 0.0, 0.0, 0.0, 0,
+                                                           0))
             return events
         return self.gw.on_signal(self.msgs[k], self.t)
 
@@ -90,6 +101,7 @@ class RiskParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     signal_input: str = "sig_risk"
     instruction_input: str = "instr"
     output: str = "orders"
+    position_output: str = "pos"
 
 
 class RiskAgent(Agent):
@@ -103,16 +115,13 @@ class RiskAgent(Agent):
         limits = decode_limits(prm.limits)
         epoch = read_run_epoch(ctx.config.supervisor.run_dir)  # StartupError: not started by `up`
         self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock, epoch=epoch)
-        out_name = prm.output
-        self.out = ctx.outputs.get(out_name)
-        if self.out is None:
-            raise ConfigError(f"risk: output ring {out_name!r} is not among {sorted(ctx.outputs)}")
-        self.inputs = []  # (port, handler) in priority order
-        for name, handler in ((prm.control_input, self._on_control), (prm.exec_input, self._on_exec),
-                              (prm.signal_input, self._on_signal), (prm.instruction_input, self._on_instruction)):
-            port = ctx.inputs.get(name)
-            if port is not None:
-                self.inputs.append((port, handler))
+        self.out = ctx.output(prm.output)
+        self.pos_out = ctx.output(prm.position_output, required=False)  # None: no POSITION messages
+        self._pos_sent: dict[int, int] = {}  # instrument -> the lots of its latest POSITION written
+        # (port, handler) in priority order; each input is optional
+        self.inputs = [(ctx.input(name), handler) for name, handler in (
+            (prm.control_input, self._on_control), (prm.exec_input, self._on_exec),
+            (prm.signal_input, self._on_signal), (prm.instruction_input, self._on_instruction)) if name in ctx.inputs]
         if not self.inputs:
             raise ConfigError(f"risk: none of its inputs among {sorted(ctx.inputs)}")
         path = Path(prm.audit_path or Path(ctx.config.supervisor.log_dir) / "risk_audit.jsonl")
@@ -278,6 +287,8 @@ class RiskAgent(Agent):
             st["fills"] += 1
             bk = gw.books[ev.instrument_id]
             st[f"pos_lots_{ev.instrument_id}"] = round(bk.position / bk.spec.lot, 3)
+            if self.pos_out is not None:
+                self._write_position(ev.instrument_id, ev.position, ev.ts_ns)
         elif isinstance(ev, EmergencyReceived):
             st["emerg"] += 1
         elif isinstance(ev, MessageRejected):
@@ -292,6 +303,9 @@ class RiskAgent(Agent):
             st["synced"] = 1
             for iid, bk in gw.books.items():
                 st[f"pos_lots_{iid}"] = round(bk.position / bk.spec.lot, 3)
+            if self.pos_out is not None:
+                for iid, position in ev.positions.items():
+                    self._write_position(iid, position, ev.ts_ns, changed_only=True)
             ctx.log.info("risk_synced", positions={str(k): v for k, v in ev.positions.items()},
                          open_orders=ev.open_orders, solicited=ev.solicited)
         elif isinstance(ev, PositionMismatch):
@@ -304,6 +318,18 @@ class RiskAgent(Agent):
         elif isinstance(ev, SyncStarted):
             st["synced"] = 0
             ctx.log.warning("risk_sync_started", solicited=ev.solicited)
+
+    def _write_position(self, iid: int, position: float, as_of_ns: int, changed_only: bool = False) -> None:
+        """One POSITION message (``position``, base units, in whole lots) on the position output (with
+        ``changed_only``: unless those lots are the latest written), never waiting for room: a refused
+        write is counted (``pos_dropped``) and not remembered as written."""
+        lots = round(position / self.gw.books[iid].spec.lot)
+        if changed_only and self._pos_sent.get(iid) == lots:
+            return
+        if self.ctx.emit_nowait(self.pos_out, Kind.POSITION, pack_position(iid, lots, as_of_ns), self._ts):
+            self._pos_sent[iid] = lots
+        else:
+            self.stats["pos_dropped"] = self.stats.get("pos_dropped", 0) + 1
 
     def _flush(self) -> bool:
         """Write the buffered audit lines; False (counted, logged) when the write failed."""

@@ -37,7 +37,7 @@ Config (one process entry; every param optional, unknown params fail the start):
     seed = 1                     # synthetic model seed (and the drop_prob fault's)
     step_ms = 20                 # synthetic step (one book update per instrument per step)
     loop = false                 # replay: start again at the end
-    delay_ms = 0.0               # faults at start (see pipeline.venue.server): every frame's extra delay
+    delay_ms = 0.0               # faults at start (see pipeline.venue.faults): every frame's extra delay
                                  # (with delay_jitter_ms > 0: the mean of the jittered delay)
     drop_prob = 0.0              # each data push to each client dropped with this probability
     # stress faults (make stress), all off by default; seeded by `seed`, counted in faults_injected and
@@ -86,7 +86,7 @@ symbol; a replayed symbol without a config entry is checked for positive finite 
 
 Finding the ports: the venue writes the bound ports (decimal + newline, atomically) to the port
 file and the REST port file once it listens, and removes both on a clean stop. A client reads them
-with ``pipeline.venue.server.read_port_file`` and connects to ``ws://127.0.0.1:<port>/v2/ws/public``
+with ``pipeline.runtime.portfile.read_port_file`` and connects to ``ws://127.0.0.1:<port>/v2/ws/public``
 and ``http://127.0.0.1:<rest port>``.
 
 Secrets: the key file's content is never logged, published or put in an exception; the start log
@@ -114,24 +114,25 @@ import os
 import time
 from contextlib import suppress
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from pipeline.runtime.agent import Agent, AgentContext
-from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials
+from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError
+from pipeline.runtime.portfile import write_port_file
+from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials
 from pipeline.venue.account import AccountLog
 from pipeline.venue.errors import VenueConfigError, VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
-from pipeline.venue.orders import CODE_DUPLICATE, OrderEngine, OrderRejected, rules_from_config
+from pipeline.venue.order_fields import CODE_DUPLICATE, OrderRejected, rules_from_config
+from pipeline.venue.orders import OrderEngine
 from pipeline.venue.rest import RestApi, RestServer
-from pipeline.runtime.portfile import write_port_file
-from pipeline.venue.server import VenueServer, VenueThread, instrument_specs, make_source
+from pipeline.venue.server import VenueServer
+from pipeline.venue.service import VenueThread
+from pipeline.venue.sources import instrument_specs, make_source
 
-PARAMS = frozenset({"port", "port_file", "source", "capture", "speed", "seed", "step_ms", "loop", "delay_ms",
-                    "drop_prob", "itch_port", "itch_events", "itch_rate", "itch_drop_prob", "rest_port",
-                    "rest_port_file", "key_file", "rate_limit_per_s", "max_notional", "recv_window_ms",
-                    "latency_ms", "delay_jitter_ms", "jump_prob", "jump_ticks", "disconnect_every_s",
-                    "gap_every_s", "bad_checksum_every_s", "max_away_ticks", "account_path", "reset_account",
-                    "allow_admin"})
 FAULT_STATS = ("jitter_frames", "jumps", "disconnects", "gaps", "bad_checksums")
 MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
                 "slow_disconnects", "book_events", "trade_events", "listener_errors") + FAULT_STATS
@@ -146,6 +147,65 @@ PUBLISHED_STATS = MARKET_STATS + ORDER_STATS + VALIDITY_STATS + LEDGER_STATS
 STATS_INTERVAL_NS = 100_000_000
 DEFAULT_KEY_FILE = "secrets/paper.json"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_Period = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]  # a timed fault's period in s (0: off)
+
+
+class VenueParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The stage's params (each one in the module docstring); an unknown or ill-typed field, or one
+    out of its range, fails the start (``parse_params``)."""
+
+    port: int = 0
+    port_file: str = ""
+    source: str = "synthetic"
+    capture: str = ""
+    speed: float = 1.0
+    seed: int = 1
+    step_ms: int | None = None
+    loop: bool = False
+    delay_ms: float = 0.0
+    drop_prob: float = 0.0
+    delay_jitter_ms: Annotated[float, msgspec.Meta(ge=0.0, le=50.0)] = 0.0
+    jump_prob: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    jump_ticks: Annotated[int, msgspec.Meta(ge=1)] = 3
+    disconnect_every_s: _Period = 0.0
+    gap_every_s: _Period = 0.0
+    bad_checksum_every_s: _Period = 0.0
+    max_away_ticks: Annotated[int, msgspec.Meta(ge=0)] = 50
+    itch_port: int = 0
+    itch_events: int = 100_000
+    itch_rate: float = 10_000.0
+    itch_drop_prob: float = 0.0
+    rest_port: int = 0
+    rest_port_file: str = ""
+    key_file: str = DEFAULT_KEY_FILE
+    rate_limit_per_s: float = 10.0
+    max_notional: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0  # 0: no limit
+    recv_window_ms: int = 30_000
+    latency_ms: float = 0.0
+    account_path: str = ""
+    reset_account: bool = False
+    allow_admin: bool = False
+
+
+#: every param the stage takes
+PARAMS = frozenset(VenueParams.__struct_fields__)
+
+
+def parse_params(name: str, params) -> VenueParams:
+    """``params`` of process ``name`` as ``VenueParams``.
+
+    Raises:
+        VenueConfigError: an unknown param (``<name>: unknown venue params [...]; known: [...]``), or
+            one of the wrong type or out of its range (the message names the field).
+    """
+    unknown = sorted(set(params) - PARAMS)
+    if unknown:
+        raise VenueConfigError(f"{name}: unknown venue params {unknown}; known: {sorted(PARAMS)}")
+    try:
+        return parse_stage_params(name, params, VenueParams)
+    except ConfigError as exc:
+        raise VenueConfigError(str(exc)) from None
 
 
 def paper_credentials(key_file: str) -> Credentials:
@@ -173,45 +233,6 @@ def paper_credentials(key_file: str) -> Credentials:
     raise AssertionError("unreachable")
 
 
-def _number(params: dict, name: str, default: float, lo: float, hi: float = float("inf")) -> float:
-    """``params[name]`` (or ``default``) as a float in [lo, hi].
-
-    Raises:
-        VenueError: not a number (a bool is not one), NaN, or outside [lo, hi].
-    """
-    v = params.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise VenueConfigError(f"{name} must be a number, got {v!r}"[:200])
-    x = float(v)
-    if not lo <= x <= hi:
-        raise VenueConfigError(f"{name} must be in {lo:g}..{hi:g}, got {v!r}")
-    return x
-
-
-def _integer(params: dict, name: str, default: int, lo: int) -> int:
-    """``params[name]`` (or ``default``) as an int >= lo.
-
-    Raises:
-        VenueError: not an integer (a bool is not one), or below ``lo``.
-    """
-    v = params.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise VenueConfigError(f"{name} must be an integer >= {lo}, got {v!r}"[:200])
-    return v
-
-
-def _flag(params: dict, name: str, default: bool) -> bool:
-    """``params[name]`` (or ``default``) as a bool.
-
-    Raises:
-        VenueError: not a bool (a 0 / 1 or a string is not one).
-    """
-    v = params.get(name, default)
-    if not isinstance(v, bool):
-        raise VenueConfigError(f"{name} must be true or false, got {v!r}"[:200])
-    return v
-
-
 class CountingOrderEngine(OrderEngine):
     """``OrderEngine`` that also counts the places it refused as a duplicate clientOid (43118) in
     ``duplicate_refusals`` (a client that sends the same clientOid twice, e.g. after a crash)."""
@@ -233,93 +254,100 @@ class CountingOrderEngine(OrderEngine):
 class VenueAgent(Agent):
     """Runs a ``VenueServer`` in a thread for the runner (see the module docstring)."""
 
+    params_type = VenueParams
+
     def on_start(self, ctx: AgentContext) -> None:
         """Raises:
-        VenueError: an unknown param, a bad value, no paper instrument, an unreadable capture, a
-            corrupt account log or one another venue process holds, or the server thread not
-            starting. ConfigError: the key file or environment key cannot be loaded (the message names
-            the file or variable only). OSError: a port cannot be bound, the account log cannot be
-            created, read or renamed.
+        VenueError: an unknown param, a bad value (``VenueConfigError`` for both), no paper
+            instrument, an unreadable capture, a corrupt account log or one another venue process
+            holds, or the server thread not starting. ConfigError: the key file or environment key
+            cannot be loaded (the message names the file or variable only). OSError: a port cannot
+            be bound, the account log cannot be created, read or renamed.
         """
         self.ctx = ctx
-        p = dict(ctx.params)
-        unknown = sorted(set(p) - PARAMS)
-        if unknown:
-            raise VenueConfigError(f"{ctx.name}: unknown venue params {unknown}; known: {sorted(PARAMS)}")
-        kind = str(p.get("source", "synthetic"))
-        seed = int(p.get("seed", 1))
-        step_ms = p.get("step_ms")
-        specs = instrument_specs(ctx.config.instruments)
-        if kind == "synthetic" and not specs:
-            raise VenueError("no [[instruments]] with venue = 'paper' to make a market in")
-        jitter_ms = _number(p, "delay_jitter_ms", 0.0, 0.0, 50.0)
-        jump_prob = _number(p, "jump_prob", 0.0, 0.0, 1.0)
-        jump_ticks = _integer(p, "jump_ticks", 3, 1)
-        every = {name: _number(p, name, 0.0, 0.0, 1e9)
-                 for name in ("disconnect_every_s", "gap_every_s", "bad_checksum_every_s")}
-        max_away_ticks = _integer(p, "max_away_ticks", 50, 0)
-        reset_account = _flag(p, "reset_account", False)
-        allow_admin = _flag(p, "allow_admin", False)
+        p = parse_params(ctx.name, ctx.params)
         run_dir = Path(ctx.config.supervisor.run_dir)
-        account_path = p.get("account_path") or run_dir / f"{ctx.name}.account"
-        if not isinstance(account_path, (str, Path)):
-            raise VenueConfigError(f"account_path must be a path string, got {account_path!r}"[:200])
-        source = make_source(kind, instruments=specs, capture=p.get("capture") or None, seed=seed,
-                             step_ms=int(step_ms) if step_ms is not None else None, jump_prob=jump_prob,
-                             jump_ticks=jump_ticks)
-        self.server = VenueServer(source, port=int(p.get("port", 0)), speed=float(p.get("speed", 1.0)),
-                                  loop_replay=bool(p.get("loop", False)), delay_ms=float(p.get("delay_ms", 0.0)),
-                                  drop_prob=float(p.get("drop_prob", 0.0)), fault_seed=seed,
-                                  delay_jitter_ms=jitter_ms, **every)
+        self.server = self._make_market(p)
         self.itch = None
-        itch_port = int(p.get("itch_port", 0))
-        if itch_port:
-            stream = MoldStream.synthetic(seed, int(p.get("itch_events", 100_000)))
-            self.itch = ItchUdpPublisher(stream, itch_port, rate_msgs_per_s=float(p.get("itch_rate", 10_000.0)),
-                                         drop_prob=float(p.get("itch_drop_prob", 0.0)), fault_seed=seed)
-        creds = paper_credentials(str(p.get("key_file", DEFAULT_KEY_FILE)))
-        max_notional = float(p.get("max_notional", 0.0))
-        if max_notional < 0:
-            raise VenueConfigError(f"max_notional must be >= 0 (0: no limit), got {max_notional}")
+        if p.itch_port:
+            stream = MoldStream.synthetic(p.seed, p.itch_events)
+            self.itch = ItchUdpPublisher(stream, p.itch_port, rate_msgs_per_s=p.itch_rate,
+                                         drop_prob=p.itch_drop_prob, fault_seed=p.seed)
+        creds = paper_credentials(p.key_file)
         self.engine = CountingOrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
-                                  self.server.market.levels, lambda: time.time_ns() // 1_000_000,
-                                  max_notional=max_notional if max_notional > 0 else None,
-                                  max_away_ticks=max_away_ticks)
-        self.account = AccountLog(account_path)
-        records = self.account.open(reset=reset_account)
+                                          self.server.market.levels, lambda: time.time_ns() // 1_000_000,
+                                          max_notional=p.max_notional if p.max_notional > 0 else None,
+                                          max_away_ticks=p.max_away_ticks)
+        self.account = AccountLog(p.account_path or run_dir / f"{ctx.name}.account")
+        records = self.account.open(reset=p.reset_account)
         try:  # the account log is open (and locked): closed again when the start fails
-            self.engine.restore(records)
-            self.engine.on_event = self.account.append
-            ctx.log.info("venue_account", path=str(self.account.path), account_id=self.engine.account_id,
-                         new=self.account.created, reset_backup=str(self.account.backup or ""),
-                         orders=len(self.engine.orders), open_orders=len(self.engine.open_orders()),
-                         fills=len(self.engine.fills), torn_bytes=self.account.torn_bytes,
-                         positions={sym: str(q) for sym, q in self.engine.positions().items()})
-            self.server.add_market_listener(self.engine)
-            api = RestApi(self.engine, creds, recv_window_ms=int(p.get("recv_window_ms", 30_000)),
-                          rate_limit_per_s=float(p.get("rate_limit_per_s", 10.0)), log=ctx.log,
-                          allow_admin=allow_admin)
-            self.rest = RestServer(api, port=int(p.get("rest_port", 0)), latency_ms=float(p.get("latency_ms", 0.0)),
-                                   log=ctx.log)
-            extra = [self.itch] if self.itch else []
-            self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[*extra, self.rest])
-            port = self.thread.start()
-            self.port_file = Path(p.get("port_file") or run_dir / f"{ctx.name}.port")
-            self.rest_port_file = Path(p.get("rest_port_file") or run_dir / f"{ctx.name}.rest.port")
-            write_port_file(self.port_file, port)
-            write_port_file(self.rest_port_file, self.rest.port)
-            self._next_stats_ns = 0
-            self._dead = False
-            self._publish_stats()
-            ctx.log.info("venue_listening", url=self.server.url, rest_url=self.rest.url, source=kind,
-                         instruments=self.server.inst_ids, port_file=str(self.port_file),
-                         rest_port_file=str(self.rest_port_file), key=f"#{creds.fingerprint}")
+            self._restore_account(records)
+            self._serve(p, creds, run_dir)
         except BaseException:
             thread = getattr(self, "thread", None)
             if thread is not None:
                 thread.stop()
             self.account.close()
             raise
+
+    def _make_market(self, p: VenueParams) -> VenueServer:
+        """The market-data server over the source ``p`` asks for.
+
+        Raises:
+            VenueError: no paper instrument for a synthetic source; what ``make_source`` and
+                ``VenueServer`` raise.
+        """
+        specs = instrument_specs(self.ctx.config.instruments)
+        if p.source == "synthetic" and not specs:
+            raise VenueError("no [[instruments]] with venue = 'paper' to make a market in")
+        source = make_source(p.source, instruments=specs, capture=p.capture or None, seed=p.seed,
+                             step_ms=p.step_ms, jump_prob=p.jump_prob, jump_ticks=p.jump_ticks)
+        return VenueServer(source, port=p.port, speed=p.speed, loop_replay=p.loop, delay_ms=p.delay_ms,
+                           drop_prob=p.drop_prob, fault_seed=p.seed, delay_jitter_ms=p.delay_jitter_ms,
+                           disconnect_every_s=p.disconnect_every_s, gap_every_s=p.gap_every_s,
+                           bad_checksum_every_s=p.bad_checksum_every_s)
+
+    def _restore_account(self, records: list[dict]) -> None:
+        """Rebuild the engine's account from the log's records; from now on every change is appended
+        to the log (``venue_account`` logged).
+
+        Raises:
+            VenueError: a corrupt record (``OrderEngine.restore``).
+        """
+        engine, account = self.engine, self.account
+        engine.restore(records)
+        engine.on_event = account.append
+        self.ctx.log.info("venue_account", path=str(account.path), account_id=engine.account_id,
+                          new=account.created, reset_backup=str(account.backup or ""),
+                          orders=len(engine.orders), open_orders=len(engine.open_orders()),
+                          fills=len(engine.fills), torn_bytes=account.torn_bytes,
+                          positions={sym: str(q) for sym, q in engine.positions().items()})
+
+    def _serve(self, p: VenueParams, creds: Credentials, run_dir: Path) -> None:
+        """Start the market server, the REST API (and the ITCH sender) in their thread, then write
+        both port files (``venue_listening`` logged).
+
+        Raises:
+            VenueError: a bad REST value, the thread not starting. OSError: a port cannot be bound.
+        """
+        ctx = self.ctx
+        self.server.add_market_listener(self.engine)
+        api = RestApi(self.engine, creds, recv_window_ms=p.recv_window_ms, rate_limit_per_s=p.rate_limit_per_s,
+                      log=ctx.log, allow_admin=p.allow_admin)
+        self.rest = RestServer(api, port=p.rest_port, latency_ms=p.latency_ms, log=ctx.log)
+        extra = [self.itch] if self.itch else []
+        self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[*extra, self.rest])
+        port = self.thread.start()
+        self.port_file = Path(p.port_file or run_dir / f"{ctx.name}.port")
+        self.rest_port_file = Path(p.rest_port_file or run_dir / f"{ctx.name}.rest.port")
+        write_port_file(self.port_file, port)
+        write_port_file(self.rest_port_file, self.rest.port)
+        self._next_stats_ns = 0
+        self._dead = False
+        self._publish_stats()
+        ctx.log.info("venue_listening", url=self.server.url, rest_url=self.rest.url, source=p.source,
+                     instruments=self.server.inst_ids, port_file=str(self.port_file),
+                     rest_port_file=str(self.rest_port_file), key=f"#{creds.fingerprint}")
 
     def _publish_stats(self) -> None:
         s = self.server.stats()

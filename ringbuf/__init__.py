@@ -10,12 +10,20 @@ Public API (nothing outside this package touches a segment's bytes):
   ``wait`` (blocking), ``available``, ``heartbeat``
 - idle strategies: ``BusySpin``, ``BackOff``
 - ``layout``: the binary layout, declared once.
+
+Modules: ``layout`` (the bytes), ``slot`` (the codec names the hot paths bind), ``segment`` (create /
+attach / unlink a segment and its wake-up semaphore; geometry checks; ``open_doorbell``), ``ring``
+(``Ring``, ``RingStats``), ``writer`` (``Writer``), ``reader`` (``Reader``, ``Message``,
+``wait_any``), ``idle``, ``errors``.
 """
 
 from ringbuf.errors import PayloadTooLargeError, RingError, RingExistsError, RingLayoutError, RingNotFoundError
 from ringbuf.idle import BackOff, BusySpin, IdleStrategy, make_idle
 from ringbuf.layout import slot_size_for
-from ringbuf.ring import Message, Reader, Ring, RingStats, Writer, shm_name
+from ringbuf.reader import Message, Reader
+from ringbuf.ring import Ring, RingStats
+from ringbuf.segment import shm_name
+from ringbuf.writer import Writer
 
 __all__ = [
     "BackOff",

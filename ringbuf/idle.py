@@ -8,7 +8,7 @@ work and otherwise waits in its own way. It never sleeps when there was work.
   exponential growth from ``min_sleep_ns`` to ``max_sleep_ns``. (A zero-length ``time.sleep`` costs ~55 us on
   Linux and is not a yield; ``os.sched_yield()`` costs ~0.7 us.)
 - Blocking waits on a semaphore are not a plain idle strategy: they need the ring, so they live in
-  ``ringbuf.ring.Reader.wait`` and the runner composes them.
+  ``ringbuf.reader.Reader.wait`` and the runner composes them.
 """
 
 from __future__ import annotations

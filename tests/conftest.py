@@ -1,4 +1,5 @@
-"""Fixtures shared by the test suite: unique ring names, child processes, and guaranteed cleanup.
+"""Fixtures shared by the test suite: unique ring names, child processes, a per-test pipeline, and
+guaranteed cleanup. The helpers behind them live in ``tests/support/``.
 
 Rules every test here follows (and these fixtures enforce):
 
@@ -8,49 +9,20 @@ Rules every test here follows (and these fixtures enforce):
 - Child processes are started through ``children`` as ``sys.executable <script>`` or
   ``sys.executable -c CODE`` (never a fork of pytest). At teardown every child still running is
   SIGKILLed and every child is reaped, before the rings are unlinked.
+- A pipeline under a real supervisor is started through ``pipe``: its own shm prefix, run and log
+  dirs under ``tmp_path``; at teardown nothing of it may be left running or in ``/dev/shm``.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
+import mmap
 
 import pytest
 
-from ringbuf import Ring
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHM_DIR = Path("/dev/shm")
-RING_CHILD = REPO_ROOT / "tests" / "ringbuf" / "ring_child.py"
-
-
-def shm_entries_for(bare_name: str) -> list[str]:
-    """Entries of /dev/shm that belong to ring ``bare_name``: the segment and its semaphore."""
-    wanted = {bare_name, f"sem.{bare_name}.wake"}
-    return sorted(e for e in os.listdir(SHM_DIR) if e in wanted or e.startswith(f"sem.{bare_name}"))
-
-
-class RingNames:
-    """Hands out unique ring names and remembers them for cleanup."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def new(self) -> str:
-        name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.names.append(name)
-        return name
-
-    def cleanup(self) -> list[str]:
-        """Unlink every ring handed out; return the /dev/shm entries that still remain."""
-        for name in self.names:
-            Ring.unlink(name)
-        return [e for name in self.names for e in shm_entries_for(name)]
+from tests.support import wait
+from tests.support.paths import CAPTURE_PATH, SHM_DIR
+from tests.support.processes import Children, Pipeline
+from tests.support.shm import RingNames
 
 
 @pytest.fixture
@@ -68,67 +40,6 @@ def ring_name(ring_names) -> str:
     return ring_names.new()
 
 
-class Children:
-    """Starts child Python processes and guarantees they are killed and reaped."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
-
-    def _popen(self, argv: list[str]) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            argv,
-            cwd=REPO_ROOT,
-            env=self._env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def role(self, role: str, *args: object) -> subprocess.Popen:
-        """Run ``tests/ringbuf/ring_child.py ROLE ARGS...`` (see that file for the roles)."""
-        return self._popen([sys.executable, str(RING_CHILD), role, *map(str, args)])
-
-    def python(self, code: str, *args: object) -> subprocess.Popen:
-        """Run ``sys.executable -c CODE ARGS...``."""
-        return self._popen([sys.executable, "-c", code, *map(str, args)])
-
-    @staticmethod
-    def finish(proc: subprocess.Popen, timeout: float = 60.0) -> tuple[int, str, str]:
-        """Wait for a child to exit by itself; return (returncode, stdout, stderr)."""
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err
-
-    @staticmethod
-    def sigkill(proc: subprocess.Popen) -> int:
-        """SIGKILL a child and reap it; return its status (-9 unless it had already exited)."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        return proc.returncode
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    proc.send_signal(signal.SIGKILL)
-                except ProcessLookupError:  # pragma: no cover - exited between poll and kill
-                    pass
-        for proc in self.procs:
-            proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-
-
 @pytest.fixture
 def children(ring_names):
     """Start child processes (``children.role(...)`` / ``children.python(...)``).
@@ -143,19 +54,14 @@ def children(ring_names):
         assert all(p.returncode is not None for p in kids.procs)
 
 
-def _wait_until(predicate, timeout: float, interval: float = 0.001, what: str = "condition") -> None:
-    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}")
-        time.sleep(interval)
-
-
 @pytest.fixture
 def wait_until():
     """``wait_until(predicate, timeout, interval=0.001, what=...)``: poll, fail the test on timeout."""
-    return _wait_until
+
+    def poll(predicate, timeout: float, interval: float = 0.001, what: str = "condition"):
+        return wait.wait_until(predicate, timeout, interval, what)
+
+    return poll
 
 
 @pytest.fixture
@@ -165,8 +71,6 @@ def raw_segment():
     Tests read and write control-block words and slots through this view at literal offsets, so
     the layout is checked against the bytes rather than against ringbuf's own accessors.
     """
-    import mmap
-
     maps: list[mmap.mmap] = []
 
     def open_raw(name: str) -> mmap.mmap:
@@ -182,3 +86,27 @@ def raw_segment():
             mm.close()
         except BufferError:  # pragma: no cover - a test still holds a view
             pass
+
+
+@pytest.fixture
+def pipe(tmp_path):
+    """A pipeline of this test: unique ``shm_prefix``, run and log dirs under ``tmp_path``.
+
+    Teardown (also on failure): ``down`` through the control socket when a supervisor still runs,
+    SIGKILL of every leftover supervisor or runner of the test's configs, ``clean_stale`` of each
+    config; then no /dev/shm entry with the prefix may remain.
+    """
+    p = Pipeline(tmp_path)
+    try:
+        yield p
+    finally:
+        leftovers = p.cleanup()
+    assert not leftovers, f"/dev/shm entries left behind: {leftovers}"
+
+
+@pytest.fixture
+def capture_path():
+    """The real Bitget v1 capture (686 lines); the test is skipped when it is not there."""
+    if not CAPTURE_PATH.is_file():
+        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
+    return CAPTURE_PATH

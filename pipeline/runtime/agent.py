@@ -173,6 +173,8 @@ class AgentContext:
         """``emit`` that never waits for room: False when the port is full now (nothing written; on a
         ``drop`` ring also counted there). For a stage that must not block on a consumer that may be
         waiting on it (the sender's reports to risk, while risk waits for room in the orders ring)."""
+        # hot path: the accounting below is ``emit``'s, written out again on purpose: a shared private
+        # method would cost every message of every stage one more Python call (~70 ns measured per emit)
         ok = port.try_write(kind, payload, ts_origin_ns)
         if ok:
             self.msgs_out += 1

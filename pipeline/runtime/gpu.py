@@ -1,17 +1,18 @@
 """GPU budget: what the configured models need must fit the device's free memory with a reserve.
 
-Pure ``check_budget`` plus a probe (NVML through nvidia-ml-py when installed, else ``nvidia-smi``).
+Each stage says what it needs (its params' ``gpu_need()``, a ``GpuNeed``); ``budget_from_config``
+adds them up, pure ``check_budget`` decides, and a probe (NVML through nvidia-ml-py when installed,
+else ``nvidia-smi``) says what the device has free.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
 import msgspec
 
-from pipeline.runtime.config import GpuConfig
+from pipeline.runtime.config import GpuConfig, ProcessConfig
 from pipeline.runtime.errors import StartupError
 
 
@@ -55,27 +56,47 @@ def probe_gpu(device_id: int) -> tuple[GpuInfo | None, str]:
     return GpuInfo(device_id, name, int(float(total)), int(float(free)), "nvidia-smi"), ""
 
 
+class GpuNeed(msgspec.Struct, frozen=True, kw_only=True):
+    """What one stage will put on the GPU, by line of the budget (the ``[gpu]`` fields of that name).
+
+    A stage's params type says it with a method ``gpu_need(self) -> GpuNeed`` (``FastParams``,
+    ``LlmParams``); ``budget_from_config`` adds up every process's.
+    """
+
+    llm_weights_mib: int = 0
+    onnx_mem_limit_mib: int = 0
+
+
+NO_GPU = GpuNeed()
+
+
+def stage_gpu_need(proc: ProcessConfig) -> GpuNeed:
+    """What process ``proc`` will put on the GPU: its params, converted to its agent class's
+    ``params_type``, asked with ``gpu_need()``.
+
+    ``NO_GPU`` when the class has no ``params_type`` or that type no ``gpu_need``, and when the class
+    cannot be loaded or its params do not convert: the stage itself then fails its start, naming
+    the cause (as it does for a model file that does not exist). Never raises.
+    """
+    from pipeline.runtime.runner import load_stage_params  # (the stages' code: only for `up`, not every CLI call)
+
+    try:
+        params = load_stage_params(proc)
+    except Exception:  # the module fails to import, or its params do not convert (the preflight says which)
+        return NO_GPU
+    need = getattr(params, "gpu_need", None)
+    return need() if callable(need) else NO_GPU
+
+
 def budget_from_config(cfg) -> GpuConfig:
     """The GPU budget of a whole ``Config``: ``cfg.gpu`` with what the stages will take filled in where
-    the ``[gpu]`` table leaves it at 0.
-
-    - LLM weights: the size of each ``procs.llm`` stage's ``model_path`` (plus ``lora_path``) when its
-      ``n_gpu_layers`` is above 0 (all layers offloaded is the worst case the budget must cover).
-    - ONNX: each ``procs.fast`` stage's ``gpu_mem_limit_mib`` (default 256) unless ``providers = "cpu"``.
-
-    A model file that does not exist counts 0 here; the stage itself fails its start with the path.
-    """
+    the ``[gpu]`` table leaves it at 0: the sum of every process's ``stage_gpu_need``."""
     gpu = cfg.gpu
     llm_mib = onnx_mib = 0
     for proc in cfg.processes:
-        prm = proc.params
-        if proc.module.startswith("procs.llm:") and int(prm.get("n_gpu_layers", 0)) > 0:
-            for key in ("model_path", "lora_path"):
-                path = prm.get(key)
-                if path and os.path.exists(path):
-                    llm_mib += -(-os.path.getsize(path) // 2**20)
-        elif proc.module.startswith("procs.fast:") and str(prm.get("providers", "auto")) != "cpu":
-            onnx_mib += int(prm.get("gpu_mem_limit_mib", 256))
+        need = stage_gpu_need(proc)
+        llm_mib += need.llm_weights_mib
+        onnx_mib += need.onnx_mem_limit_mib
     return msgspec.structs.replace(
         gpu, llm_weights_mib=gpu.llm_weights_mib or llm_mib, onnx_mem_limit_mib=gpu.onnx_mem_limit_mib or onnx_mib)
 

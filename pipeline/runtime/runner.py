@@ -43,7 +43,7 @@ import traceback
 
 from pipeline.runtime import proctable as PT
 from pipeline.runtime.agent import LATENCY_DIR_ENV, Agent, AgentContext, LatencyTap
-from pipeline.runtime.config import Config, load_config
+from pipeline.runtime.config import Config, ProcessConfig, load_config, parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.linux import die_with_parent
 from pipeline.runtime.log import EventLog, open_event_log
@@ -130,6 +130,19 @@ def load_agent_class(spec: str) -> type[Agent]:
     if not (isinstance(cls, type) and issubclass(cls, Agent)):
         raise StartupError(f"{spec!r} is not an Agent subclass")
     return cls
+
+
+def load_stage_params(proc: ProcessConfig):
+    """The ``params`` of process ``proc`` converted to its agent class's ``params_type`` (a frozen
+    struct); None when the class has no ``params_type`` (it takes its params as they are).
+
+    Raises:
+        StartupError: the agent module or class cannot be loaded (``load_agent_class``).
+        ConfigError: an unknown or ill-typed param, naming the process and the field
+            (``parse_stage_params``).
+    """
+    kind = getattr(load_agent_class(proc.module), "params_type", None)
+    return None if kind is None else parse_stage_params(proc.name, proc.params, kind)
 
 
 class Runner:

@@ -11,7 +11,7 @@ one record a line in the order sender's journal line format (``pipeline.trading.
     CCCCCCCC {json object}\\n      CCCCCCCC: CRC-32 (zlib) of the JSON bytes, 8 lowercase hex digits
 
 with ``"t"`` naming the record (``account``, ``order``, ``fill``, ``cancel``, ``adjust``: fields in
-``pipeline.venue.orders``). The first line is the ``account`` record: ``account_id`` (the decimal
+``pipeline.venue.account_state``). The first line is the ``account`` record: ``account_id`` (the decimal
 string of a random 63-bit integer, never 0) and ``created_ms``. A line is valid when it is exactly
 what ``encode_record`` makes of its JSON (so the CRC matches and the JSON is the venue's own).
 
@@ -44,7 +44,7 @@ import orjson
 
 from pipeline.trading.journal import encode_record
 from pipeline.venue.errors import VenueError
-from pipeline.venue.orders import ACCOUNT_RECORDS
+from pipeline.venue.account_state import ACCOUNT_RECORDS
 
 ACCOUNT_ID_BITS = 63
 

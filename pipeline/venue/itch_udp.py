@@ -35,6 +35,7 @@ from pipeline.trading.itch.framing import (
 from pipeline.trading.itch.errors import ItchError
 from pipeline.trading.itch.synth import generate_session
 from pipeline.venue.errors import VenueError
+from pipeline.venue.service import cancel_task
 
 HOST = "127.0.0.1"
 DEFAULT_DATAGRAM_BYTES = 1400  # fits a 1500-byte Ethernet MTU with IP and UDP headers
@@ -161,10 +162,8 @@ class ItchUdpPublisher:
         return self.request_port
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
+        """Stop sending and close the socket."""
+        await cancel_task(self._task)
         if self._transport is not None:
             self._transport.close()
 

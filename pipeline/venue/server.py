@@ -2,8 +2,8 @@
 
 A thin asyncio layer (``websockets.asyncio.server``) over the sans-I/O core: requests are parsed
 by ``market.parse_request``, frames are built by ``market.VenueMarket`` from the events of a source
-(``sources.SyntheticSource`` or ``sources.ReplaySource``). This module only moves bytes, keeps
-time, and injects faults.
+(``sources.SyntheticSource`` or ``sources.ReplaySource``), and the fault switches are decided by a
+``faults.FaultInjector``. This module only moves bytes and keeps time.
 
 Dialect (see ``pipeline.venue.market`` for the frames)::
 
@@ -28,42 +28,26 @@ units now, whatever the clock (deterministic tests).
 Per connection, outgoing frames wait in a queue of at most ``max_queue`` frames, sent in order by
 one writer task; in paced mode a client that lets it fill is disconnected (``slow_disconnects``).
 
-Fault switches (construction arguments and thread-safe methods; each counts in ``faults_injected``):
+Fault switches (construction arguments, the fields of ``faults.FaultParams``, and thread-safe
+methods; each counts in ``faults_injected``; decided by ``faults.FaultInjector``, which says what each
+does):
 
 - ``drop_connections(graceful=False)``: cut every connection now (transport abort: the client sees
-  an abnormal closure, 1006) or close them with 1001 when ``graceful``.
+  an abnormal closure, 1006), or close them with 1001 when ``graceful`` (``disconnects``).
 - ``skip_seq(n=1, inst_id=None)``: the next ``books`` update's seq jumps by ``n`` more (negative:
-  goes back, which ``BitgetBooks`` reports as SEQ_GAP; a forward jump is legal in v2).
-- ``corrupt_checksum(inst_id=None)``: the next ``books`` update carries a wrong non-zero checksum.
-- ``set_delay_ms(ms)`` / ``delay_ms=``: every outgoing frame (pongs and acks too) leaves ``ms``
-  later than it was queued, order kept.
-- ``set_drop_prob(p)`` / ``drop_prob=``: each data push to each client is dropped with probability
-  ``p`` (seeded by ``fault_seed``; acks, errors and pongs are never dropped).
+  goes back, which ``BitgetBooks`` reports as SEQ_GAP; a forward jump is legal in v2; ``gaps``).
+- ``corrupt_checksum(inst_id=None)``: the next ``books`` update carries a wrong non-zero checksum
+  (``bad_checksums``).
+- ``set_delay_ms`` / ``set_delay_jitter_ms`` / ``set_drop_prob``: frames delayed (fixed or jittered,
+  order kept) or data pushes dropped (seeded by ``fault_seed``; acks, errors and pongs never).
 - ``stall(seconds)``: no push for ``seconds`` (the market clock stops too, so the feed resumes
   consistently); pings and subscriptions are still answered.
-
-Stress faults (``make stress``; each has its own counter besides ``faults_injected``):
-
-- ``set_delay_jitter_ms(ms)`` / ``delay_jitter_ms=``: with ``ms`` > 0, each outgoing frame's extra
-  delay is drawn from a Gaussian N(``delay_ms``, ``ms``) clipped to [0, 50] ms (``DelayFault``,
-  seeded by ``fault_seed``) instead of the fixed ``delay_ms``. Order is kept per connection: a frame
-  is never due before the frame queued ahead of it (due = max(now + draw, previous due)). Turning
-  it on counts once in ``faults_injected`` (at construction too); each jittered frame counts in
-  ``jitter_frames``.
-- Timed faults, ``disconnect_every_s`` / ``gap_every_s`` / ``bad_checksum_every_s`` (0 = off;
-  ``set_timed_faults`` changes them while running): every that many seconds of MARKET time (the
-  source's clock: the loop clock times ``speed`` while not paused or stalled; ``advance(n)`` moves
-  it by n units, so tests are deterministic) the server cuts every connection (as
-  ``drop_connections()``; ``disconnects``), makes the next books update of every instrument jump
-  its seq by ``GAP_SEQ`` = 5 more (as ``skip_seq(5)``; ``gaps``), or makes the next books update of
-  every instrument carry a wrong checksum (as ``corrupt_checksum()``; ``bad_checksums``). They are
-  checked before each published unit, so the unit due at the fault's time already sees it; when
-  several periods passed at once (a late loop) the fault fires once and the missed periods are
-  skipped. A looping replay's clock keeps counting across the loop. The hand-called switches count
-  in the same counters.
-- Price jumps: a ``SyntheticSource`` made with ``jump_prob`` / ``jump_ticks`` shifts a book now
-  and then (published as ordinary updates); the server counts them in ``jumps`` and
-  ``faults_injected`` as they are published.
+- ``set_timed_faults`` / ``disconnect_every_s=`` / ``gap_every_s=`` / ``bad_checksum_every_s=``:
+  every that many seconds of MARKET time (the source's clock: the loop clock times ``speed`` while
+  not paused or stalled; ``advance(n)`` moves it by n units) what ``drop_connections()``,
+  ``skip_seq(faults.GAP_SEQ)`` or ``corrupt_checksum()`` does, in the same counters.
+- Price jumps of a ``SyntheticSource`` made with ``jump_prob`` / ``jump_ticks`` (ordinary updates)
+  count in ``jumps`` and ``faults_injected`` as they are published.
 
 Order side: ``add_market_listener(listener)`` lets an object (the order engine,
 ``pipeline.venue.orders.OrderEngine``) see every published book change and trade of the market on
@@ -81,37 +65,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import os
-import random
 import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from pathlib import Path
 
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.asyncio.server import serve
 
-from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, PING_TEXT
-from pipeline.venue.errors import VenueError
-from pipeline.venue.market import (
-    DEPTH_CHANNELS,
-    OP_ERROR,
-    OP_PING,
-    OP_SUBSCRIBE,
-    PONG_FRAME,
-    RECENT_TRADES,
-    BookEvent,
-    VenueMarket,
-    error_frame,
-    event_frame,
-    parse_request,
-)
-from pipeline.venue.sources import InstrumentSpec, ReplaySource, SyntheticSource
 from pipeline.runtime.portfile import write_port_file
+from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE
+from pipeline.venue.clients import Clients
+from pipeline.venue.errors import VenueError
+from pipeline.venue.faults import GAP_SEQ, FaultInjector, FaultParams, TimedFault
+from pipeline.venue.market import DEPTH_CHANNELS, RECENT_TRADES, BookEvent, VenueMarket
+from pipeline.venue.service import VenueThread, call_on_loop, cancel_task  # VenueThread: re-exported
+from pipeline.venue.sources import instrument_specs, make_source
+
+__all__ = ["HOST", "PATH", "STAT_NAMES", "VenueServer", "VenueThread", "main"]
 
 HOST = "127.0.0.1"
 PATH = "/v2/ws/public"
@@ -143,99 +114,6 @@ STAT_NAMES = (
     "bad_checksums",  # corrupted checksums: corrupt_checksum, by hand or every bad_checksum_every_s
 )
 
-#: seq jump of the ``gap_every_s`` fault (a forward jump: legal in v2, seen as a hole by a client)
-GAP_SEQ = 5
-#: the range a jittered delay is clipped to
-MAX_JITTER_DELAY_MS = 50.0
-
-
-class DelayFault:
-    """The per-frame extra delay (sans-I/O): ``delay_ms`` fixed, or with ``jitter_ms`` > 0 a draw
-    from N(``delay_ms``, ``jitter_ms``) clipped to [0, ``MAX_JITTER_DELAY_MS``], from a generator
-    seeded by ``seed`` (the same seed gives the same draws).
-
-    Raises (construction and ``set``):
-        VenueError: ``delay_ms`` outside 0..600000, ``jitter_ms`` outside 0..50 (or not finite).
-    """
-
-    def __init__(self, delay_ms: float = 0.0, jitter_ms: float = 0.0, seed: int = 0) -> None:
-        self.rng = random.Random(f"venue-jitter:{int(seed)}")
-        self.delay_ms = 0.0
-        self.jitter_ms = 0.0
-        self.set(delay_ms, jitter_ms)
-
-    def set(self, delay_ms: float | None = None, jitter_ms: float | None = None) -> None:
-        """Change the mean delay and / or the jitter (None: unchanged)."""
-        if delay_ms is not None:
-            d = float(delay_ms)
-            if not 0.0 <= d <= 600_000.0:
-                raise VenueError(f"delay_ms must be in 0..600000, got {delay_ms}")
-            self.delay_ms = d
-        if jitter_ms is not None:
-            j = float(jitter_ms)
-            if not 0.0 <= j <= MAX_JITTER_DELAY_MS:
-                raise VenueError(f"delay_jitter_ms must be in 0..{MAX_JITTER_DELAY_MS:g}, got {jitter_ms}")
-            self.jitter_ms = j
-
-    @property
-    def active(self) -> bool:
-        return bool(self.delay_ms or self.jitter_ms)
-
-    @property
-    def jittered(self) -> bool:
-        return bool(self.jitter_ms)
-
-    def draw_ms(self) -> float:
-        """The next frame's extra delay in ms (fixed without jitter; one draw with it)."""
-        if not self.jitter_ms:
-            return self.delay_ms
-        return min(max(self.rng.gauss(self.delay_ms, self.jitter_ms), 0.0), MAX_JITTER_DELAY_MS)
-
-    def due_s(self, now_s: float, last_due_s: float) -> float:
-        """When a frame queued at ``now_s`` behind a frame due at ``last_due_s`` is due: never
-        before that one (order kept). 0.0 when no delay is set (send at once, in queue order)."""
-        if not self.active:
-            return 0.0
-        return max(now_s + self.draw_ms() / 1000.0, last_due_s)
-
-
-class FaultTimer:
-    """A fault every ``every_s`` seconds of an elapsed clock (sans-I/O; 0 = off): ``due(elapsed_ms)``
-    is True once when ``elapsed_ms`` reaches the next multiple of the period (then the schedule
-    moves to the first multiple after ``elapsed_ms``: missed periods are skipped, not replayed).
-
-    Raises:
-        VenueError: ``every_s`` negative or not finite.
-    """
-
-    def __init__(self, every_s: float = 0.0, start_ms: float = 0.0, name: str = "every_s") -> None:
-        e = float(every_s)
-        if not (0.0 <= e < float("inf")):
-            raise VenueError(f"{name} must be a finite number >= 0 (0: off), got {every_s}")
-        self.every_ms = e * 1000.0
-        self.start_ms = float(start_ms)
-        self.next_ms = self.start_ms + self.every_ms
-        self.fired = 0
-
-    def due(self, elapsed_ms: float) -> bool:
-        if not self.every_ms or elapsed_ms < self.next_ms:
-            return False
-        self.next_ms = self.start_ms + ((elapsed_ms - self.start_ms) // self.every_ms + 1) * self.every_ms
-        self.fired += 1
-        return True
-
-
-class _Conn:
-    __slots__ = ("ws", "queue", "writer", "subs", "last_due", "dead")
-
-    def __init__(self, ws: ServerConnection) -> None:
-        self.ws = ws
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.writer: asyncio.Task | None = None
-        self.subs: set[tuple[str, str]] = set()
-        self.last_due = 0.0
-        self.dead = False  # aborted by the venue: nothing more is queued
-
 
 class VenueServer:
     """The market-data WebSocket server of the paper venue (see the module docstring)."""
@@ -247,7 +125,8 @@ class VenueServer:
                  disconnect_every_s: float = 0.0, gap_every_s: float = 0.0,
                  bad_checksum_every_s: float = 0.0) -> None:
         """``source``: a ``SyntheticSource`` or ``ReplaySource``; ``clock``: monotonic seconds for the
-        market clock (default: the event loop's); the faults: see the module docstring.
+        market clock (default: the event loop's); the faults: ``faults.FaultParams`` (``fault_seed``
+        is its ``seed``; see the module docstring).
 
         Raises:
             VenueError: a port outside 0..65535, a bad fault value, ``max_queue`` < 2.
@@ -271,19 +150,12 @@ class VenueServer:
         self._stalled = False
         self._stall_handle: asyncio.TimerHandle | None = None
         self._stall_s = 0.0
-        self._drop_prob = 0.0
-        self._delay = DelayFault(delay_ms, delay_jitter_ms, fault_seed)
-        self._set_drop(drop_prob)
-        self._rng = random.Random(fault_seed)
         self._stats = dict.fromkeys(STAT_NAMES, 0)
-        if self._delay.jittered:
-            self._stats["faults_injected"] += 1
-        self._fault_prev_ms = 0.0
-        self._fault_elapsed_ms = 0.0
-        self._timers: dict[str, FaultTimer] = {}
-        self._set_timers(disconnect_every_s, gap_every_s, bad_checksum_every_s)
-        self._conns: set[_Conn] = set()
-        self._subs: dict[tuple[str, str], dict[_Conn, bool]] = {}  # books: value = snapshot sent
+        self._faults = FaultInjector(FaultParams(
+            delay_ms=delay_ms, delay_jitter_ms=delay_jitter_ms, drop_prob=drop_prob, seed=fault_seed,
+            disconnect_every_s=disconnect_every_s, gap_every_s=gap_every_s,
+            bad_checksum_every_s=bad_checksum_every_s), self._stats)
+        self._clients = Clients(self.market, self._faults, self._stats, self.max_queue)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server = None
         self._pump_task: asyncio.Task | None = None
@@ -316,7 +188,8 @@ class VenueServer:
         """
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._server = await serve(self._handler, HOST, self.requested_port, compression=None,
+        self._clients.loop = self._loop
+        self._server = await serve(self._clients.handler, HOST, self.requested_port, compression=None,
                                    max_size=MAX_REQUEST_BYTES, ping_interval=None)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._stalled and self._stall_handle is None:  # stall() called before start
@@ -326,10 +199,7 @@ class VenueServer:
 
     async def stop(self) -> None:
         """Stop publishing, close every connection (1001) and the listening socket."""
-        if self._pump_task is not None:
-            self._pump_task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._pump_task
+        await cancel_task(self._pump_task)
         if self._stall_handle is not None:
             self._stall_handle.cancel()
         if self._server is not None:
@@ -355,26 +225,9 @@ class VenueServer:
 
     # -- thread-safe control ------------------------------------------------------------------
 
-    def _control(self, fn, *args):
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return fn(*args)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            return fn(*args)
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                fut.set_result(fn(*args))
-            except BaseException as exc:  # handed to the caller's thread
-                fut.set_exception(exc)
-
-        loop.call_soon_threadsafe(run)
-        return fut.result(timeout=CONTROL_TIMEOUT_S)
+    def _control(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the server's loop (``service.call_on_loop``)."""
+        return call_on_loop(self._loop, CONTROL_TIMEOUT_S, fn, *args, **kwargs)
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -382,64 +235,61 @@ class VenueServer:
 
     def pause(self) -> None:
         """Hold the market clock: nothing is published until ``resume`` (``advance`` still works)."""
-        def do():
-            self._paused = True
-            self._poke()
-        self._control(do)
+        self._control(self._set_paused, True)
 
     def resume(self) -> None:
         """Let the market clock run again (from where it stopped)."""
-        def do():
-            self._paused = False
-            self._poke()
-        self._control(do)
+        self._control(self._set_paused, False)
+
+    def _set_paused(self, paused: bool) -> None:
+        self._paused = paused
+        self._poke()
 
     def set_speed(self, speed: float) -> None:
         """Market time per real time (<= 0: as fast as the clients take it)."""
-        def do():
-            self.speed = float(speed)
-            self._poke()
-        self._control(do)
+        self._control(self._set_speed, speed)
+
+    def _set_speed(self, speed: float) -> None:
+        self.speed = float(speed)
+        self._poke()
 
     def advance(self, units: int = 1) -> int:
         """Publish the next ``units`` units of the source now, one push per unit; returns how many
         were published (fewer when a replay ends)."""
-        def do():
-            n = 0
-            for _ in range(int(units)):
-                if self.source.exhausted:
-                    break
-                self._publish(self.source.take(1))
-                n += 1
-            return n
-        return self._control(do)
+        return self._control(self._publish_units, units)
 
-    def _drop_all(self, graceful: bool = False) -> int:
-        conns = list(self._conns)
-        for c in conns:
-            if graceful:
-                asyncio.ensure_future(c.ws.close(1001, "venue closed the connection"))
-            else:
-                c.dead = True
-                c.ws.transport.abort()
-        self._stats["faults_injected"] += 1
-        self._stats["disconnects"] += 1
-        return len(conns)
+    def _publish_units(self, units: int) -> int:
+        n = 0
+        for _ in range(int(units)):
+            if self.source.exhausted:
+                break
+            self._publish(self.source.take(1))
+            n += 1
+        return n
 
-    def _skip_seq(self, n: int, inst_id: str | None = None) -> None:
-        self.market.skip_seq(n, inst_id)
-        self._stats["faults_injected"] += 1
-        self._stats["gaps"] += 1
+    def levels(self, inst_id: str, n: int | None = None) -> tuple[list, list]:
+        """The venue's own book (bids, asks) best first as [price, size] strings."""
+        return self._control(self._levels_copy, inst_id, n)
 
-    def _corrupt_checksum(self, inst_id: str | None = None) -> None:
-        self.market.corrupt_next_checksum(inst_id)
-        self._stats["faults_injected"] += 1
-        self._stats["bad_checksums"] += 1
+    def _levels_copy(self, inst_id: str, n: int | None) -> tuple[list, list]:
+        bids, asks = self.market.levels(inst_id, n)
+        return [list(lv) for lv in bids], [list(lv) for lv in asks]
+
+    def checksum(self, inst_id: str) -> int:
+        return self._control(self.market.checksum, inst_id)
+
+    def seq(self, inst_id: str) -> int:
+        return self._control(self._seq_of, inst_id)
+
+    def _seq_of(self, inst_id: str) -> int:
+        return self.market.states[inst_id].seq
+
+    # -- faults (decided by self._faults; done here) ------------------------------------------
 
     def drop_connections(self, graceful: bool = False) -> int:
         """Fault: cut every open connection (abort), or close each with 1001 when ``graceful``.
         Returns how many."""
-        return self._control(self._drop_all, graceful)
+        return self._control(self._cut_connections, graceful)
 
     def skip_seq(self, n: int = 1, inst_id: str | None = None) -> None:
         """Fault: the next books update's seq jumps by ``n`` more (see the module docstring).
@@ -457,19 +307,6 @@ class VenueServer:
         """
         self._control(self._corrupt_checksum, inst_id)
 
-    def _set_timers(self, disconnect_every_s: float | None, gap_every_s: float | None,
-                    bad_checksum_every_s: float | None) -> None:
-        new = {}
-        for name, every in (("disconnect_every_s", disconnect_every_s), ("gap_every_s", gap_every_s),
-                            ("bad_checksum_every_s", bad_checksum_every_s)):
-            if every is not None:
-                new[name] = FaultTimer(every, self._fault_elapsed_ms, name)
-        for name, timer in new.items():  # all validated first: a bad value changes nothing
-            if timer.every_ms:
-                self._timers[name] = timer
-            else:
-                self._timers.pop(name, None)
-
     def set_timed_faults(self, *, disconnect_every_s: float | None = None, gap_every_s: float | None = None,
                          bad_checksum_every_s: float | None = None) -> None:
         """Fault: (re)start the timed faults (None: unchanged; 0: off), counted from the market
@@ -478,37 +315,13 @@ class VenueServer:
         Raises:
             VenueError: a negative or non-finite period.
         """
-        self._control(self._set_timers, disconnect_every_s, gap_every_s, bad_checksum_every_s)
+        self._control(self._faults.set_timed_faults, disconnect_every_s=disconnect_every_s,
+                      gap_every_s=gap_every_s, bad_checksum_every_s=bad_checksum_every_s)
 
     @property
     def timed_faults(self) -> dict[str, float]:
         """The timed faults on now: name -> period in seconds."""
-        return self._control(lambda: {name: t.every_ms / 1000.0 for name, t in self._timers.items()})
-
-    def _timed_faults(self) -> None:
-        """Fire the timed faults due by the market time of the unit about to be published."""
-        t = float(self.source.market_ms)
-        d = t - self._fault_prev_ms
-        if d < 0:  # a replay started again: its clock went back to 0
-            d = t
-        self._fault_prev_ms = t
-        self._fault_elapsed_ms += d
-        if not self._timers:
-            return
-        el = self._fault_elapsed_ms
-        timers = self._timers
-        if (tm := timers.get("disconnect_every_s")) is not None and tm.due(el):
-            self._drop_all()
-        if (tm := timers.get("gap_every_s")) is not None and tm.due(el):
-            self._skip_seq(GAP_SEQ)
-        if (tm := timers.get("bad_checksum_every_s")) is not None and tm.due(el):
-            self._corrupt_checksum()
-
-    def _set_drop(self, p: float) -> None:
-        p = float(p)
-        if not 0.0 <= p <= 1.0:
-            raise VenueError(f"drop_prob must be in 0..1, got {p}")
-        self._drop_prob = p
+        return self._control(self._faults.timed_periods_s)
 
     def set_delay_ms(self, ms: float) -> None:
         """Fault: delay every outgoing frame by ``ms`` (0 turns it off; with jitter on: the mean).
@@ -516,183 +329,66 @@ class VenueServer:
         Raises:
             VenueError: ``ms`` outside 0..600000.
         """
-        def do():
-            self._delay.set(delay_ms=ms)
-            if ms:
-                self._stats["faults_injected"] += 1
-        self._control(do)
+        self._control(self._faults.set_delay, delay_ms=ms)
 
     def set_delay_jitter_ms(self, ms: float) -> None:
         """Fault: jitter each outgoing frame's delay, N(delay_ms, ``ms``) clipped to [0, 50] ms (0
-        turns it off; see the module docstring).
+        turns it off; see ``pipeline.venue.faults``).
 
         Raises:
             VenueError: ``ms`` outside 0..50.
         """
-        def do():
-            self._delay.set(jitter_ms=ms)
-            if ms:
-                self._stats["faults_injected"] += 1
-        self._control(do)
+        self._control(self._faults.set_delay, jitter_ms=ms)
 
     def set_drop_prob(self, p: float) -> None:
-        """Fault: drop each data push with probability ``p`` (0 turns it off)."""
-        def do():
-            self._set_drop(p)
-            if p:
-                self._stats["faults_injected"] += 1
-        self._control(do)
+        """Fault: drop each data push with probability ``p`` (0 turns it off).
+
+        Raises:
+            VenueError: ``p`` outside 0..1.
+        """
+        self._control(self._faults.set_drop_prob, p)
 
     def stall(self, seconds: float) -> None:
         """Fault: publish nothing for ``seconds`` (stale feed); the market clock stops meanwhile."""
-        def do():
-            if self._stall_handle is not None:
-                self._stall_handle.cancel()
-                self._stall_handle = None
-            self._stalled = True
-            self._stall_s = max(float(seconds), 0.0)
-            if self._loop is not None:  # else: from start()
-                self._stall_handle = self._loop.call_later(self._stall_s, self._end_stall)
-            self._stats["faults_injected"] += 1
-            self._poke()
-        self._control(do)
+        self._control(self._start_stall, seconds)
+
+    def _start_stall(self, seconds: float) -> None:
+        if self._stall_handle is not None:
+            self._stall_handle.cancel()
+            self._stall_handle = None
+        self._stalled = True
+        self._stall_s = max(float(seconds), 0.0)
+        if self._loop is not None:  # else: from start()
+            self._stall_handle = self._loop.call_later(self._stall_s, self._end_stall)
+        self._faults.count()
+        self._poke()
 
     def _end_stall(self) -> None:
         self._stalled = False
         self._stall_handle = None
         self._poke()
 
-    def levels(self, inst_id: str, n: int | None = None) -> tuple[list, list]:
-        """The venue's own book (bids, asks) best first as [price, size] strings."""
-        def do():
-            bids, asks = self.market.levels(inst_id, n)
-            return [list(lv) for lv in bids], [list(lv) for lv in asks]
-        return self._control(do)
+    def _cut_connections(self, graceful: bool = False) -> int:
+        n = self._clients.cut_all(graceful)
+        self._faults.count("disconnects")
+        return n
 
-    def checksum(self, inst_id: str) -> int:
-        return self._control(self.market.checksum, inst_id)
+    def _skip_seq(self, n: int, inst_id: str | None = None) -> None:
+        self.market.skip_seq(n, inst_id)
+        self._faults.count("gaps")
 
-    def seq(self, inst_id: str) -> int:
-        return self._control(lambda: self.market.states[inst_id].seq)
+    def _corrupt_checksum(self, inst_id: str | None = None) -> None:
+        self.market.corrupt_next_checksum(inst_id)
+        self._faults.count("bad_checksums")
 
-    # -- connections --------------------------------------------------------------------------
-
-    async def _handler(self, ws: ServerConnection) -> None:
-        conn = _Conn(ws)
-        st = self._stats
-        self._conns.add(conn)
-        st["connections"] += 1
-        st["connections_total"] += 1
-        conn.writer = asyncio.create_task(self._writer(conn))
-        try:
-            async for msg in ws:
-                self._on_message(conn, msg)
-        except ConnectionClosed:
-            pass
-        finally:
-            self._forget(conn)
-            conn.writer.cancel()
-            with suppress(asyncio.CancelledError):
-                await conn.writer
-
-    def _forget(self, conn: _Conn) -> None:
-        self._conns.discard(conn)
-        self._stats["connections"] -= 1
-        for key in conn.subs:
-            subs = self._subs.get(key)
-            if subs is not None:
-                subs.pop(conn, None)
-                if not subs:
-                    del self._subs[key]
-        self._stats["subscriptions"] -= len(conn.subs)
-        conn.subs = set()
-
-    async def _writer(self, conn: _Conn) -> None:
-        q, ws, loop, st = conn.queue, conn.ws, self._loop, self._stats
-        try:
-            while True:
-                due, data = await q.get()
-                if due:
-                    wait = due - loop.time()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                await ws.send(data, text=True)
-                st["frames_sent"] += 1
-                st["bytes_sent"] += len(data)
-        except ConnectionClosed:
-            pass
-
-    def _send(self, conn: _Conn, data: bytes, push: bool = True) -> None:
-        if push and self._drop_prob and self._rng.random() < self._drop_prob:
-            self._stats["frames_dropped"] += 1
-            return
-        if conn.dead:
-            return
-        q = conn.queue
-        if q.qsize() >= self.max_queue:  # never in speed <= 0 mode: the pump waits for the writers
-            conn.dead = True
-            self._stats["slow_disconnects"] += 1
-            conn.ws.transport.abort()
-            return
-        delay = self._delay
-        if delay.active:
-            due = delay.due_s(self._loop.time(), conn.last_due)
-            conn.last_due = due
-            if delay.jitter_ms:
-                self._stats["jitter_frames"] += 1
-        else:
-            due = 0.0
-        q.put_nowait((due, data))
-
-    def _on_message(self, conn: _Conn, msg) -> None:
-        self._stats["requests"] += 1
-        if msg == PING_TEXT:
-            self._send(conn, PONG_FRAME, push=False)
-            return
-        market = self.market
-        for req in parse_request(msg, market.states, market.inst_type):
-            if req.op == OP_PING:
-                self._send(conn, PONG_FRAME, push=False)
-            elif req.op == OP_ERROR:
-                self._stats["errors_sent"] += 1
-                self._send(conn, error_frame(req.code, req.msg, req.arg), push=False)
-            elif req.op == OP_SUBSCRIBE:
-                self._subscribe(conn, req.arg)
-            else:
-                self._unsubscribe(conn, req.arg)
-
-    def _subscribe(self, conn: _Conn, arg: dict) -> None:
-        channel, inst_id = arg["channel"], arg["instId"]
-        key = (channel, inst_id)
-        self._send(conn, event_frame("subscribe", arg), push=False)
-        subs = self._subs.setdefault(key, {})
-        if key not in conn.subs:
-            conn.subs.add(key)
-            self._stats["subscriptions"] += 1
-        market = self.market
-        if channel == CHANNEL_BOOKS:
-            frame = market.books_snapshot_frame(inst_id)
-            subs[conn] = frame is not None  # else: the first replayed snapshot goes to it
-        elif channel == CHANNEL_TRADE:
-            frame = market.trades_snapshot_frame(inst_id)
-            subs[conn] = True
-        else:
-            frame = market.depth_frame(inst_id, channel)
-            subs[conn] = True
-        if frame is not None:
-            self._send(conn, frame, push=False)
-
-    def _unsubscribe(self, conn: _Conn, arg: dict) -> None:
-        key = (arg["channel"], arg["instId"])
-        self._send(conn, event_frame("unsubscribe", arg), push=False)
-        if key in conn.subs:
-            conn.subs.discard(key)
-            self._stats["subscriptions"] -= 1
-            subs = self._subs.get(key)
-            if subs is not None:
-                subs.pop(conn, None)
-                if not subs:
-                    del self._subs[key]
+    def _fire_timed_faults(self, fired: TimedFault) -> None:
+        """Do the timed faults ``FaultInjector.timed_due`` found due, in their order."""
+        if fired & TimedFault.DISCONNECT:
+            self._cut_connections()
+        if fired & TimedFault.GAP:
+            self._skip_seq(GAP_SEQ)
+        if fired & TimedFault.BAD_CHECKSUM:
+            self._corrupt_checksum()
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -703,9 +399,11 @@ class VenueServer:
             self.market.apply_trades(ev)
 
     def _publish(self, events: Sequence) -> None:
-        market, st, all_subs, send = self.market, self._stats, self._subs, self._send
+        market, st, all_subs, send = self.market, self._stats, self._clients.subs, self._clients.send
         st["units"] += 1
-        self._timed_faults()
+        fired = self._faults.timed_due(self.source.market_ms)
+        if fired:
+            self._fire_timed_faults(fired)
         jumps = getattr(self.source, "jumps", 0)
         if jumps != st["jumps"]:
             st["faults_injected"] += jumps - st["jumps"]
@@ -764,8 +462,8 @@ class VenueServer:
         wake.clear()
 
     async def _wait_drained(self) -> None:
-        high = self.max_queue // 2
-        while any(c.queue.qsize() > high for c in self._conns):
+        high, clients = self.max_queue // 2, self._clients
+        while clients.backlogged(high):
             await asyncio.sleep(0.0005)
 
     def _finished(self) -> bool:
@@ -813,123 +511,10 @@ class VenueServer:
 
 
 # --------------------------------------------------------------------------------------------
-# Building a server from parameters; running it in a thread
-
-
-def instrument_specs(instruments, venue: str | None = "paper") -> list[InstrumentSpec]:
-    """``InstrumentSpec``s of config instruments (``pipeline.runtime.config.InstrumentConfig``) whose
-    ``venue`` is ``venue`` (all when None)."""
-    return [InstrumentSpec(i.symbol, i.tick_size, i.lot_size) for i in instruments if venue is None or i.venue == venue]
-
-
-def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), capture: str | Path | None = None,
-                seed: int = 1, step_ms: int | None = None, start_ms: int | None = None, jump_prob: float = 0.0,
-                jump_ticks: int = 3):
-    """A ``SyntheticSource`` (``kind`` "synthetic"; ``start_ms`` default: now, wall clock; the
-    price-jump fault ``jump_prob`` / ``jump_ticks``) or a ``ReplaySource`` of ``capture`` (``kind``
-    "replay"; no jumps).
-
-    Raises:
-        VenueError: an unknown kind, no instruments, no capture for a replay, an unreadable capture
-            (``ReplayError``), a bad jump value, jumps asked of a replay.
-    """
-    if kind == "synthetic":
-        return SyntheticSource(instruments, seed=seed, step_ms=step_ms,
-                               start_ms=int(time.time() * 1000) if start_ms is None else start_ms,
-                               jump_prob=jump_prob, jump_ticks=jump_ticks)
-    if kind == "replay":
-        if not capture:
-            raise VenueError("source 'replay' needs a capture path")
-        if jump_prob:
-            raise VenueError("jump_prob is a fault of the synthetic source only (a replay's book is the capture's)")
-        return ReplaySource.from_capture(capture)
-    raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay'")
-
-
-class VenueThread:
-    """Runs a ``VenueServer`` on its own asyncio loop in a daemon thread.
-
-    ``start()`` returns the bound port once the server listens (or raises what failed);
-    ``stop()`` closes it and joins the thread. ``error`` holds an exception that ended the thread.
-    """
-
-    def __init__(self, server: VenueServer, name: str = "venue", extra: Sequence = ()) -> None:
-        """``extra``: more services to run on the same loop (each with ``async start()``,
-        ``async stop()`` and ``pump_task``), e.g. an ``itch_udp.ItchUdpPublisher``."""
-        self.server = server
-        self.extra = list(extra)
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_ev: asyncio.Event | None = None
-
-    def start(self, timeout: float = 10.0) -> int:
-        """Raises:
-        OSError: the port cannot be bound. VenueError: the server did not start in time.
-        """
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise VenueError(f"venue server did not start within {timeout} s")
-        if self.error is not None:
-            raise self.error
-        return self.server.port
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # reported through .error
-            self.error = exc
-        finally:
-            self._ready.set()
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop_ev = asyncio.Event()
-        services = [self.server, *self.extra]
-        started = []
-        try:
-            for svc in services:
-                await svc.start()
-                started.append(svc)
-            self._ready.set()
-            stop_task = asyncio.create_task(self._stop_ev.wait())
-            pumps = [svc.pump_task for svc in services]
-            try:
-                await asyncio.wait({stop_task, *pumps}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop_task.cancel()
-        finally:
-            for svc in reversed(started):
-                await svc.stop()
-        for pump in pumps:
-            if pump.done() and not pump.cancelled() and pump.exception() is not None:
-                raise pump.exception()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server and join the thread (at most ``timeout`` s)."""
-        loop, ev = self._loop, self._stop_ev
-        if loop is not None and ev is not None and not loop.is_closed():
-            with suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(ev.set)
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-
-# --------------------------------------------------------------------------------------------
 # Standalone
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.venue.server``: serve until SIGINT / SIGTERM."""
+def _arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pipeline.venue.server",
                                  description="Paper venue: Bitget v2 public WebSocket market data on 127.0.0.1.")
     ap.add_argument("--config", default="configs/default.toml", help="instruments (venue = 'paper') for synthetic")
@@ -956,7 +541,38 @@ def main(argv: list[str] | None = None) -> int:
                     help="also send a synthetic ITCH session over MoldUDP64 to this UDP port on 127.0.0.1")
     ap.add_argument("--itch-events", type=int, default=100_000)
     ap.add_argument("--itch-rate", type=float, default=10_000.0, help="ITCH messages a second (0 = as fast as possible)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+async def _serve(args: argparse.Namespace, server: VenueServer, itch) -> None:
+    """Serve until SIGINT / SIGTERM: the port file written once listening, removed at the end."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    port = await server.start()
+    if args.port_file:
+        write_port_file(args.port_file, port)
+    print(f"venue: {server.url} ({args.source}; {', '.join(server.inst_ids)})", flush=True)
+    if itch is not None:
+        await itch.start()
+        print(f"venue: ITCH over MoldUDP64 to udp://{HOST}:{args.itch_port} from port {itch.request_port}",
+              flush=True)
+    try:
+        await stop.wait()
+    finally:
+        if itch is not None:
+            await itch.stop()
+        await server.stop()
+        if args.port_file:
+            with suppress(OSError):
+                os.unlink(args.port_file)
+        print(f"venue: stopped {server.stats()}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.venue.server``: serve until SIGINT / SIGTERM."""
+    args = _arg_parser().parse_args(argv)
     from pipeline.runtime.config import load_config
 
     specs = instrument_specs(load_config(args.config).instruments) if args.source == "synthetic" else []
@@ -966,39 +582,13 @@ def main(argv: list[str] | None = None) -> int:
                          drop_prob=args.drop_prob, fault_seed=args.seed, delay_jitter_ms=args.delay_jitter_ms,
                          disconnect_every_s=args.disconnect_every_s, gap_every_s=args.gap_every_s,
                          bad_checksum_every_s=args.bad_checksum_every_s)
-
     itch = None
     if args.itch_port:
         from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 
         itch = ItchUdpPublisher(MoldStream.synthetic(args.seed, args.itch_events), args.itch_port,
                                 rate_msgs_per_s=args.itch_rate)
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        port = await server.start()
-        if args.port_file:
-            write_port_file(args.port_file, port)
-        print(f"venue: {server.url} ({args.source}; {', '.join(server.inst_ids)})", flush=True)
-        if itch is not None:
-            await itch.start()
-            print(f"venue: ITCH over MoldUDP64 to udp://{HOST}:{args.itch_port} from port {itch.request_port}",
-                  flush=True)
-        try:
-            await stop.wait()
-        finally:
-            if itch is not None:
-                await itch.stop()
-            await server.stop()
-            if args.port_file:
-                with suppress(OSError):
-                    os.unlink(args.port_file)
-            print(f"venue: stopped {server.stats()}", flush=True)
-
-    asyncio.run(run())
+    asyncio.run(_serve(args, server, itch))
     return 0
 
 

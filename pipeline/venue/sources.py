@@ -14,7 +14,8 @@ Both sources have the same shape, in market time (ms since the source's start)::
     next_due_ms()          market time of the next unit; None when exhausted
     rewind()               start again (replay; the synthetic model cannot)
 
-Events are ``pipeline.venue.market.BookEvent`` / ``TradeEvent``.
+Events are ``pipeline.venue.market.BookEvent`` / ``TradeEvent``. ``make_source`` builds either from
+parameters (``instrument_specs``: the config instruments a synthetic source makes a market in).
 
 Synthetic: one ``SyntheticMarket`` per instrument (seeded from the venue seed and the symbol, so
 adding an instrument does not change the others), stepped every ``step_ms`` of market time; a
@@ -33,6 +34,7 @@ candles) and events are skipped. Market time is the capture's receive time minus
 from __future__ import annotations
 
 import dataclasses
+import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -391,3 +393,37 @@ class ReplaySource:
     def rewind(self) -> None:
         self.pos = 0
         self.loops += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Building a source from parameters
+
+
+def instrument_specs(instruments, venue: str | None = "paper") -> list[InstrumentSpec]:
+    """``InstrumentSpec``s of config instruments (``pipeline.runtime.config.InstrumentConfig``) whose
+    ``venue`` is ``venue`` (all when None)."""
+    return [InstrumentSpec(i.symbol, i.tick_size, i.lot_size) for i in instruments if venue is None or i.venue == venue]
+
+
+def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), capture: str | Path | None = None,
+                seed: int = 1, step_ms: int | None = None, start_ms: int | None = None, jump_prob: float = 0.0,
+                jump_ticks: int = 3):
+    """A ``SyntheticSource`` (``kind`` "synthetic"; ``start_ms`` default: now, wall clock; the
+    price-jump fault ``jump_prob`` / ``jump_ticks``) or a ``ReplaySource`` of ``capture`` (``kind``
+    "replay"; no jumps).
+
+    Raises:
+        VenueError: an unknown kind, no instruments, no capture for a replay, an unreadable capture
+            (``ReplayError``), a bad jump value, jumps asked of a replay.
+    """
+    if kind == "synthetic":
+        return SyntheticSource(instruments, seed=seed, step_ms=step_ms,
+                               start_ms=int(time.time() * 1000) if start_ms is None else start_ms,
+                               jump_prob=jump_prob, jump_ticks=jump_ticks)
+    if kind == "replay":
+        if not capture:
+            raise VenueError("source 'replay' needs a capture path")
+        if jump_prob:
+            raise VenueError("jump_prob is a fault of the synthetic source only (a replay's book is the capture's)")
+        return ReplaySource.from_capture(capture)
+    raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay'")

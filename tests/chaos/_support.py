@@ -3,25 +3,13 @@ that a run left no process and no /dev/shm entry behind."""
 
 from __future__ import annotations
 
-import os
-
-from bench.chaos import ChaosPipeline
-from bench.chaos_process import shm_left
+from bench.chaos.harness import ChaosPipeline, shm_left
+from tests.support.processes import pid_gone
 
 
 def alive(pids: list[int]) -> list[int]:
     """The pids of ``pids`` that still run (zombies excluded)."""
-    out = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    continue
-        except (ProcessLookupError, OSError):
-            continue
-        out.append(pid)
-    return out
+    return [pid for pid in pids if not pid_gone(pid)]
 
 
 class TrackingPipeline(ChaosPipeline):

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import FAIL
-from bench.chaos_input import llm_faults
-from bench.chaos_process import MIN_ORDERS, consumer_stall, sigkill_each
+from bench.chaos.flow import MIN_ORDERS
+from bench.chaos.harness import FAIL
+from bench.chaos.llm_faults import llm_faults
+from bench.chaos.process import sigkill_each
+from bench.chaos.stall import consumer_stall
 from tests.chaos.saboteurs import StallFastUnderFaults, sender_module, with_hook
 
 pytestmark = [pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -70,7 +72,7 @@ def test_a_run_without_orders_fails_sigkill_each_and_consumer_stall():
 
 @pytest.mark.timeout(900)
 def test_a_fast_path_that_stalls_under_the_llm_faults_fails_llm_faults():
-    # full mode (~8 min): only a run of thirty rounds judges the p99 (bench.chaos_input's rule: fewer
+    # full mode (~8 min): only a run of thirty rounds judges the p99 (bench.chaos.p99_rule's rule: fewer
     # than ten windows per condition is INCONCLUSIVE whatever the figures)
     row = llm_faults(StallFastUnderFaults, False)
     _report(row)

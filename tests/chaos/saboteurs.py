@@ -7,7 +7,7 @@ report FAIL.
   venue.
 - ``DuplicatingSender``: handles the ``NTH`` NEW order it reads twice (as if the ring had delivered it
   twice).
-- ``StallFastUnderFaults``: a ``bench.chaos.ChaosPipeline`` that, while the llm stage is in a fault
+- ``StallFastUnderFaults``: a ``bench.chaos.harness.ChaosPipeline`` that, while the llm stage is in a fault
   phase, stops the fast stage for 20 ms every ~40 ms (SIGSTOP / SIGCONT from the harness): a fast path
   that stalls under the LLM's faults.
 - ``with_hook(extra)``: a ``ChaosPipeline`` whose config text is also rewritten by ``extra`` (after the
@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 
-from bench.chaos import ChaosPipeline
+from bench.chaos.harness import ChaosPipeline
 from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd
 from procs.sender import SenderAgent
 

@@ -1,4 +1,4 @@
-"""The position and account fault scenarios of ``bench.chaos_position`` (issue #20), each run once in quick
+"""The position and account fault scenarios of ``bench.chaos.position`` (issue #20), each run once in quick
 mode against the whole real pipeline: the scenario's criterion must hold (disk_full_journal may be
 INCONCLUSIVE only where tmpfs cannot be mounted: skipped then), the run must leave no process and no
 /dev/shm entry; and each scenario, sabotaged (the running sender's account checks off), must FAIL."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import FAIL, INCONCLUSIVE, PASS, Row
-from bench.chaos_position import (SCENARIOS, _sender_params, acceptance, disk_full_journal, position_behind_back,
-                                  venue_fresh_state)
+from bench.chaos.harness import FAIL, INCONCLUSIVE, PASS, Row
+from bench.chaos.position import acceptance, disk_full_journal, position_behind_back, venue_fresh_state
+from bench.chaos.registry import POSITION as SCENARIOS
 from tests.chaos._support import TrackingPipeline, left_nothing
 
 
@@ -68,17 +68,3 @@ def test_acceptance_equal_or_reducing_with_the_difference_shown():
     assert not acceptance(apart, "ACTIVE", {"pdiff_lots_1": 5.0})[0]  # shown but still trading
     assert acceptance(apart, "REDUCING", {"pdiff_lots_1": 5.0})[0]
     assert not acceptance({"BTCUSDT": {"iid": 1, "venue": None, "risk": 3}}, "ACTIVE", {})[0]
-
-
-def test_sender_params_rewrites_the_bench_config(tmp_path):
-    from bench.pipeline import Scenario, config_text
-    from pipeline.runtime.config import load_config
-
-    text = _sender_params(config_text(Scenario("t", 1000, llm=True), tmp_path, "t"), account_check_ms=0,
-                          journal_path=str(tmp_path / "j" / "sender.journal"))
-    path = tmp_path / "c.toml"
-    path.write_text(text)
-    prm = load_config(path).process("sender").params
-    assert prm["account_check_ms"] == 0 and prm["journal_path"] == str(tmp_path / "j" / "sender.journal")
-    with pytest.raises(ValueError):
-        _sender_params("[supervisor]\n", account_check_ms=0)

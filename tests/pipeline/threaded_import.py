@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from tests.agents import Relay
+from tests.support.agents import Relay
 
 _never = threading.Event()
 threading.Thread(target=_never.wait, name="started-at-import", daemon=True).start()

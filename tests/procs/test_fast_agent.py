@@ -8,18 +8,20 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipeline.runtime.agent import Agent, AgentContext
-from pipeline.runtime.config import ProcessConfig, load_config, parse_config
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
                                Kind, Label)
-from pipeline.trading.model import Model, to_onnx
+from pipeline.trading.model.mlp import Model, to_onnx
 from pipeline.runtime.runner import load_agent_class
 from procs.fast import FastAgent, FastParams, parse_params
-from tests.procs.agents import read_payloads
-from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
-from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
-from tests.procs.test_features_agent import ListInput
+from tests.support.agents import read_payloads
+from tests.support.configtext import BACK_OFF, INSTRUMENTS, process, ring
+from tests.support.context import stage_context
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import ListInput, RecordingPort
+from tests.support.wait import wait_until
 
 
 def write_model(path, *, hold=1.0, buy=0.0, sell=0.0, emergency=0.0, gain=4.0) -> str:
@@ -44,12 +46,10 @@ def features(seq, f0=0.0, f1=0.0, *, iid=1, flags=0):
 
 
 def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm"), name="fast"):
-    cfg = parse_config(ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=576)
-                       + INSTRUMENTS)
+    text = ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=576) + INSTRUMENTS
     proc = ProcessConfig(name=name, module="procs.fast:FastAgent", inputs=["feat"], outputs=list(outputs),
                          batch=batch, params=params)
-    return AgentContext(config=cfg, process=proc, inputs={"feat": ListInput(msgs)},
-                        outputs={o: RecordingPort() for o in outputs}, log=ListLog())
+    return stage_context(text, proc, inputs={"feat": ListInput(msgs)}, outputs={o: RecordingPort() for o in outputs})
 
 
 def run(msgs, params, **kw):
@@ -82,7 +82,7 @@ def test_every_features_gives_a_signal_to_risk_and_non_hold_ones_go_to_the_llm(t
     assert int(risk[3][0]["instrument_id"]) == 2 and int(risk[1][0]["flags"]) == 0
     for s, _ in risk:
         assert abs(float(s["probs"].sum()) - 1.0) < 1e-5 and int(np.argmax(s["probs"])) == int(s["label"])
-    llm = [np.frombuffer(p, SIGNAL_CTX_DTYPE, 1)[0] for k, p, _, _ in ctx.outputs["sig_llm"].msgs if k == Kind.SIGNAL]
+    llm = [np.frombuffer(p, SIGNAL_CTX_DTYPE, 1)[0] for k, p, _, _ in ctx.outputs["sig_llm"].msgs if k == Kind.SIGNAL_CTX]
     assert [int(s["feature_seq"]) for s in llm] == [1, 3, 4]
     for c, (s, _) in zip(llm, [risk[0], risk[2], risk[3]]):  # the SIGNAL, then the feature vector it came from
         assert c.tobytes()[:56] == s.tobytes()
@@ -238,9 +238,9 @@ def test_restart_fast_with_a_new_model_path_swaps_the_model_and_keeps_the_others
                 + process("src", f"{me}:FeaturesSource", outputs=["feat"], extra=BACK_OFF, params="rate_per_s = 200")
                 + process("fast", "procs.fast:FastAgent", inputs=["feat"], outputs=["sig_risk", "sig_llm"],
                           extra=BACK_OFF, params=f'model_path = "{model}", providers = "cpu", warmup_runs = 5')
-                + process("risk", "tests.procs.agents:PayloadSink", inputs=["sig_risk"], extra='wait = "blocking"\n',
+                + process("risk", "PayloadSink", inputs=["sig_risk"], extra='wait = "blocking"\n',
                           params=f'out = "{risk_out}"')
-                + process("llm", "tests.procs.agents:PayloadSink", inputs=["sig_llm"], extra='wait = "blocking"\n',
+                + process("llm", "PayloadSink", inputs=["sig_llm"], extra='wait = "blocking"\n',
                           params=f'out = "{llm_out}"')
                 + INSTRUMENTS)
 

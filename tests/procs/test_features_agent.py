@@ -7,39 +7,24 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipeline.runtime.agent import AgentContext
-from pipeline.runtime.config import ProcessConfig, load_config, parse_config
+from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, TRADE_SIDE_BUY, Kind
 from pipeline.runtime.runner import load_agent_class
 from procs.features import FeatureAgent, FeatureStageParams, parse_params
-from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
-from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
+from tests.support.configtext import BACK_OFF, INSTRUMENTS, process, ring
+from tests.support.context import stage_context
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import ListInput, RecordingPort
+from tests.support.wait import wait_until
 
-
-class ListInput:
-    """An input port over a list of (kind, payload, ts_origin_ns)."""
-
-    def __init__(self, msgs):
-        self.msgs = list(msgs)
-        self.pos = 0
-
-    def poll(self, handler, limit):
-        n = 0
-        while self.pos < len(self.msgs) and n < limit:
-            kind, payload, ts = self.msgs[self.pos]
-            handler(self.pos, ts, kind, memoryview(payload))
-            self.pos += 1
-            n += 1
-        return n
+CONFIG = ring("md", payload=512) + ring("feat", payload=560) + INSTRUMENTS
 
 
 def start(msgs, port=None, *, params=None, name="features"):
-    cfg = parse_config(ring("md", payload=512) + ring("feat", payload=560) + INSTRUMENTS)
     proc = ProcessConfig(name=name, module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"],
                          params=params or {})
-    ctx = AgentContext(config=cfg, process=proc, inputs={"md": ListInput(msgs)},
-                       outputs={"feat": port or RecordingPort()}, log=ListLog())
+    ctx = stage_context(CONFIG, proc, inputs={"md": ListInput(msgs)}, outputs={"feat": port or RecordingPort()})
     agent = FeatureAgent()
     agent.on_start(ctx)
     while agent.do_work():
@@ -153,10 +138,10 @@ def test_features_process_turns_books_into_features_end_to_end(pipe):
     src_out, feat_out = pipe.tmp / "src.txt", pipe.tmp / "feat.txt"
     pipe.write_config(
         ring("md", payload=512, capacity=1024, policy="drop") + ring("feat", payload=560, capacity=1024, policy="drop")
-        + process("src", "tests.procs.agents:BookSource", outputs=["md"], extra=BACK_OFF,
+        + process("src", "BookSource", outputs=["md"], extra=BACK_OFF,
                   params=f'out = "{src_out}", total = 40, crossed = [10, 20]')
         + process("features", "procs.features:FeatureAgent", inputs=["md"], outputs=["feat"], extra=BACK_OFF)
-        + process("sink", "tests.procs.agents:FeatureCounter", inputs=["feat"], extra='wait = "blocking"\n',
+        + process("sink", "FeatureCounter", inputs=["feat"], extra='wait = "blocking"\n',
                   params=f'out = "{feat_out}"')
         + INSTRUMENTS)
     pipe.up()
@@ -184,14 +169,12 @@ def test_features_process_turns_books_into_features_end_to_end(pipe):
 
 
 def test_keep_warm_recomputes_the_latest_book_on_a_private_state_and_emits_nothing():
-    cfg = parse_config(ring("md", payload=512) + ring("feat", payload=560) + INSTRUMENTS)
     books = [(Kind.BOOK, book_bytes(100.0 + i * 0.1, 100.2 + i * 0.1, seq=i + 1), 10 + i) for i in range(3)]
     outs = []
     for warm_us in (0, 200):
         proc = ProcessConfig(name="features", module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"],
                              keep_warm_us=warm_us)
-        ctx = AgentContext(config=cfg, process=proc, inputs={"md": ListInput(books[:2])}, outputs={"feat": RecordingPort()},
-                           log=ListLog())
+        ctx = stage_context(CONFIG, proc, inputs={"md": ListInput(books[:2])}, outputs={"feat": RecordingPort()})
         agent = FeatureAgent()
         agent.on_start(ctx)
         agent.keep_warm()  # before any BOOK: nothing to do

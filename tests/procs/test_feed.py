@@ -10,7 +10,6 @@ MoldUDP64 over real UDP on 127.0.0.1.
 from __future__ import annotations
 
 import json
-import random
 import socket
 import threading
 import time
@@ -34,12 +33,16 @@ from pipeline.trading.itch.synth import generate_binaryfile, generate_session
 from pipeline.trading.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
 from pipeline.runtime.runner import load_agent_class
 from pipeline.runtime.portfile import read_port_file
-from procs.feed import (Backoff, BitgetFeedAgent, BitgetFeedParams, ItchFeedAgent, ItchFeedParams, ResyncThrottle,
-                        parse_params)
-from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
-from tests.procs.fakes import INSTRUMENTS, RecordingPort, make_ctx, pump, settle
-from tests.procs.frames import RefBook, depth, ladder, trades
-from tests.procs.wsserver import WsTestServer
+from procs.feed import BitgetFeedAgent, BitgetFeedParams, ItchFeedAgent, ItchFeedParams, parse_params
+from tests.support.configtext import BACK_OFF, INSTRUMENTS, process, ring
+from tests.support.context import feed_context as make_ctx
+from tests.support.frames import RefBook, ladder
+from tests.support.frames import depth_text as depth
+from tests.support.frames import trades_text as trades
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import RecordingPort
+from tests.support.wait import pump, settle, wait_until
+from tests.support.wsserver import WsTestServer
 
 BTC_BOOKS = {"instType": "SPOT", "channel": "books", "instId": "BTCUSDT"}
 
@@ -73,29 +76,6 @@ def _port(agent) -> RecordingPort:
 
 
 # ------------------------------------------------------------------------------------- pure parts
-def test_backoff_doubles_up_to_the_cap_with_seeded_jitter_and_resets():
-    a = Backoff(100, 1_000, 0.2, random.Random(42))
-    b = Backoff(100, 1_000, 0.2, random.Random(42))
-    delays = [a.next_delay_s() for _ in range(7)]
-    assert delays == [b.next_delay_s() for _ in range(7)], "same seed, same delays"
-    for d, nominal in zip(delays, [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]):
-        assert nominal * 0.8 <= d <= nominal
-    a.reset()
-    assert 0.08 <= a.next_delay_s() <= 0.1
-    with pytest.raises(ConfigError):
-        Backoff(100, 50, 0.2, random.Random())
-
-
-def test_resync_throttle_allows_n_per_sliding_minute_per_key():
-    t = ResyncThrottle(2)
-    s = 1_000_000_000
-    assert t.allow("BTC", 0) and t.allow("BTC", 10 * s)
-    assert not t.allow("BTC", 30 * s), "third in the same minute"
-    assert t.allow("ETH", 30 * s), "per key"
-    assert not t.allow("BTC", 59 * s)
-    assert t.allow("BTC", 60 * s), "the first grant left the window"
-
-
 def test_read_port_file_accepts_plain_host_port_and_json(tmp_path):
     f = tmp_path / "venue.port"
     for text in ("8765\n", "127.0.0.1:8765", '{"port": 8765}'):
@@ -489,7 +469,7 @@ def test_feed_process_books_reach_a_consumer_process_through_the_md_ring(pipe):
             + process("feed", "procs.feed:BitgetFeedAgent", outputs=["md"], extra=BACK_OFF,
                       params=f'url = "{srv.url}", channels = ["books15", "trade"], backoff_initial_ms = 20, '
                              f'seed = 1, instruments = ["BTCUSDT"]')
-            + process("books", "tests.procs.agents:BookCounter", inputs=["md"], extra='wait = "blocking"\n',
+            + process("books", "tests.support.agents:BookCounter", inputs=["md"], extra='wait = "blocking"\n',
                       params=f'out = "{out}"')
             + INSTRUMENTS)
         pipe.up()

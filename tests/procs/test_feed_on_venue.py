@@ -12,8 +12,8 @@ from pipeline.trading.messages import Kind
 from pipeline.venue.server import VenueServer, VenueThread
 from pipeline.venue.sources import ReplaySource
 from procs.feed import BitgetFeedAgent
-from tests.pipeline._support import wait_until
-from tests.procs.fakes import make_ctx, pump
+from tests.support.context import feed_context as make_ctx
+from tests.support.wait import pump, wait_until
 
 CAPTURE = Path(__file__).resolve().parents[3] / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
 

@@ -10,38 +10,32 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipeline.runtime.agent import Agent, AgentContext
-from pipeline.runtime.config import ProcessConfig, load_config, parse_config
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.llm.hub import LlmParams
 from pipeline.trading.llm.prompt import example_signal
-from pipeline.trading.messages import INSTRUCTION_DTYPE, Action, Kind
+from pipeline.trading.messages import INSTRUCTION_DTYPE, Action, Kind, pack_position
 from pipeline.runtime.runner import load_agent_class
 from procs.llm import LlmAgent, parse_params
-from tests.pipeline._support import BACK_OFF, REPO_ROOT, process, ring, wait_until
-from tests.procs.agents import read_payloads
-from tests.pipeline.trading.llm.support import tiny_model
-from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
-from tests.procs.test_features_agent import ListInput
+from tests.support.agents import read_payloads
+from tests.support.clock import ManualClock
+from tests.support.configtext import BACK_OFF, INSTRUMENTS, process, ring
+from tests.support.context import stage_context
+from tests.support.llm import tiny_model
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import ListInput, RecordingPort
+from tests.support.wait import wait_until
 
 LIMITS = dict(max_position_lots=10, max_offset_ticks=20, min_ttl_ms=100, max_ttl_ms=10_000)
 
 
-class Clock:
-    def __init__(self):
-        self.t = 10**12
-
-    def __call__(self):
-        return self.t
-
-
-def start(params, *, clock=None, name="llm"):
-    cfg = parse_config(ring("sig_llm", payload=576) + ring("instr", payload=128) + INSTRUMENTS)
-    proc = ProcessConfig(name=name, module="procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"],
+def start(params, *, clock=None, name="llm", inputs=("sig_llm",)):
+    text = "".join(ring(i, payload=576) for i in inputs) + ring("instr", payload=128) + INSTRUMENTS
+    proc = ProcessConfig(name=name, module="procs.llm:LlmAgent", inputs=list(inputs), outputs=["instr"],
                          params={"model_path": tiny_model(), "n_ctx": 2048, **params})
     kw = {"clock": clock} if clock else {}
-    ctx = AgentContext(config=cfg, process=proc, inputs={"sig_llm": ListInput([])},
-                       outputs={"instr": RecordingPort()}, log=ListLog(), **kw)
+    ctx = stage_context(text, proc, inputs={i: ListInput([]) for i in inputs}, outputs={"instr": RecordingPort()}, **kw)
     agent = LlmAgent()
     agent.on_start(ctx)
     return agent, ctx
@@ -84,16 +78,16 @@ def test_200_generations_only_validated_instructions_leave_and_every_rejection_i
     """120 answers under a deliberately loose grammar (the random model writes out-of-range numbers,
     bad actions, leading zeros and runs out of tokens), 80 under the production grammar."""
     emitted, reasons, total = [], Counter(), 0
-    frozen = [1_000_000_000]  # a clock that does not move: no deadline can pass, so a loaded machine
+    frozen = ManualClock(1_000_000_000)  # a clock that does not move: no deadline can pass, so a loaded machine
     for grammar, n, max_tokens in (("loose", 120, 64), ("tight", 80, 96)):  # changes nothing here
         agent, ctx = start({"grammar": grammar, "temperature": 1.0, "max_tokens": max_tokens, **LIMITS},
-                           clock=lambda: frozen[0])
+                           clock=frozen)
         sent = {}
         for i in range(n):
             iid = 1 + i % 2
             seq = total + i + 1
             sent[seq] = iid
-            ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(seq, iid=iid), 1_000 + seq))
+            ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(seq, iid=iid), 1_000 + seq))
             settle(agent)
         st = ctx.stats
         rej = {k[4:]: v for k, v in st.items() if k.startswith("rej_")}
@@ -121,10 +115,10 @@ def test_200_generations_only_validated_instructions_leave_and_every_rejection_i
 def test_newer_signals_replace_older_ones_while_waiting_the_newest_wins():
     agent, ctx = start(LIMITS)
     q = ctx.inputs["sig_llm"].msgs
-    q += [(Kind.SIGNAL, sig_bytes(s), s) for s in range(1, 11)]
+    q += [(Kind.SIGNAL_CTX, sig_bytes(s), s) for s in range(1, 11)]
     agent.do_work()  # drains all ten, starts one generation for the newest
     assert ctx.stats["conflated"] == 9 and ctx.stats["generations"] == 1
-    q += [(Kind.SIGNAL, sig_bytes(s), s) for s in range(11, 16)]  # arrive while it runs (or just after)
+    q += [(Kind.SIGNAL_CTX, sig_bytes(s), s) for s in range(11, 16)]  # arrive while it runs (or just after)
     settle(agent)
     seqs = [int(r["signal_seq"]) for r, _ in instructions(ctx.outputs["instr"])]
     assert seqs[0] == 10 and seqs[-1] == 15 and set(seqs) <= {10, 11, 12, 13, 14, 15}
@@ -134,8 +128,8 @@ def test_newer_signals_replace_older_ones_while_waiting_the_newest_wins():
 
 def test_bad_input_is_counted_and_never_reaches_the_model():
     agent, ctx = start(LIMITS)
-    ctx.inputs["sig_llm"].msgs += [(Kind.SIGNAL, b"\0" * 56, 1), (Kind.FEATURES, sig_bytes(1), 2),
-                                   (Kind.SIGNAL, sig_bytes(3, iid=99), 3)]
+    ctx.inputs["sig_llm"].msgs += [(Kind.SIGNAL_CTX, b"\0" * 56, 1), (Kind.FEATURES, sig_bytes(1), 2),
+                                   (Kind.SIGNAL_CTX, sig_bytes(3, iid=99), 3)]
     settle(agent)
     st = ctx.stats
     assert (st["rejected"], st["unknown_kind"], st["unknown_instrument"], st["generations"]) == (1, 1, 1, 0)
@@ -143,26 +137,26 @@ def test_bad_input_is_counted_and_never_reaches_the_model():
 
 
 def test_an_open_breaker_drops_signals_runs_nothing_and_says_so():
-    clk = Clock()
+    clk = ManualClock()
     agent, ctx = start({"max_tokens": 8, "breaker": {"min_samples": 2, "cooldown_s": 5, "close_after_probes": 1},
                         **LIMITS}, clock=clk)
     q = ctx.inputs["sig_llm"].msgs
     for s in (1, 2):  # max_tokens 8: every answer is truncated
-        q.append((Kind.SIGNAL, sig_bytes(s), s))
+        q.append((Kind.SIGNAL_CTX, sig_bytes(s), s))
         settle(agent)
     assert ctx.stats["rej_truncated"] == 2 and ctx.stats["breaker"] == "closed"
     logged = ctx.log.named("llm_answer_rejected")  # every rejection counted and logged (the first ten, then 1/100)
     assert [(e["reason"], e["feature_seq"], e["count"]) for e in logged] == [("truncated", 1, 1), ("truncated", 2, 2)]
     assert ctx.stats["rejected_answers"] == 2
-    clk.t += 3 * 10**9
+    clk.advance_s(3)
     agent.do_work()
     assert ctx.stats["breaker"] == "open"
     opened = ctx.log.named("llm_breaker")
     assert opened[-1]["new"] == "open" and any(e[0] == "warning" and e[1] == "llm_breaker" for e in ctx.log.events)
-    q.append((Kind.SIGNAL, sig_bytes(3), 3))
+    q.append((Kind.SIGNAL_CTX, sig_bytes(3), 3))
     settle(agent)
     assert ctx.stats["breaker_drops"] == 1 and ctx.stats["generations"] == 2 and not ctx.outputs["instr"].msgs
-    clk.t += 5 * 10**9
+    clk.advance_s(5)
     agent.do_work()
     assert ctx.stats["breaker"] == "half_open"
     agent.on_close()
@@ -171,7 +165,7 @@ def test_an_open_breaker_drops_signals_runs_nothing_and_says_so():
 def test_status_names_the_model_as_a_stand_in_and_counts_prompt_tokens():
     agent, ctx = start(LIMITS)
     for s in (1, 2, 3):
-        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(s), s))
+        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(s), s))
         settle(agent)
     st = ctx.stats
     assert st["model"] == "tiny.gguf (stand-in)" and st["breaker"] == "closed"
@@ -197,7 +191,7 @@ class SignalCtxSource(Agent):
         if self.sent >= due:
             return 0
         seq = self.sent + 1
-        if self.ctx.emit(self.out, Kind.SIGNAL, sig_bytes(seq, iid=1 + seq % 2), self.ctx.clock()):
+        if self.ctx.emit(self.out, Kind.SIGNAL_CTX, sig_bytes(seq, iid=1 + seq % 2), self.ctx.clock()):
             self.sent += 1
         return 1
 
@@ -214,7 +208,7 @@ def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
             + process("llm", "procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"], extra=BACK_OFF,
                       params=f'model_path = "{tiny_model()}", n_ctx = 2048, max_position_lots = 10, '
                              f'max_offset_ticks = 20, min_ttl_ms = 100, max_ttl_ms = 10000')
-            + process("risk", "tests.procs.agents:PayloadSink", inputs=["instr"], extra='wait = "blocking"\n',
+            + process("risk", "PayloadSink", inputs=["instr"], extra='wait = "blocking"\n',
                       params=f'out = "{out}"')
             + INSTRUMENTS)
     pipe.write_config(body)
@@ -237,17 +231,17 @@ def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
 
 
 def test_min_gap_spaces_generation_starts_and_the_waiting_signal_still_conflates():
-    now = [1_000_000_000]
-    agent, ctx = start({**LIMITS, "min_gap_ms": 200}, clock=lambda: now[0])
+    clock = ManualClock(1_000_000_000)
+    agent, ctx = start({**LIMITS, "min_gap_ms": 200}, clock=clock)
     q = ctx.inputs["sig_llm"].msgs
-    q.append((Kind.SIGNAL, sig_bytes(1), 1))
+    q.append((Kind.SIGNAL_CTX, sig_bytes(1), 1))
     agent.do_work()
     agent.worker.wait(5.0)
     agent.do_work()  # collects the first answer
-    q += [(Kind.SIGNAL, sig_bytes(s), s) for s in (2, 3)]
+    q += [(Kind.SIGNAL_CTX, sig_bytes(s), s) for s in (2, 3)]
     agent.do_work()
     assert ctx.stats["generations"] == 1 and agent.pending is not None, "199 ms early: waits"
-    now[0] += 200_000_000
+    clock.advance_ms(200)
     agent.do_work()
     assert ctx.stats["generations"] == 2 and ctx.stats["conflated"] == 1
     settle(agent)
@@ -290,7 +284,7 @@ class _StuckHub:
 
 
 def test_a_generation_stuck_past_its_deadline_counts_against_the_breaker_and_is_aborted(monkeypatch):
-    now = [1_000_000_000]
+    clock = ManualClock(1_000_000_000)
     hubs = []
 
     def factory(p, instruments, clock):
@@ -298,14 +292,14 @@ def test_a_generation_stuck_past_its_deadline_counts_against_the_breaker_and_is_
         return hubs[0]
 
     monkeypatch.setattr(LlmAgent, "hub_factory", staticmethod(factory))
-    agent, ctx = start({**LIMITS, "deadline_ms": 100, "hang_grace_ms": 500}, clock=lambda: now[0])
-    ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(1), 1))
+    agent, ctx = start({**LIMITS, "deadline_ms": 100, "hang_grace_ms": 500}, clock=clock)
+    ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(1), 1))
     agent.do_work()
     assert hubs[0].entered.wait(5) and agent.worker.busy
-    now[0] += 599_000_000  # 499 ms past the deadline: still only late
+    clock.advance_ms(599)  # 499 ms past the deadline: still only late
     agent.do_work()
     assert ctx.stats.get("hung", 0) == 0
-    now[0] += 2_000_000
+    clock.advance_ms(2)
     agent.do_work()
     assert ctx.stats["hung"] == 1 and ctx.log.named("llm_generation_hung")
     assert agent.worker.wait(5.0), "the abort ended the stuck call"
@@ -326,7 +320,7 @@ def test_idle_the_stage_sleeps_between_looks_but_wakes_when_its_generation_finis
     try:
         assert agent.idle_poll_ns == 1_000_000_000
         assert agent.wait_for_work(0) is True  # nothing in flight, no time left: back at once
-        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(1), 1))
+        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(1), 1))
         agent.do_work()
         assert hubs[0].entered.wait(5) and agent.inflight is not None
         threading.Timer(0.05, agent.worker.abort.set).start()  # the generation ends 50 ms from now
@@ -378,3 +372,99 @@ def test_the_shipped_configs_llm_params_load(config):
         got = parse_params(proc.name, proc.params)
         given = msgspec.json.decode(msgspec.json.encode(got))
         assert {k: given[k] for k in proc.params} == proc.params  # every value given arrived
+
+
+# ------------------------------------------------------------------------------------- position (pos ring)
+class _PositionHub(_StuckHub):
+    """Answers at once (``aborted``: nothing is emitted) and records the position each decision got."""
+
+    def __init__(self, *_):
+        super().__init__()
+        self.seen: list[tuple[int, int | None]] = []  # (feature_seq, position_lots)
+
+    def decide(self, sig, position_lots, *, deadline_ns, abort):
+        from pipeline.trading.llm.hub import Outcome
+
+        self.seen.append((int(sig["feature_seq"]), position_lots))
+        return Outcome(reason="aborted", finish="aborted")
+
+
+def _start_with_hub(monkeypatch, **kw):
+    hubs = []
+    monkeypatch.setattr(LlmAgent, "hub_factory", staticmethod(lambda p, i, c: hubs.append(_PositionHub()) or hubs[0]))
+    agent, ctx = start(LIMITS, **kw)
+    return agent, ctx, hubs[0]
+
+
+def _decide(agent, ctx, seq, iid=1):
+    ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(seq, iid=iid), seq))
+    settle(agent)
+
+
+def test_the_position_is_the_latest_position_message_of_the_instrument(monkeypatch):
+    agent, ctx, hub = _start_with_hub(monkeypatch, inputs=("sig_llm", "pos"))
+    try:
+        pos = ctx.inputs["pos"].msgs
+        _decide(agent, ctx, 1)  # no POSITION yet: unknown
+        pos += [(Kind.POSITION, pack_position(1, 3, 10), 10), (Kind.POSITION, pack_position(2, -2, 11), 11),
+                (Kind.POSITION, pack_position(1, 5, 12), 12)]
+        _decide(agent, ctx, 2)  # read in the same do_work, before the decision: the newest of instrument 1
+        _decide(agent, ctx, 3, iid=2)
+        pos.append((Kind.POSITION, pack_position(1, 0, 13), 13))
+        _decide(agent, ctx, 4)
+        assert hub.seen == [(1, None), (2, 5), (3, -2), (4, 0)]
+        assert agent.position_lots(1) == 0 and agent.position_lots(2) == -2
+        assert ctx.log.named("llm_ready")[0]["position_source"] == "pos"
+        assert ctx.msgs_in == 4 + 4  # signals and positions both taken from inputs
+    finally:
+        agent.on_close()
+
+
+def test_a_malformed_position_is_counted_and_ignored(monkeypatch):
+    agent, ctx, hub = _start_with_hub(monkeypatch, inputs=("sig_llm", "pos"))
+    try:
+        ctx.inputs["pos"].msgs += [(Kind.POSITION, pack_position(1, 4, 10)[:-1], 10),  # a byte short
+                                   (Kind.POSITION, pack_position(1, 4, 10) + b"\0", 11),  # a byte long
+                                   (Kind.SIGNAL, pack_position(1, 4, 10), 12),  # not a POSITION
+                                   (Kind.POSITION, pack_position(99, 4, 10), 13)]  # no such instrument
+        _decide(agent, ctx, 1)
+        st = ctx.stats
+        assert (st["pos_rejected"], st["unknown_kind"], st["unknown_instrument"]) == (2, 1, 1)
+        assert hub.seen == [(1, None)] and agent.position_lots(1) is None and agent.position_lots(99) is None
+        ctx.inputs["pos"].msgs.append((Kind.POSITION, pack_position(1, -4, 14), 14))
+        _decide(agent, ctx, 2)
+        assert hub.seen[-1] == (2, -4) and st["pos_rejected"] == 2
+    finally:
+        agent.on_close()
+
+
+def test_without_a_position_ring_the_position_is_unknown(monkeypatch):
+    agent, ctx, hub = _start_with_hub(monkeypatch)
+    try:
+        _decide(agent, ctx, 1)
+        assert hub.seen == [(1, None)] and agent.pos_in is None
+        assert ctx.log.named("llm_ready")[0]["position_source"] == "none"
+    finally:
+        agent.on_close()
+
+
+def test_a_signal_on_the_signal_ctx_input_is_an_unknown_kind(monkeypatch):
+    """The fast stage writes SIGNAL_CTX on sig_llm; a plain SIGNAL there (even of the right size) is
+    another kind and never reaches the model."""
+    agent, ctx, hub = _start_with_hub(monkeypatch)
+    try:
+        ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL, sig_bytes(1), 1))
+        settle(agent)
+        assert ctx.stats["unknown_kind"] == 1 and ctx.stats["signals"] == 0 and hub.seen == []
+    finally:
+        agent.on_close()
+
+
+def test_the_signal_input_is_named_when_there_are_several_besides_the_position_ring(monkeypatch):
+    with pytest.raises(ConfigError, match=r"name the signal input ring \(params.input\)"):
+        _start_with_hub(monkeypatch, inputs=("sig_a", "sig_b", "pos"))
+    agent, ctx, hub = _start_with_hub(monkeypatch, inputs=("pos", "sig_b"))  # pos first: still the other one
+    try:
+        assert agent.inp is ctx.inputs["sig_b"] and agent.pos_in is ctx.inputs["pos"]
+    finally:
+        agent.on_close()

@@ -10,28 +10,23 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.runtime.agent import Agent, AgentContext
-from pipeline.runtime.config import ProcessConfig, parse_config
+from pipeline.runtime.agent import Agent
+from pipeline.runtime.config import ProcessConfig
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.messages import (INSTRUCTION_DTYPE, ORDER_DTYPE, SIGNAL_DTYPE, Action, ControlCmd, ExecType, Kind, Label,
-                               OrderCmd, Side, order_id_for)
+                               OrderCmd, Side, order_id_for, unpack_position)
 from pipeline.runtime.runepoch import epoch_path, read_run_epoch, write_run_epoch
 from procs.risk import RiskAgent
-from tests.pipeline._support import BACK_OFF, process, read_log, ring, wait_until
-from tests.procs.fakes import INSTRUMENTS, ListLog, RecordingPort
-from tests.procs.agents import read_payloads
-from tests.procs.test_features_agent import ListInput
-from tests.pipeline.trading.test_risk import ctl, ex  # the EXEC_REPORT and CONTROL builders of the core's tests
+from tests.support.agents import read_payloads
+from tests.support.clock import ManualClock
+from tests.support.configtext import BACK_OFF, INSTRUMENTS, dirs, process, ring
+from tests.support.context import stage_context
+from tests.support.ports import ListInput, RecordingPort
+from tests.support.processes import read_log
+from tests.support.risk import ctl, ex  # the EXEC_REPORT and CONTROL builders of the core's tests
+from tests.support.wait import wait_until
 
 MID = 50_000.0  # BTCUSDT of INSTRUMENTS: tick 0.1, lot 0.0001 -> one lot is 5 of notional
-
-
-class Clock:
-    def __init__(self, t=10**12):
-        self.t = t
-
-    def __call__(self):
-        return self.t
 
 
 def sig(seq=1, *, iid=1, mid=MID, label=Label.HOLD) -> bytes:
@@ -52,19 +47,19 @@ def orders(port) -> list[np.void]:
 
 
 def make(tmp_path, *, control=(), exec_=(), signals=(), instrs=(), params=None, inputs=("control", "exec", "sig_risk",
-                                                                                         "instr"), clock=None):
+                                                                                         "instr"), clock=None,
+         outputs=("orders",)):
     feeds = {"control": control, "exec": exec_, "sig_risk": signals, "instr": instrs}
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
     if not epoch_path(run_dir).exists():
         write_run_epoch(run_dir)
-    cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\nrun_dir = "{run_dir}"\n\n' + ring("sig_risk") + ring("instr", payload=128)
-                       + ring("exec", payload=128) + ring("control", payload=16) + ring("orders", payload=128)
-                       + INSTRUMENTS)
-    proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=list(inputs), outputs=["orders"], batch=64,
-                         params=params or {})
-    ctx = AgentContext(config=cfg, process=proc, inputs={n: ListInput(feeds[n]) for n in inputs},
-                       outputs={"orders": RecordingPort()}, log=ListLog(), clock=clock or Clock())
+    text = (dirs(tmp_path) + ring("sig_risk") + ring("instr", payload=128) + ring("exec", payload=128)
+            + ring("control", payload=16) + ring("orders", payload=128) + ring("pos", payload=32) + INSTRUMENTS)
+    proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=list(inputs), outputs=list(outputs),
+                         batch=64, params=params or {})
+    ctx = stage_context(text, proc, inputs={n: ListInput(feeds[n]) for n in inputs},
+                        outputs={n: RecordingPort() for n in outputs}, clock=clock or ManualClock())
     agent = RiskAgent()
     agent.on_start(ctx)
     return agent, ctx
@@ -80,7 +75,7 @@ def audit(tmp_path, name="risk_audit.jsonl") -> list[dict]:
 
 
 def test_sync_then_an_instruction_becomes_new_orders_and_every_decision_is_audited(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
                       signals=[(Kind.SIGNAL, sig(1), t - 5_000_000)],
@@ -110,7 +105,7 @@ def test_sync_then_an_instruction_becomes_new_orders_and_every_decision_is_audit
 
 
 def test_control_is_read_before_instructions_and_a_kill_switch_cancels_everything(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     agent, ctx = make(tmp_path, control=[(Kind.CONTROL, ctl(ControlCmd.KILL_SWITCH), t)],
                       exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
@@ -128,7 +123,7 @@ def test_control_is_read_before_instructions_and_a_kill_switch_cancels_everythin
 
 
 def test_emergency_signal_cancels_all_at_once_and_counts(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     agent, ctx = make(tmp_path, signals=[(Kind.SIGNAL, sig(5, label=Label.EMERGENCY), t)], inputs=("sig_risk",),
                       clock=clock)
@@ -140,7 +135,7 @@ def test_emergency_signal_cancels_all_at_once_and_counts(tmp_path):
 
 
 def test_exec_reports_move_position_and_open_order_counters(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     rep = [(Kind.EXEC_REPORT, ex(ExecType.POSITION, price=49_000.0, size=0.0003), t),
            (Kind.EXEC_REPORT, ex(ExecType.OPEN_ORDER, oid=9, side=Side.SELL, price=50_100.0, size=0.0002,
@@ -155,8 +150,36 @@ def test_exec_reports_move_position_and_open_order_counters(tmp_path):
     assert synced["positions"]["1"] == pytest.approx(0.0003) and synced["open_orders"] == 1
 
 
+def test_position_changes_are_written_for_the_llm_in_lots_without_waiting(tmp_path):
+    """The optional ``pos`` output: every instrument once at the first SYNC_DONE, then one POSITION per
+    fill; a later SYNC_DONE writes only what changed; a refused write is counted, never waited on."""
+    clock = ManualClock()
+    t = clock()
+    rep = [(Kind.EXEC_REPORT, ex(ExecType.POSITION, price=49_000.0, size=0.0003), t),
+           (Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t),
+           (Kind.EXEC_REPORT, ex(ExecType.FILLED, oid=9, side=Side.SELL, price=50_100.0, size=0.0005), t)]
+    agent, ctx = make(tmp_path, exec_=rep, inputs=("exec",), outputs=("orders", "pos"), clock=clock)
+    drain(agent)
+    pos = ctx.outputs["pos"]
+    assert {k for k, _, _, _ in pos.msgs} == {Kind.POSITION}
+    assert [unpack_position(p) for _, p, _, _ in pos.msgs] == [(1, 3, t), (2, 0, t), (1, -2, t)]
+    clock.advance(5)
+    ctx.inputs["exec"].msgs += [(Kind.EXEC_REPORT, ex(ExecType.POSITION, price=50_100.0, size=-0.0002), t),
+                                (Kind.EXEC_REPORT, ex(ExecType.POSITION, iid=2, price=3_000.0, size=0.004), t),
+                                (Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)]
+    drain(agent)
+    assert [unpack_position(p) for _, p, _, _ in pos.msgs][3:] == [(2, 4, t + 5)]  # instrument 1 did not change
+    pos.accept = False  # the llm's ring is full: try_write refuses; a waiting write would be a bug
+    pos.write = lambda *a, **k: pytest.fail("risk waited for room in the position ring")
+    ctx.inputs["exec"].msgs.append((Kind.EXEC_REPORT, ex(ExecType.FILLED, side=Side.BUY, price=50_000.0,
+                                                         size=0.0001), t))
+    drain(agent)
+    assert ctx.stats["pos_dropped"] == 1 and ctx.stats["fills"] == 2 and len(pos.msgs) == 4
+    agent.on_close()
+
+
 def test_malformed_input_and_wrong_kinds_are_counted_not_raised(tmp_path):
-    t = Clock()()
+    t = ManualClock()()
     agent, ctx = make(tmp_path, signals=[(Kind.SIGNAL, b"\0" * 12, t), (Kind.BOOK, sig(1), t)],
                       control=[(Kind.CONTROL, b"\xff" * 16, t)], inputs=("control", "sig_risk"))
     drain(agent)
@@ -165,7 +188,7 @@ def test_malformed_input_and_wrong_kinds_are_counted_not_raised(tmp_path):
 
 
 def test_an_order_the_port_refuses_is_counted_and_no_longer_open(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
                       signals=[(Kind.SIGNAL, sig(1), t)], instrs=[(Kind.INSTRUCTION, instr(t, target=2), t)],
@@ -176,7 +199,7 @@ def test_an_order_the_port_refuses_is_counted_and_no_longer_open(tmp_path):
 
 
 def test_a_new_order_whose_audit_record_cannot_be_written_is_not_sent_but_cancels_are(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
                       signals=[(Kind.SIGNAL, sig(1), t)], instrs=[(Kind.INSTRUCTION, instr(t, target=2), t)],
@@ -272,7 +295,7 @@ def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pip
                       params=f'signal_ms = 20, instr_ms = 100, kill_after_ms = 1500, out = "{feeder_out}"')
             + process("risk", "procs.risk:RiskAgent", inputs=["control", "exec", "sig_risk", "instr"],
                       outputs=["orders"], extra=BACK_OFF, params="limits = { min_notional = 0.0 }")
-            + process("sink", "tests.procs.agents:PayloadSink", inputs=["orders"], extra='wait = "blocking"\n',
+            + process("sink", "PayloadSink", inputs=["orders"], extra='wait = "blocking"\n',
                       params=f'out = "{orders_out}"')
             + INSTRUMENTS)
     pipe.write_config(body)
@@ -302,7 +325,7 @@ def test_kill_switch_through_real_rings_cancels_all_and_no_new_order_follows(pip
 def test_keep_warm_runs_the_fast_paths_on_a_shadow_and_leaves_the_real_gateway_untouched(tmp_path, monkeypatch):
     import procs.risk as risk_mod
 
-    clock = Clock()
+    clock = ManualClock()
     t = clock()
     agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)], signals=[(Kind.SIGNAL, sig(1), t)],
                       params={"limits": {"lean_lots": 2, "min_notional": 0.0}}, clock=clock)
@@ -331,10 +354,9 @@ def test_keep_warm_runs_the_fast_paths_on_a_shadow_and_leaves_the_real_gateway_u
 def test_without_a_run_epoch_the_stage_does_not_start(tmp_path):
     """Order ids must not repeat across runs: a risk stage started outside `up` (no run epoch) refuses."""
     from pipeline.runtime.errors import StartupError
-    cfg = parse_config(f'[supervisor]\nlog_dir = "{tmp_path / "logs"}"\nrun_dir = "{tmp_path / "empty"}"\n\n'
-                       + ring("exec", payload=128) + ring("orders", payload=128) + INSTRUMENTS)
     proc = ProcessConfig(name="risk", module="procs.risk:RiskAgent", inputs=["exec"], outputs=["orders"], params={})
-    ctx = AgentContext(config=cfg, process=proc, inputs={"exec": ListInput([])}, outputs={"orders": RecordingPort()},
-                       log=ListLog(), clock=Clock())
+    ctx = stage_context(dirs(tmp_path, run="empty") + ring("exec", payload=128) + ring("orders", payload=128)
+                        + INSTRUMENTS, proc, inputs={"exec": ListInput([])}, outputs={"orders": RecordingPort()},
+                        clock=ManualClock())
     with pytest.raises(StartupError, match="run.epoch"):
         RiskAgent().on_start(ctx)

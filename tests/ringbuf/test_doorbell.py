@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 
 from ringbuf import Ring
-from ringbuf.ring import open_doorbell, wait_any
+from ringbuf.reader import wait_any
+from ringbuf.segment import open_doorbell
 
 WRITE_LATER = """
 import sys, time
 from ringbuf import Ring
-from ringbuf.ring import open_doorbell
+from ringbuf.segment import open_doorbell
 target, bell, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
 ring = Ring.attach(target)
 w = ring.writer()

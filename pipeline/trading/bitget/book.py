@@ -61,7 +61,7 @@ from zlib import crc32
 import numpy as np
 
 from pipeline.trading.bitget.errors import BitgetError
-from pipeline.trading.bitget.protocol import (
+from pipeline.trading.bitget.frames import (
     CHANNEL_BOOKS,
     INST_TYPES,
     MAX_TRADES_PER_FRAME,
@@ -159,27 +159,33 @@ _SNAPSHOT_KIND = FrameKind.SNAPSHOT
 _UPDATE_KIND = FrameKind.UPDATE
 
 
-class IncrementalBook:
-    """The ``books`` channel's book. Both sides are kept ascending by price (so the best bid is
-    the LAST bid entry, the best ask the first ask entry), as parallel lists: float price, float
-    size and original ``"price:size"`` text."""
+class _Book:
+    """What both kinds of book hold: their instrument and subscription, state, last seq and counters;
+    a new book is as ``reset`` leaves it."""
 
     __slots__ = (
-        "instrument_id", "subscription", "state", "last_seq", "resync_queued",
-        "bid_px", "bid_sz", "bid_lv", "ask_px", "ask_sz", "ask_lv",
+        "instrument_id", "subscription", "state", "last_seq",
         "checksums_verified", "checksum_mismatches", "seq_gaps",
     )
 
     def __init__(self, instrument_id: int, subscription: Subscription) -> None:
         self.instrument_id = instrument_id
         self.subscription = subscription
-        self.state = BookState.AWAITING_SNAPSHOT
-        self.last_seq = -1
-        self.resync_queued = False
         self.checksums_verified = 0
         self.checksum_mismatches = 0
         self.seq_gaps = 0
-        self._clear()
+        self.reset()
+
+    def reset(self) -> None:  # pragma: no cover - each kind has its own
+        raise NotImplementedError
+
+
+class IncrementalBook(_Book):
+    """The ``books`` channel's book. Both sides are kept ascending by price (so the best bid is
+    the LAST bid entry, the best ask the first ask entry), as parallel lists: float price, float
+    size and original ``"price:size"`` text."""
+
+    __slots__ = ("resync_queued", "bid_px", "bid_sz", "bid_lv", "ask_px", "ask_sz", "ask_lv")
 
     def _clear(self) -> None:
         self.bid_px, self.bid_sz, self.bid_lv = [], [], []
@@ -277,7 +283,12 @@ def _merge(px: list, sz: list, lv: list, upx: list, usz: list, ulv: list) -> Non
             lv.insert(i, text)
 
 
-class SnapshotBook:
+def _side_view(bid: bool, field: str, doc: str) -> property:
+    """A ``SnapshotBook`` property: ``field`` of the last push without its empty levels."""
+    return property(lambda self: self._side(bid, field), doc=doc)
+
+
+class SnapshotBook(_Book):
     """The ``books1`` / ``books5`` / ``books15`` book: each push replaces it (lists best first).
 
     The book keeps the last accepted push (``BookLevels``) as it is; ``bid_px`` / ``bid_sz`` /
@@ -286,20 +297,9 @@ class SnapshotBook:
     installing a push copies nothing: the hot path (``BitgetBooks.apply``) packs the BOOK payload
     straight from the push's lists."""
 
-    __slots__ = (
-        "instrument_id", "subscription", "state", "last_seq", "_levels",
-        "checksums_verified", "checksum_mismatches", "seq_gaps",
-    )
+    __slots__ = ("_levels",)
 
     resync_queued = True  # never asks for a resync: the next push is a full snapshot
-
-    def __init__(self, instrument_id: int, subscription: Subscription) -> None:
-        self.instrument_id = instrument_id
-        self.subscription = subscription
-        self.checksums_verified = 0
-        self.checksum_mismatches = 0
-        self.seq_gaps = 0
-        self.reset()
 
     def reset(self) -> None:
         """Forget everything (after a reconnect)."""
@@ -315,36 +315,13 @@ class SnapshotBook:
         sizes = lv.bid_sz if bid else lv.ask_sz
         return values if all(sizes) else list(compress(values, sizes))
 
-    @property
-    def bid_px(self) -> list:
-        """Bid prices of the last push, best first, empty levels left out (a list the caller may
-        not mutate: it can be the push's own)."""
-        return self._side(True, "bid_px")
-
-    @property
-    def bid_sz(self) -> list:
-        """Bid sizes, as ``bid_px``."""
-        return self._side(True, "bid_sz")
-
-    @property
-    def ask_px(self) -> list:
-        """Ask prices, as ``bid_px``."""
-        return self._side(False, "ask_px")
-
-    @property
-    def ask_sz(self) -> list:
-        """Ask sizes, as ``bid_px``."""
-        return self._side(False, "ask_sz")
-
-    @property
-    def bid_lv(self) -> list:
-        """The bids' original ``"price:size"`` strings, best first (empty levels left out)."""
-        return self._side(True, "bid_lv")
-
-    @property
-    def ask_lv(self) -> list:
-        """The asks' original ``"price:size"`` strings, best first (empty levels left out)."""
-        return self._side(False, "ask_lv")
+    bid_px = _side_view(True, "bid_px", """Bid prices of the last push, best first, empty levels left out (a list
+        the caller may not mutate: it can be the push's own).""")
+    bid_sz = _side_view(True, "bid_sz", "Bid sizes, as ``bid_px``.")
+    ask_px = _side_view(False, "ask_px", "Ask prices, as ``bid_px``.")
+    ask_sz = _side_view(False, "ask_sz", "Ask sizes, as ``bid_px``.")
+    bid_lv = _side_view(True, "bid_lv", "The bids' original ``price:size`` strings, best first (no empty level).")
+    ask_lv = _side_view(False, "ask_lv", "The asks' original ``price:size`` strings, best first (no empty level).")
 
     def apply(self, lv: BookLevels, snapshot: bool = True) -> Applied:
         """Replace the book with this push unless it is stale (``STALE``) or fails its non-zero

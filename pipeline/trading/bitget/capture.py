@@ -14,7 +14,8 @@ cryptofeed's writer, and the subscribe request on that line, say otherwise.) cry
 `` header: {...}`` to an HTTP line; it is left in TEXT.
 
 ``parse_line`` / ``format_line`` are pure; ``read_capture`` reads a path, ``CaptureWriter`` writes
-to a text file the caller opened (record mode), with times the caller supplies.
+to a text file the caller opened (record mode), with times the caller supplies; ``CaptureRecorder``
+is the never-raising form a live connection records through.
 """
 
 from __future__ import annotations
@@ -152,3 +153,42 @@ class CaptureWriter:
     def _write(self, line: str) -> None:
         self._fp.write(line)
         self.lines_written += 1
+
+
+class CaptureRecorder:
+    """Record mode of a feed: the events of one connection after another, as ``CaptureWriter`` lines
+    into a text file the caller opened (and closes). Never raises: each method returns False when
+    the event could not be recorded (a frame the line format cannot hold: a line break, not UTF-8;
+    or an I/O error), for the caller to count."""
+
+    def __init__(self, fp: TextIO) -> None:
+        self._fp = fp
+        self._writer = CaptureWriter(fp, "ws://unknown")
+
+    def opened(self, time_s: float, url: str) -> bool:
+        """Record that a connection to ``url`` opened (spaces in the URL written as ``%20``)."""
+        self._writer.url = url.replace(" ", "%20")
+        return self._call(self._writer.opened, time_s)
+
+    def sent(self, time_s: float, text: str) -> bool:
+        """Record a frame we sent."""
+        return self._call(self._writer.sent, time_s, text)
+
+    def received(self, time_s: float, frame: str | bytes) -> bool:
+        """Record a frame we received (bytes must be UTF-8)."""
+        return self._call(self._received_text, time_s, frame)
+
+    def flush(self) -> bool:
+        """Flush the file."""
+        return self._call(self._fp.flush)
+
+    def _received_text(self, time_s: float, frame: str | bytes) -> None:
+        self._writer.received(time_s, frame if isinstance(frame, str) else frame.decode("utf-8"))
+
+    @staticmethod
+    def _call(fn, *args) -> bool:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a failed record is the caller's to count
+            return False
+        return True

@@ -105,13 +105,19 @@ class Result(msgspec.Struct, frozen=True):
         return self.outcome is Outcome.OK
 
 
-class VenueOrder(msgspec.Struct, frozen=True):
-    """An order as orderInfo / unfilled-orders report it (amounts parsed to float)."""
+class _OrderReport(msgspec.Struct, frozen=True):
+    """What the venue's order and fill reports both name: the order (its id and our client id), the
+    symbol and the side."""
 
     orderId: str
     clientOid: str
     symbol: str
     side: str
+
+
+class VenueOrder(_OrderReport, frozen=True):
+    """An order as orderInfo / unfilled-orders report it (amounts parsed to float)."""
+
     price: float
     size: float
     baseVolume: float
@@ -120,14 +126,10 @@ class VenueOrder(msgspec.Struct, frozen=True):
     uTime: int = 0
 
 
-class VenueFill(msgspec.Struct, frozen=True):
+class VenueFill(_OrderReport, frozen=True):
     """One fill as the fills endpoint reports it."""
 
     tradeId: int
-    orderId: str
-    clientOid: str
-    symbol: str
-    side: str
     priceAvg: float
     size: float
     cTime: int = 0

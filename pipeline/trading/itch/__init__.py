@@ -7,6 +7,8 @@
 - ``vectorized``: ``decode_buffer`` (numpy, per-type structured arrays) and the per-message
   baselines.
 - ``book``: ``L3Book`` (order-by-order book, aggregated levels, BOOK payloads).
+- ``ingest``: the feed's ingestion (a BinaryFILE replay, paced or not; MoldUDP64 datagrams) into
+  the book, BOOK payloads out through an injected emit.
 - ``synth``: deterministic consistent sessions (``generate_session``).
 - ``errors``: ``ItchError`` and its subclasses.
 """

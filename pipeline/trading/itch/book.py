@@ -150,6 +150,24 @@ class StockBook:
         return [(p, bs[p]) for p in bp[: -n - 1: -1]] if n else [], [(p, as_[p]) for p in ap[:n]]
 
 
+def _share_reduction(name: str, over_event: int, doc: str):
+    """The ``L3Book`` method that takes ``shares`` off order ``ref`` (``over_event`` counted when the
+    order has fewer left). Built once per message type so that the hot path makes no extra call."""
+
+    def reduce_shares(self, locate: int, ref: int, shares: int, ts_ns: int, seq: int) -> int:
+        st, o = self._find(locate, ref)
+        if st is None:
+            return self._reject(o)
+        if shares > o[2]:
+            return self._reject(over_event)
+        return self._reduce(st, ref, o, shares, ts_ns, seq)
+
+    reduce_shares.__name__ = name
+    reduce_shares.__qualname__ = f"L3Book.{name}"
+    reduce_shares.__doc__ = f"{doc} Returns as ``apply``."
+    return reduce_shares
+
+
 class L3Book:
     """The Level-3 book of a feed; see the module docstring for the rules.
 
@@ -396,23 +414,9 @@ class L3Book:
         self.counts[_APPLIED] += 1
         return st.instrument_id
 
-    def execute_order(self, locate: int, ref: int, shares: int, ts_ns: int, seq: int) -> int:
-        """E (or C): ``shares`` of order ``ref`` executed. Returns as ``apply``."""
-        st, o = self._find(locate, ref)
-        if st is None:
-            return self._reject(o)
-        if shares > o[2]:
-            return self._reject(_OVER_EXEC)
-        return self._reduce(st, ref, o, shares, ts_ns, seq)
-
-    def cancel_order(self, locate: int, ref: int, shares: int, ts_ns: int, seq: int) -> int:
-        """X: ``shares`` of order ``ref`` cancelled. Returns as ``apply``."""
-        st, o = self._find(locate, ref)
-        if st is None:
-            return self._reject(o)
-        if shares > o[2]:
-            return self._reject(_OVER_CANCEL)
-        return self._reduce(st, ref, o, shares, ts_ns, seq)
+    # E (or C) and X: the same operation, refused with their own event when it takes more than is left
+    execute_order = _share_reduction("execute_order", _OVER_EXEC, "E (or C): ``shares`` of order ``ref`` executed.")
+    cancel_order = _share_reduction("cancel_order", _OVER_CANCEL, "X: ``shares`` of order ``ref`` cancelled.")
 
     def delete_order(self, locate: int, ref: int, ts_ns: int, seq: int) -> int:
         """D: order ``ref`` removed. Returns as ``apply``."""

@@ -27,12 +27,16 @@ class ItchError(PipelineError):
     """Root of every exception the ITCH core raises."""
 
 
-class DecodeError(ItchError):
-    """One ITCH message could not be decoded; ``offset`` is where it starts in the buffer."""
+class _ErrorAt(ItchError):
+    """An error at ``offset`` (bytes) in the data; ``DecodeError`` and ``FramingError`` are ones."""
 
     def __init__(self, message: str, offset: int) -> None:
         super().__init__(message)
         self.offset = offset
+
+
+class DecodeError(_ErrorAt):
+    """One ITCH message could not be decoded; ``offset`` is where it starts in the buffer."""
 
 
 class UnknownMessageType(DecodeError):
@@ -51,12 +55,8 @@ class EncodeError(ItchError):
     """A record cannot be encoded: a value is out of range, of the wrong type or too long."""
 
 
-class FramingError(ItchError):
+class FramingError(_ErrorAt):
     """BinaryFILE or MoldUDP64 framing is broken; ``offset`` is where in the data."""
-
-    def __init__(self, message: str, offset: int) -> None:
-        super().__init__(message)
-        self.offset = offset
 
 
 class TruncatedFrame(FramingError):

@@ -32,6 +32,7 @@ from typing import Annotated, Callable, Literal
 import msgspec
 
 from pipeline.runtime.errors import ConfigError, StartupError
+from pipeline.runtime.gpu import GpuNeed
 from pipeline.trading.llm import schema
 from pipeline.trading.llm.breaker import BreakerConfig
 from pipeline.trading.llm.prompt import state_block, system_part
@@ -44,9 +45,10 @@ CONTENT_REASONS = frozenset(schema.REASONS) - {"timeout", "aborted", "error", "t
 class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The ``params`` of the ``llm`` stage (see ``procs.llm``)."""
 
-    input: str | None = None  # default: the only input (sig_llm)
+    input: str | None = None  # default: the only input besides ``position_input`` (sig_llm)
     output: str = "instr"
-    risk_process: str = "risk"  # whose pos_lots_<id> counters give the position
+    # the ring of POSITION messages from the risk stage (optional: without it the position is unknown)
+    position_input: str = "pos"
     model_path: str = "models/generated/tiny.gguf"
     n_ctx: Annotated[int, msgspec.Meta(ge=256, le=131_072)] = 4096
     n_batch: Annotated[int, msgspec.Meta(ge=1, le=8192)] = 512
@@ -89,6 +91,17 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     def bounds(self) -> schema.Bounds:
         return schema.Bounds(max_position_lots=self.max_position_lots, max_offset_ticks=self.max_offset_ticks,
                              min_ttl_ms=self.min_ttl_ms, max_ttl_ms=self.max_ttl_ms)
+
+    def gpu_need(self) -> GpuNeed:
+        """What the stage puts on the GPU (``pipeline.runtime.gpu``): when ``n_gpu_layers`` is above 0,
+        the size of ``model_path`` plus ``lora_path`` in MiB, each rounded up (all layers offloaded is
+        the worst case the budget must cover); a file that does not exist counts 0 (the stage's start
+        fails with its path)."""
+        if self.n_gpu_layers <= 0:
+            return GpuNeed()
+        mib = sum(-(-os.path.getsize(path) // 2**20) for path in (self.model_path, self.lora_path)
+                  if path and os.path.exists(path))
+        return GpuNeed(llm_weights_mib=mib)
 
 
 def parse_params(params: dict) -> LlmParams:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline.runtime.gpu import probe_gpu
-from tests.pipeline._support import (
-    BACK_OFF, chain, control, count_lines, pid_gone, process, read_seqs, shm_entries, wait_until,
-)
+from tests.support.agents import count_lines, read_seqs
+from tests.support.configtext import BACK_OFF, chain, control, process
+from tests.support.processes import pid_gone
+from tests.support.shm import shm_entries
+from tests.support.wait import wait_until
 
 
 @pytest.mark.multiprocess

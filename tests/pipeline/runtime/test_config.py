@@ -7,7 +7,9 @@ import pytest
 
 from pipeline.runtime.config import Config, load_config, parse_config
 from pipeline.runtime.errors import ConfigError
-from tests.pipeline._support import REPO_ROOT, process, ring, shm_entries
+from tests.support.configtext import process, ring
+from tests.support.paths import REPO_ROOT
+from tests.support.shm import shm_entries
 
 RING_A = ring("a", payload=8, capacity=8, policy="drop")
 

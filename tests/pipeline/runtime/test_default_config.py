@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.runtime.config import load_config
-from tests.pipeline._support import REPO_ROOT, shm_entries, wait_until
+from tests.support.paths import REPO_ROOT
+from tests.support.shm import shm_entries
+from tests.support.wait import wait_until
 
 
 @pytest.mark.multiprocess

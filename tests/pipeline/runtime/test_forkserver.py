@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.runtime.forkserver import ForkedProcess, ForkServer, ForkServerError, preload
-from tests.pipeline._support import (
-    REPO_ROOT, chain, child_env, count_lines, pid_gone, pids_running_with, process, ring, wait_until,
-)
+from tests.support.agents import count_lines
+from tests.support.configtext import chain, process, ring
+from tests.support.paths import REPO_ROOT
+from tests.support.processes import child_env, pid_gone, pids_running_with
+from tests.support.wait import wait_until
 
 
 def _ppid(pid: int) -> int:
@@ -42,7 +44,7 @@ def test_stages_are_forked_children_of_the_supervisor_named_after_their_stage_an
     ready = _events(pipe, "forkserver_ready")
     assert len(ready) == 1 and ready[0]["failed"] == {}
     assert st["launcher"] == f"fork-server (pid {ready[0]['pid']})"
-    assert {"pipeline.runtime.runner", "tests.agents"} <= set(ready[0]["preloaded"])
+    assert {"pipeline.runtime.runner", "tests.support.agents"} <= set(ready[0]["preloaded"])
     server = ready[0]["pid"]
     assert _ppid(server) == pipe.sup.pid and b"pipeline.runtime.forkserver" in _cmdline(server)
     for p in st["processes"]:

@@ -11,7 +11,11 @@ import subprocess
 
 import pytest
 
-from tests.pipeline._support import REPO_ROOT, child_env, process, shm_entries, wait_until
+from tests.support.configtext import process
+from tests.support.paths import REPO_ROOT
+from tests.support.processes import child_env
+from tests.support.shm import shm_entries
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(shutil.which("make") is None, reason="needs make"),
               pytest.mark.skipif(not (REPO_ROOT / ".venv" / "bin" / "python").exists(), reason="needs `make setup`")]

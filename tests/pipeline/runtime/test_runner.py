@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from tests.pipeline._support import BACK_OFF, pid_gone, process, read_log, ring, wait_until
+from tests.support.configtext import BACK_OFF, process, ring
+from tests.support.processes import pid_gone, read_log
+from tests.support.wait import wait_until
 
 LEVELS = {"debug", "info", "warning", "error"}
 
@@ -108,10 +110,10 @@ def test_keep_warm_runs_while_idle_whatever_the_wait_and_a_failing_one_is_droppe
     ignored with a logged reason; a keep_warm that raises is counted as an error, logged, and never
     called again, and the stage keeps running."""
     spin = 'wait = "busy-spin"\nkeep_warm_us = 20000\n'
-    pipe.write_config(process("warm", "tests.pipeline.agents:Warmable", extra=spin)
-                      + process("parked", "tests.pipeline.agents:Warmable", extra='wait = "blocking"\nkeep_warm_us = 20000\n')
-                      + process("plain", "tests.pipeline.agents:ThreadedIdle", extra='keep_warm_us = 20000\n')
-                      + process("broken", "tests.pipeline.agents:Warmable", extra=spin, params="fail = true"))
+    pipe.write_config(process("warm", "Warmable", extra=spin)
+                      + process("parked", "Warmable", extra='wait = "blocking"\nkeep_warm_us = 20000\n')
+                      + process("plain", "ThreadedIdle", extra='keep_warm_us = 20000\n')
+                      + process("broken", "Warmable", extra=spin, params="fail = true"))
     pipe.up()
     t0 = time.monotonic()
     calls = wait_until(lambda: all(pipe.procs()[n]["stage"].get("warm", 0) >= 10 for n in ("warm", "parked"))
@@ -140,8 +142,8 @@ def _nice_of(pid: int, tid: int | None = None) -> int:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_nice_lowers_the_whole_process_priority_threads_included(pipe):
-    pipe.write_config(process("slow", "tests.pipeline.agents:ThreadedIdle", extra=BACK_OFF + "nice = 7\n")
-                      + process("fast", "tests.pipeline.agents:ThreadedIdle", extra=BACK_OFF))
+    pipe.write_config(process("slow", "ThreadedIdle", extra=BACK_OFF + "nice = 7\n")
+                      + process("fast", "ThreadedIdle", extra=BACK_OFF))
     pipe.up()
     procs = wait_until(lambda: (p := pipe.procs()) and all(p[n]["stage"].get("thread_tid") for n in p) and p,
                        10, 0.05, "the agents' threads")

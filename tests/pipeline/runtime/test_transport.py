@@ -14,9 +14,10 @@ import pytest
 from pipeline.runtime.runner import StopRequested
 from pipeline.runtime.transport import MpQueueIn, MpQueueOut, encode_frame
 from ringbuf import PayloadTooLargeError
-from tests.pipeline._support import (
-    BACK_OFF, chain, control, count_lines, pid_gone, pids_running_with, process, read_seqs, wait_until,
-)
+from tests.support.agents import count_lines, read_seqs
+from tests.support.configtext import BACK_OFF, chain, control, process
+from tests.support.processes import pid_gone, pids_running_with
+from tests.support.wait import wait_until
 
 
 def _counted(pipe, total):

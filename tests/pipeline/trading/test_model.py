@@ -1,4 +1,4 @@
-"""The fast path's default model (pipeline/trading/model.py): trained on the project's synthetic flow, it beats
+"""The fast path's default model (pipeline/trading/model/): trained on the project's synthetic flow, it beats
 the majority class on held-out data, and the exported ONNX graph computes what numpy computes. The
 evaluation scores the labels the fast stage emits (its thresholds), reports a 3-class macro-F1 beside
 the 4-class one, leaves an embargo of one label horizon before the held-out rows, and cuts the capture
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from pipeline.trading.messages import Label
-from pipeline.trading.model import INPUT_NAME, OUTPUT_NAME, TrainParams, build, forward, generate, label
+from pipeline.trading.model import build
+from pipeline.trading.model.data import TrainParams, generate, label
+from pipeline.trading.model.mlp import INPUT_NAME, OUTPUT_NAME, forward
 
 
 def test_labels_use_the_dead_band_and_emergency_thresholds():
@@ -76,7 +78,7 @@ def test_the_evaluation_report_is_written_beside_the_model_with_three_rows(train
     assert rep["synthetic_holdout"]["model_beats_imbalance_sign"] is True
     assert rep["imbalance_baseline"]["slot"] in ("F_IMBALANCE_1", "F_IMBALANCE_5")
     text = md.read_text()
-    from pipeline.trading.model import ROW_TITLES
+    from pipeline.trading.model.evaluation import ROW_TITLES
 
     assert ROW_TITLES["model_argmax"] == "argmax (not deployed)"
     assert all(f"| {ROW_TITLES[name]} |" in text for name in rows)
@@ -96,7 +98,7 @@ def test_the_evaluation_report_is_written_beside_the_model_with_three_rows(train
 
 
 def test_macro_f1_of_hand_made_predictions():
-    from pipeline.trading.model import scores
+    from pipeline.trading.model.evaluation import scores
 
     y = np.array([0, 0, 1, 2])
     r = scores(y, np.array([0, 0, 1, 1]))
@@ -108,7 +110,7 @@ def test_macro_f1_of_hand_made_predictions():
 
 
 def test_extra_training_rows_change_the_fit_and_are_counted():
-    from pipeline.trading.model import train
+    from pipeline.trading.model.mlp import train
 
     p = TrainParams(steps=3_000, seed=5, epochs=2)
     ds = generate(p)
@@ -123,11 +125,11 @@ def test_extra_training_rows_change_the_fit_and_are_counted():
 
 # ------------------------------------------------------------------ issue #19: evaluation as deployed
 def test_deployed_labels_are_the_fast_stage_s_labels():
-    """``deployed_labels`` (pipeline/trading/model.py) is the rule of ``FastAgent.classify`` (procs/fast.py),
+    """``deployed_labels`` (pipeline/trading/model/evaluation.py) is the rule of ``FastAgent.classify`` (procs/fast.py),
     called here on the stage's own method: random probability rows, ties and exact thresholds."""
     from types import SimpleNamespace
 
-    from pipeline.trading.model import DEFAULT_CONFIG, deployed_labels, deployed_thresholds
+    from pipeline.trading.model.evaluation import DEFAULT_CONFIG, deployed_labels, deployed_thresholds
     from procs.fast import FastAgent, FastParams
 
     th = deployed_thresholds()
@@ -150,7 +152,8 @@ def test_deployed_labels_are_the_fast_stage_s_labels():
 
 def test_the_model_row_scores_the_deployed_labels_and_the_argmax_row_the_argmax():
     """A hand-made model with constant probabilities: HOLD most probable, LEAN_BUY over its threshold."""
-    from pipeline.trading.model import Model, evaluate
+    from pipeline.trading.model.evaluation import evaluate
+    from pipeline.trading.model.mlp import Model
 
     probs = np.array([0.45, 0.41, 0.10, 0.04])
     m = Model(np.zeros((128, 2)), np.zeros(2), np.zeros((2, 4)), np.log(probs), {})
@@ -162,7 +165,7 @@ def test_the_model_row_scores_the_deployed_labels_and_the_argmax_row_the_argmax(
 
 
 def test_3class_macro_f1_of_a_hand_made_example():
-    from pipeline.trading.model import macro_f1_3class, scores
+    from pipeline.trading.model.evaluation import macro_f1_3class, scores
 
     H, B, S, E = (int(lb) for lb in (Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL, Label.EMERGENCY))
     y = np.array([H, H, B, S, E, E])
@@ -181,7 +184,7 @@ def test_3class_macro_f1_of_a_hand_made_example():
 
 @pytest.mark.parametrize("horizon_ms", [500, 200])
 def test_the_synthetic_split_leaves_an_embargo_of_exactly_one_label_horizon(horizon_ms):
-    from pipeline.trading.model import synthetic_split
+    from pipeline.trading.model.data import synthetic_split
 
     p = TrainParams(steps=2_000, seed=5, horizon_ms=horizon_ms)
     ds = generate(p)
@@ -199,7 +202,7 @@ def test_the_synthetic_split_leaves_an_embargo_of_exactly_one_label_horizon(hori
 def test_the_capture_split_is_one_time_cut_across_instruments():
     """Two instruments whose receive times interleave, their rows listed one instrument after the
     other: the cut is one time for both, the rows within one horizon after it are dropped."""
-    from pipeline.trading.model import CAPTURE_TRAIN_SHARE, split_capture
+    from pipeline.trading.model.capture import CAPTURE_TRAIN_SHARE, split_capture
 
     ms = 1_000_000
     ta = np.arange(0, 1000, 10) * ms  # instrument 1: every 10 ms

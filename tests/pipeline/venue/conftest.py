@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.venue.server import VenueServer
-from tests.pipeline.venue._client import Client, Venues
+from tests.support.venue import Client, Venues
 
 
 @pytest.fixture

@@ -17,26 +17,13 @@ from pipeline.trading.bitget.protocol import base_coin
 from pipeline.trading.journal import encode_record
 from pipeline.venue.account import AccountLog, decode_account_line, main, new_account_record, parse_account_log
 from pipeline.venue.errors import VenueError
-from pipeline.venue.orders import (
-    STATUS_CANCELLED,
-    STATUS_FILLED,
-    STATUS_LIVE,
-    STATUS_PARTIAL,
-    OrderEngine,
-    OrderRejected,
-)
-from tests.pipeline.venue.test_orders import RULES, Book  # the order tests' public book and rules
+from pipeline.venue.account_state import STATUS_CANCELLED, STATUS_FILLED, STATUS_LIVE, STATUS_PARTIAL
+from pipeline.venue.order_fields import OrderRejected
+from pipeline.venue.orders import OrderEngine
+from tests.support.clock import ManualClock
+from tests.support.venue import RULES, T0_MS, Book, venue_clock
 
 D = Decimal
-T0_MS = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self, ms: int = T0_MS) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 def order(coid: str, side: str = "buy", price: str = "99.0", size: str = "1", force: str = "gtc",
@@ -45,7 +32,7 @@ def order(coid: str, side: str = "buy", price: str = "99.0", size: str = "1", fo
             "clientOid": coid}
 
 
-def start(path, book: Book, clock: Clock, *, reset: bool = False) -> tuple[OrderEngine, AccountLog]:
+def start(path, book: Book, clock: ManualClock, *, reset: bool = False) -> tuple[OrderEngine, AccountLog]:
     """What the venue does at start: open the log, restore the engine, then log every change."""
     log = AccountLog(path, clock_ms=clock)
     records = log.open(reset=reset)
@@ -55,15 +42,15 @@ def start(path, book: Book, clock: Clock, *, reset: bool = False) -> tuple[Order
     return eng, log
 
 
-def trade_a_little(eng: OrderEngine, clock: Clock) -> None:
+def trade_a_little(eng: OrderEngine, clock: ManualClock) -> None:
     """Taker fills both ways, a resting remainder, resting orders, a cancel, an ioc remainder, a killed fok."""
     eng.place(order("t-buy", price="100.2", size="2.5"))  # takes 100.1 x1, 100.2 x1.5: filled
-    clock.ms += 5
+    clock.advance_ms(5)
     eng.place(order("t-part", price="100.2", size="1"))  # 0.5 left at 100.2, then rests (partial)
     eng.place(order("rest-1", price="99.0", size="2"))
     eng.place(order("rest-2", price="99.5", size="1"))
     eng.place(order("eth-sell", side="sell", price="10.20", size="1", symbol="ETHUSDT"))
-    clock.ms += 5
+    clock.advance_ms(5)
     eng.place(order("t-sell", side="sell", price="9.99", size="2", symbol="ETHUSDT"))  # fills 2 at 9.99
     eng.cancel("BTCUSDT", client_oid="rest-1")
     eng.place(order("ioc-1", side="sell", price="99.9", size="3", force="ioc"))  # 1 at 99.9, rest cancelled
@@ -88,7 +75,7 @@ def test_base_coin_is_the_symbol_without_usdt_and_refuses_other_quotes():
 
 def test_a_new_log_starts_with_a_random_account_record_in_a_0600_file(tmp_path):
     path = tmp_path / "run" / "venue.account"
-    log = AccountLog(path, clock_ms=Clock())
+    log = AccountLog(path, clock_ms=venue_clock())
     (rec,) = log.open()
     log.close()
     assert log.created and rec["t"] == "account" and rec["created_ms"] == T0_MS
@@ -100,7 +87,7 @@ def test_a_new_log_starts_with_a_random_account_record_in_a_0600_file(tmp_path):
 
 
 def test_a_restored_engine_has_the_same_account_and_goes_on_above_the_old_ids(tmp_path):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     trade_a_little(eng, clock)
     before = snapshot(eng)
@@ -113,7 +100,7 @@ def test_a_restored_engine_has_the_same_account_and_goes_on_above_the_old_ids(tm
     old_max_oid, old_max_tid = max(eng.orders), max(f.trade_id for f in eng.fills)
     log.close()
 
-    clock2 = Clock(T0_MS - 60_000)  # even a clock that went back a minute: ids stay above the old ones
+    clock2 = venue_clock(T0_MS - 60_000)  # even a clock that went back a minute: ids stay above the old ones
     eng2, log2 = start(path, book, clock2)
     assert not log2.created and snapshot(eng2) == before
     assert eng2.counters == {"orders_placed": 0, "orders_rejected": 0, "fills": 0, "cancels": 0}
@@ -127,13 +114,13 @@ def test_a_restored_engine_has_the_same_account_and_goes_on_above_the_old_ids(tm
     # an old open order is still cancellable
     assert eng2.cancel("ETHUSDT", client_oid="eth-sell").status == STATUS_CANCELLED
     log2.close()
-    eng3, log3 = start(path, book, Clock())  # and what the second engine did is in the log too
+    eng3, log3 = start(path, book, venue_clock())  # and what the second engine did is in the log too
     assert snapshot(eng3) == snapshot(eng2)
     log3.close()
 
 
 def test_a_restored_resting_order_still_fills_by_book_and_by_trade(tmp_path):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("b1", price="99.5", size="2"))
     eng.place(order("b2", price="99.4", size="1"))
@@ -142,7 +129,7 @@ def test_a_restored_resting_order_still_fills_by_book_and_by_trade(tmp_path):
 
     eng2, log2 = start(path, book, clock)
     assert [o.client_oid for o in eng2._resting["BTCUSDT"]["buy"]] == ["b1", "b2"]  # price-time priority
-    clock.ms += 10
+    clock.advance_ms(10)
     book.books["BTCUSDT"] = ([["99.0", "1"]], [["99.5", "0.5"], ["99.6", "9"]])
     assert eng2.book_changed("BTCUSDT") == 1
     b1 = eng2.order(client_oid="b1")
@@ -157,7 +144,7 @@ def test_a_restored_resting_order_still_fills_by_book_and_by_trade(tmp_path):
 
 @pytest.mark.parametrize("tail", [b"3f2a", b"0123abcd {\"t\":\"fill\",\"tid\":1", b"00000000 {\"t\":\"cancel\"}\n"])
 def test_a_torn_last_line_is_ignored_and_truncated(tmp_path, tail):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("a", price="99.0"))
     log.close()
@@ -176,14 +163,14 @@ def test_a_torn_last_line_is_ignored_and_truncated(tmp_path, tail):
 def test_a_torn_account_record_is_a_new_account(tmp_path):
     path = tmp_path / "venue.account"
     path.write_bytes(encode_record(new_account_record(T0_MS, 42))[:20])
-    log = AccountLog(path, clock_ms=Clock())
+    log = AccountLog(path, clock_ms=venue_clock())
     (rec,) = log.open()
     log.close()
     assert log.created and rec["account_id"] != "42" and path.read_bytes() == encode_record(rec)
 
 
 def test_a_corrupt_line_before_the_last_refuses_the_file(tmp_path):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("a", price="99.0"))
     eng.place(order("b", price="99.1"))
@@ -205,15 +192,15 @@ def test_decode_takes_only_lines_encode_record_would_write():
 
 
 def test_reset_is_a_new_account_and_the_old_file_is_kept_aside(tmp_path):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("t-buy", price="100.2", size="1"))
     old_id, old_bytes = eng.account_id, path.read_bytes()
     log.close()
 
-    clock.ms += 1000
+    clock.advance_ms(1000)
     eng2, log2 = start(path, book, clock, reset=True)
-    assert log2.created and eng2.account_id != old_id and eng2.created_ms == clock.ms
+    assert log2.created and eng2.account_id != old_id and eng2.created_ms == clock.now
     assert eng2.orders == {} and eng2.fills == [] and eng2.position("BTCUSDT") == 0 and eng2.cash() == 0
     assert eng2.place(order("t-buy", price="99.0")).status == STATUS_LIVE  # a new account: the clientOid is free
     assert log2.backup is not None and log2.backup.name.startswith("venue.account.") \
@@ -230,7 +217,7 @@ def test_reset_is_a_new_account_and_the_old_file_is_kept_aside(tmp_path):
 
 
 def test_the_reset_command_renames_the_file_aside_and_show_prints_the_account(tmp_path, capsys):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("a", price="99.0"))
     log.close()
@@ -259,13 +246,13 @@ def test_one_process_at_a_time(tmp_path):
 
 
 def test_an_admin_adjustment_changes_the_position_only_and_persists(tmp_path):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("t-buy", price="100.1", size="1"))
     cash = eng.cash()
-    clock.ms += 3
+    clock.advance_ms(3)
     assert eng.adjust_position("BTCUSDT", "-0.002") == D("0.998")
-    assert eng.cash() == cash and len(eng.fills) == 1 and eng.balance_u_ms("BTCUSDT") == clock.ms
+    assert eng.cash() == cash and len(eng.fills) == 1 and eng.balance_u_ms("BTCUSDT") == clock.now
     for sym, delta, code in (("XYZUSDT", "1", "40034"), ("BTCUSDT", "0", "40001"), ("BTCUSDT", "abc", "40001"),
                              ("BTCUSDT", "NaN", "40001"), ("BTCUSDT", 1.5, "40001")):
         with pytest.raises(OrderRejected) as e:
@@ -274,7 +261,7 @@ def test_an_admin_adjustment_changes_the_position_only_and_persists(tmp_path):
     log.close()
     eng2, log2 = start(path, book, clock)
     assert eng2.position("BTCUSDT") == D("0.998") and eng2.cash() == cash
-    assert eng2.balance_u_ms("BTCUSDT") == clock.ms
+    assert eng2.balance_u_ms("BTCUSDT") == clock.now
     log2.close()
 
 
@@ -290,13 +277,13 @@ def test_an_admin_adjustment_changes_the_position_only_and_persists(tmp_path):
     ([{"t": "account", "account_id": "abc", "created_ms": 1}], "decimal string"),
 ])
 def test_restore_refuses_records_that_do_not_make_an_account(records, words):
-    eng = OrderEngine(RULES, Book().levels, Clock())
+    eng = OrderEngine(RULES, Book().levels, venue_clock())
     with pytest.raises(VenueError, match=words):
         eng.restore(records)
 
 
 def test_restore_needs_a_fresh_engine():
-    eng = OrderEngine(RULES, Book().levels, Clock())
+    eng = OrderEngine(RULES, Book().levels, venue_clock())
     eng.restore([new_account_record(T0_MS, 7)])
     assert eng.account_id == "7"
     with pytest.raises(VenueError, match="fresh engine"):
@@ -304,7 +291,7 @@ def test_restore_needs_a_fresh_engine():
 
 
 def test_an_order_of_a_symbol_no_longer_served_keeps_its_client_oid_but_does_not_rest(tmp_path):
-    path, book, clock = tmp_path / "venue.account", Book(), Clock()
+    path, book, clock = tmp_path / "venue.account", Book(), venue_clock()
     eng, log = start(path, book, clock)
     eng.place(order("eth-1", price="9.00", symbol="ETHUSDT"))
     log.close()

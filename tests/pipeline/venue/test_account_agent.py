@@ -14,16 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.runtime.agent import AgentContext
 from pipeline.trading.bitget.signing import generate_paper_credentials, load_credentials, query_string
-from pipeline.runtime.config import parse_config
-from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
-from pipeline.venue.rest import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, ORDER_INFO, PLACE
+from pipeline.venue.rest_api import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, ORDER_INFO, PLACE
 from pipeline.runtime.portfile import read_port_file
 from procs.venue import VenueAgent
-from tests.pipeline._support import process
-from tests.procs.fakes import INSTRUMENTS
+from tests.support.context import venue_context
 
 
 class Running:
@@ -35,10 +31,7 @@ class Running:
             generate_paper_credentials(key)
         self.creds = load_credentials(key)
         params = f'seed = 3, step_ms = 20, key_file = "{key}", rate_limit_per_s = 1000.0' + extra
-        cfg = parse_config(f'[supervisor]\nrun_dir = "{tmp_path / "run"}"\nlog_dir = "{tmp_path / "logs"}"\n\n'
-                           + process("venue", "procs.venue:VenueAgent", params=params) + INSTRUMENTS)
-        self.ctx = AgentContext(config=cfg, process=cfg.process("venue"), inputs={}, outputs={},
-                                log=open_event_log("venue", tmp_path / "logs"))
+        self.ctx = venue_context(tmp_path, params)
         self.agent = VenueAgent()
         self.agent.on_start(self.ctx)
         self.conn = http.client.HTTPConnection("127.0.0.1", read_port_file(tmp_path / "run" / "venue.rest.port"),

@@ -13,57 +13,37 @@ from decimal import Decimal
 import orjson
 import pytest
 
-from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials, query_string
+from pipeline.trading.bitget.signing import Credentials, query_string
 from pipeline.venue.account import AccountLog, parse_account_log
-from pipeline.venue.orders import InstrumentRules, OrderEngine
-from pipeline.venue.rest import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, FILLS, PLACE, RestApi, RestServer
-from pipeline.venue.server import VenueServer, VenueThread
-from tests.pipeline.venue._client import synthetic
-from tests.procs.fakes import ListLog
+from pipeline.venue.rest_api import ACCOUNT_INFO, ADJUST_POSITION, ASSETS, FILLS, PLACE
+from tests.support.venue import T0_MS, VenueStack, paper_credentials, venue_clock
 
 D = Decimal
-T0_MS = 1_700_000_000_000
-RULES = {"BTCUSDT": InstrumentRules("BTCUSDT", D("0.1"), D("0.0001")),
-         "ETHUSDT": InstrumentRules("ETHUSDT", D("0.01"), D("0.001"))}
 
 
-class AccountVenue:
-    """A paused synthetic market + an engine restored from ``path`` + a REST server, on one loop in a
-    thread; a signed keep-alive client. The clock is the test's (``ms``)."""
+class AccountVenue(VenueStack):
+    """A ``VenueStack`` whose engine is restored from the account log at ``path`` and logs to it; a
+    signed keep-alive client. The venue's clock ``clock`` (ms, from ``ms``) is the test's."""
 
     def __init__(self, path, creds: Credentials, *, reset: bool = False, allow_admin: bool = False,
                  ms: int = T0_MS) -> None:
-        self.creds = creds
-        self.ms = ms
-        self.market = VenueServer(synthetic(), start_paused=True)
-        self.account = AccountLog(path, clock_ms=self.now_ms)
+        self.clock = venue_clock(ms)
+        self.account = AccountLog(path, clock_ms=self.clock)
         records = self.account.open(reset=reset)
-        self.engine = OrderEngine(RULES, self.market.market.levels, self.now_ms, max_notional=1_000_000)
-        self.engine.restore(records)
-        self.engine.on_event = self.account.append
-        self.market.add_market_listener(self.engine)
-        self.log = ListLog()
-        self.api = RestApi(self.engine, creds, now_ms=self.now_ms, log=self.log, rate_limit_per_s=1000.0,
-                           allow_admin=allow_admin)
-        self.rest = RestServer(self.api, log=self.log)
-        self.thread = VenueThread(self.market, name="test-account-venue", extra=[self.rest])
-        self.thread.start()
+        super().__init__(creds, self.clock, records=records, on_event=self.account.append, name="test-account-venue",
+                         api_kwargs={"now_ms": self.clock, "rate_limit_per_s": 1000.0, "allow_admin": allow_admin})
         self.conn = http.client.HTTPConnection("127.0.0.1", self.rest.port, timeout=5)
-
-    def now_ms(self) -> int:
-        return self.ms
 
     def close(self) -> None:
         self.conn.close()
-        self.thread.stop()
-        assert not self.thread.alive and self.thread.error is None
+        self.stop()
         self.account.close()
 
     def request(self, method: str, path: str, *, params: dict | None = None, body: dict | None = None,
                 signed: bool = True) -> tuple[int, dict]:
         query = query_string(params)
         text = orjson.dumps(body).decode() if body is not None else ""
-        headers = self.creds.headers(self.ms, method, path, query, text) if signed else {}
+        headers = self.creds.headers(self.clock.now, method, path, query, text) if signed else {}
         self.conn.request(method, path + (f"?{query}" if query else ""), body=text.encode() if text else None,
                           headers=headers)
         resp = self.conn.getresponse()
@@ -84,8 +64,7 @@ class AccountVenue:
 
 @pytest.fixture
 def creds(tmp_path) -> Credentials:
-    generate_paper_credentials(tmp_path / "paper.json")
-    return load_credentials(tmp_path / "paper.json")
+    return paper_credentials(tmp_path / "paper.json")
 
 
 @pytest.fixture
@@ -154,7 +133,7 @@ def test_assets_answer_the_signed_balances_of_the_fills(tmp_path, creds, venues)
     assert status == 200
     assert doc["data"] == [{"coin": c, "available": "0", "frozen": "0", "locked": "0", "limitAvailable": "0",
                             "uTime": str(T0_MS)} for c in ("BTC", "ETH", "USDT")]
-    v.ms += 250
+    v.clock.advance_ms(250)
     trade(v)
     want = expected_balances(v)
     assert want["BTC"] == D("-0.0001") and want["ETH"] == D("-0.002") and want["USDT"] > 0  # net short: cash in
@@ -186,7 +165,7 @@ def test_admin_adjust_is_refused_unless_allowed(tmp_path, creds, venues):
 def test_admin_adjust_when_allowed_changes_the_position_only_and_persists(tmp_path, creds, venues):
     path = tmp_path / "venue.account"
     v = venues(path, creds, allow_admin=True)
-    v.ms += 40
+    v.clock.advance_ms(40)
     status, doc = v.request("POST", ADJUST_POSITION, body={"symbol": "BTCUSDT", "delta": "0.002"})
     assert status == 200 and doc["data"] == {"symbol": "BTCUSDT", "position": "0.002"}
     status, doc = v.request("POST", ADJUST_POSITION, body={"symbol": "BTCUSDT", "delta": "-0.0035"})

@@ -3,31 +3,22 @@ hand, as the runner would) and under the real supervisor (``make up`` style, bou
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from pipeline.runtime.agent import AgentContext
 from pipeline.trading.bitget import FrameKind
-from pipeline.runtime.config import parse_config
-from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
 from pipeline.runtime.portfile import read_port_file
 from procs.venue import PUBLISHED_STATS, VenueAgent
-from tests.pipeline._support import BACK_OFF, process, wait_until
-from tests.pipeline.venue._client import CAPTURE_PATH, Client, sub
-from tests.procs.fakes import INSTRUMENTS
-
-
-def _ctx(tmp_path: Path, params: str) -> AgentContext:
-    cfg = parse_config(f'[supervisor]\nrun_dir = "{tmp_path / "run"}"\nlog_dir = "{tmp_path / "logs"}"\n\n'
-                       + process("venue", "procs.venue:VenueAgent", params=params) + INSTRUMENTS)
-    proc = cfg.process("venue")
-    return AgentContext(config=cfg, process=proc, inputs={}, outputs={}, log=open_event_log("venue", tmp_path / "logs"))
+from tests.support.configtext import BACK_OFF, INSTRUMENTS, process
+from tests.support.context import venue_context
+from tests.support.paths import CAPTURE_PATH
+from tests.support.venue import Client, sub
+from tests.support.wait import wait_until
 
 
 def test_agent_serves_paper_instruments_writes_the_port_file_and_publishes_counters(tmp_path):
-    ctx = _ctx(tmp_path, "seed = 3, speed = 5.0")
+    ctx = venue_context(tmp_path, "seed = 3, speed = 5.0")
     agent = VenueAgent()
     agent.on_start(ctx)
     try:
@@ -61,7 +52,7 @@ def test_agent_can_also_send_itch_over_moldudp64(tmp_path):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
         rx.settimeout(3)
-        ctx = _ctx(tmp_path, f"itch_port = {rx.getsockname()[1]}, itch_events = 300, itch_rate = 0")
+        ctx = venue_context(tmp_path, f"itch_port = {rx.getsockname()[1]}, itch_events = 300, itch_rate = 0")
         agent = VenueAgent()
         agent.on_start(ctx)
         try:
@@ -78,13 +69,13 @@ def test_agent_can_also_send_itch_over_moldudp64(tmp_path):
 
 def test_agent_refuses_unknown_params(tmp_path):
     with pytest.raises(VenueError, match="unknown venue params"):
-        VenueAgent().on_start(_ctx(tmp_path, "prot = 1"))
+        VenueAgent().on_start(venue_context(tmp_path, "prot = 1"))
 
 
 def test_agent_replays_a_capture(tmp_path):
     if not CAPTURE_PATH.is_file():
         pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH}")
-    ctx = _ctx(tmp_path, f'source = "replay", capture = "{CAPTURE_PATH}", speed = 100.0, loop = true, '
+    ctx = venue_context(tmp_path, f'source = "replay", capture = "{CAPTURE_PATH}", speed = 100.0, loop = true, '
                          f'port_file = "{tmp_path / "p"}"')
     agent = VenueAgent()
     agent.on_start(ctx)
@@ -102,7 +93,7 @@ def test_agent_replays_a_capture(tmp_path):
 
 def test_agent_raises_on_every_call_once_its_server_thread_is_gone(tmp_path):
     agent = VenueAgent()
-    agent.on_start(_ctx(tmp_path, ""))
+    agent.on_start(venue_context(tmp_path, ""))
     agent.thread.stop()
     agent._next_stats_ns = 0
     for _ in range(3):
@@ -136,6 +127,22 @@ def test_a_bad_or_unknown_param_is_a_config_error_naming_the_process_so_the_star
     from pipeline.runtime.errors import ConfigError
 
     with pytest.raises(ConfigError, match="venue: unknown venue params"):  # the runner's permanent kind
-        VenueAgent().on_start(_ctx(tmp_path, "prot = 1"))
+        VenueAgent().on_start(venue_context(tmp_path, "prot = 1"))
     with pytest.raises(ConfigError, match="jump_prob"):
-        VenueAgent().on_start(_ctx(tmp_path, "jump_prob = 1.5"))
+        VenueAgent().on_start(venue_context(tmp_path, "jump_prob = 1.5"))
+
+
+def test_the_params_are_a_frozen_struct_that_names_a_bad_field():
+    from pipeline.runtime.runner import load_agent_class
+    from pipeline.venue.errors import VenueConfigError
+    from procs.venue import VenueParams, parse_params
+
+    assert load_agent_class("procs.venue:VenueAgent").params_type is VenueParams  # what a check before start uses
+    p = parse_params("venue", {"seed": 2, "speed": 2, "gap_every_s": 1.5})
+    assert (p.seed, p.speed, p.gap_every_s, p.source, p.key_file) == (2, 2.0, 1.5, "synthetic", "secrets/paper.json")
+    with pytest.raises(VenueConfigError, match=r"venue: unknown venue params \['prot'\]"):
+        parse_params("venue", {"prot": 1})
+    for params, field in (({"loop": 1}, "loop"), ({"port": "80"}, "port"), ({"max_notional": -1.0}, "max_notional"),
+                          ({"account_path": 5}, "account_path")):
+        with pytest.raises(VenueConfigError, match=rf"venue: .*\$\.{field}"):
+            parse_params("venue", params)

@@ -13,33 +13,31 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from pipeline.runtime.agent import AgentContext
 from pipeline.trading.bitget import Applied, FrameKind
-from pipeline.runtime.config import parse_config
-from pipeline.runtime.log import open_event_log
 from pipeline.venue.errors import VenueError
-from pipeline.venue.orders import InstrumentRules, OrderEngine, OrderRejected
-from pipeline.venue.server import (
+from pipeline.venue.order_fields import InstrumentRules, OrderRejected
+from pipeline.venue.orders import OrderEngine
+from pipeline.runtime.portfile import read_port_file
+from pipeline.venue.faults import (
     GAP_SEQ,
     MAX_JITTER_DELAY_MS,
     DelayFault,
+    FaultInjector,
+    FaultParams,
     FaultTimer,
-    VenueServer,
-    make_source,
-    read_port_file,
+    TimedFault,
 )
-from pipeline.venue.sources import SyntheticSource
+from pipeline.venue.server import VenueServer
+from pipeline.venue.sources import SyntheticSource, make_source
 from pipeline.venue.synthetic import SyntheticMarket, SyntheticParams
 from procs.venue import FAULT_STATS, PUBLISHED_STATS, VALIDITY_STATS, VenueAgent
-from tests.pipeline._support import process, wait_until
-from tests.pipeline.venue._client import SPECS, START_MS, Client, sub, synthetic
-from tests.pipeline.venue.test_rest import Venue
-from tests.procs.fakes import INSTRUMENTS
+from tests.support.context import venue_context
+from tests.support.venue import SPECS, START_MS, Client, RestVenue, sub, synthetic
+from tests.support.wait import wait_until
 
 D = Decimal
 
@@ -370,7 +368,7 @@ def test_max_away_ticks_must_be_an_integer_at_least_0(bad):
 
 
 def test_the_rest_api_reports_orders_valid_and_invalid_against_the_live_synthetic_book(tmp_path):
-    venue = Venue(tmp_path)
+    venue = RestVenue(tmp_path)
     try:
         bid, ask = venue.best()
         assert venue.place(price=str(bid), force="post_only", clientOid="v1")[0] == 200
@@ -386,15 +384,8 @@ def test_the_rest_api_reports_orders_valid_and_invalid_against_the_live_syntheti
 # ------------------------------------------------------------------------------------ the stage
 
 
-def _ctx(tmp_path: Path, params: str) -> AgentContext:
-    cfg = parse_config(f'[supervisor]\nrun_dir = "{tmp_path / "run"}"\nlog_dir = "{tmp_path / "logs"}"\n\n'
-                       + process("venue", "procs.venue:VenueAgent", params=params) + INSTRUMENTS)
-    return AgentContext(config=cfg, process=cfg.process("venue"), inputs={}, outputs={},
-                        log=open_event_log("venue", tmp_path / "logs"))
-
-
 def test_the_venue_stage_runs_every_stress_fault_and_publishes_each_counter(tmp_path):
-    ctx = _ctx(tmp_path, "seed = 5, speed = 10.0, delay_ms = 2.0, delay_jitter_ms = 2.0, jump_prob = 0.2, "
+    ctx = venue_context(tmp_path, "seed = 5, speed = 10.0, delay_ms = 2.0, delay_jitter_ms = 2.0, jump_prob = 0.2, "
                          "jump_ticks = 2, gap_every_s = 0.2, bad_checksum_every_s = 0.3, disconnect_every_s = 1.0, "
                          "max_away_ticks = 10")
     agent = VenueAgent()
@@ -438,4 +429,69 @@ def test_the_venue_stage_runs_every_stress_fault_and_publishes_each_counter(tmp_
 def test_bad_stress_params_fail_the_start(tmp_path, params, words):
     agent = VenueAgent()
     with pytest.raises(VenueError, match=words):
-        agent.on_start(_ctx(tmp_path, params))
+        agent.on_start(venue_context(tmp_path, params))
+
+
+# ------------------------------------------------------------------------------------ the injector
+
+
+def _injector(**params) -> tuple[FaultInjector, dict]:
+    stats = dict.fromkeys(("faults_injected", "frames_dropped", "jitter_frames", "disconnects", "gaps",
+                           "bad_checksums"), 0)
+    return FaultInjector(FaultParams(**params), stats), stats
+
+
+def test_the_injector_counts_a_jitter_set_at_construction_once_and_a_switch_turned_on():
+    faults, stats = _injector(delay_jitter_ms=5.0)
+    assert stats["faults_injected"] == 1
+    faults.set_delay(delay_ms=0.0)  # off: not a fault
+    faults.set_drop_prob(0.0)
+    assert stats["faults_injected"] == 1
+    faults.set_delay(delay_ms=3.0)
+    faults.set_drop_prob(0.5)
+    assert stats["faults_injected"] == 3 and faults.delay.delay_ms == 3.0 and faults.drop_prob == 0.5
+    faults.count("gaps")
+    faults.count()
+    assert stats["faults_injected"] == 5 and stats["gaps"] == 1
+
+
+@pytest.mark.parametrize(("params", "words"), [({"delay_ms": -1.0}, "delay_ms"), ({"drop_prob": 1.5}, "drop_prob"),
+                                               ({"gap_every_s": -2.0}, "gap_every_s")])
+def test_the_injector_refuses_a_bad_switch_naming_it(params, words):
+    with pytest.raises(VenueError, match=words):
+        _injector(**params)
+
+
+def test_drops_are_seeded_and_counted():
+    a, stats = _injector(drop_prob=0.3, seed=7)
+    b, _ = _injector(drop_prob=0.3, seed=7)
+    draws = [a.drops_push() for _ in range(2_000)]
+    assert draws == [b.drops_push() for _ in range(2_000)]
+    assert stats["frames_dropped"] == sum(draws) and 450 < sum(draws) < 750
+
+
+def test_a_jittered_frame_due_time_is_counted_and_a_fixed_one_is_not():
+    fixed, stats = _injector(delay_ms=10.0)
+    assert fixed.frame_due_s(1.0, 0.0) == pytest.approx(1.010) and stats["jitter_frames"] == 0
+    jittered, stats = _injector(delay_ms=10.0, delay_jitter_ms=2.0)
+    due = jittered.frame_due_s(1.0, 0.0)
+    assert 1.0 <= due <= 1.0 + MAX_JITTER_DELAY_MS / 1000.0 and stats["jitter_frames"] == 1
+
+
+def test_timed_faults_fire_on_the_market_clock_in_order_and_a_clock_going_back_keeps_counting():
+    faults, _ = _injector(disconnect_every_s=1.0, gap_every_s=0.5)
+    assert faults.timed_due(400.0) is TimedFault.NONE
+    assert faults.timed_due(500.0) == TimedFault.GAP
+    assert faults.timed_due(1000.0) == TimedFault.DISCONNECT | TimedFault.GAP
+    assert faults.timed_due(1200.0) is TimedFault.NONE
+    assert faults.timed_due(300.0) == TimedFault.GAP  # a replay looped: 1200 + 300 = 1500 ms of fault time
+    faults.set_timed_faults(bad_checksum_every_s=0.1, gap_every_s=0.0)
+    assert faults.timed_periods_s() == {"disconnect_every_s": 1.0, "bad_checksum_every_s": 0.1}
+    assert faults.timed_due(400.0) == TimedFault.BAD_CHECKSUM  # counted from the switch (1500 ms)
+
+
+def test_a_bad_timed_fault_period_changes_none_of_them():
+    faults, _ = _injector(gap_every_s=1.0)
+    with pytest.raises(VenueError, match="disconnect_every_s"):
+        faults.set_timed_faults(gap_every_s=2.0, disconnect_every_s=float("inf"))
+    assert faults.timed_periods_s() == {"gap_every_s": 1.0}

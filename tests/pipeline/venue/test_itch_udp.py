@@ -12,8 +12,9 @@ from pipeline.trading.itch import messages as M
 from pipeline.trading.itch.framing import MoldSequencer, decode_packet, encode_request
 from pipeline.venue.errors import VenueError
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
-from pipeline.venue.server import VenueServer, VenueThread
-from tests.pipeline.venue._client import synthetic
+from pipeline.venue.server import VenueServer
+from pipeline.venue.service import VenueThread
+from tests.support.venue import synthetic
 
 
 def test_stream_packets_fit_the_datagram_and_number_every_message_once():

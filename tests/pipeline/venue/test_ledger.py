@@ -13,23 +13,17 @@ import orjson
 
 from pipeline.runtime.agent import AgentContext
 from pipeline.trading.bitget.signing import generate_paper_credentials, load_credentials
-from pipeline.runtime.config import parse_config
-from pipeline.runtime.log import open_event_log
-from pipeline.venue.rest import PLACE
+from pipeline.venue.rest_api import PLACE
 from pipeline.runtime.portfile import read_port_file
 from procs.venue import LEDGER_STATS, PUBLISHED_STATS, VenueAgent
-from tests.pipeline._support import process
-from tests.procs.fakes import INSTRUMENTS
+from tests.support.context import venue_context
 
 
 def _start(tmp_path: Path) -> tuple[VenueAgent, AgentContext, object]:
     key = tmp_path / "paper.json"
     generate_paper_credentials(key)
     params = f'seed = 3, step_ms = 20, key_file = "{key}", rate_limit_per_s = 1000.0'
-    cfg = parse_config(f'[supervisor]\nrun_dir = "{tmp_path / "run"}"\nlog_dir = "{tmp_path / "logs"}"\n\n'
-                       + process("venue", "procs.venue:VenueAgent", params=params) + INSTRUMENTS)
-    ctx = AgentContext(config=cfg, process=cfg.process("venue"), inputs={}, outputs={},
-                       log=open_event_log("venue", tmp_path / "logs"))
+    ctx = venue_context(tmp_path, params)
     agent = VenueAgent()
     agent.on_start(ctx)
     return agent, ctx, load_credentials(key)

@@ -9,46 +9,13 @@ from decimal import Decimal
 import pytest
 
 from pipeline.venue.errors import VenueError
-from pipeline.venue.orders import (
-    STATUS_CANCELLED,
-    STATUS_FILLED,
-    STATUS_LIVE,
-    STATUS_PARTIAL,
-    InstrumentRules,
-    OrderEngine,
-    OrderRejected,
-    rules_from_config,
-)
+from pipeline.venue.account_state import STATUS_CANCELLED, STATUS_FILLED, STATUS_LIVE, STATUS_PARTIAL
+from pipeline.venue.order_fields import InstrumentRules, OrderRejected, rules_from_config
+from pipeline.venue.orders import OrderEngine
+from tests.support.clock import ManualClock
+from tests.support.venue import RULES, T0_MS, Book, synthetic, venue_clock
 
 D = Decimal
-T0_MS = 1_700_000_000_000
-
-
-class Book:
-    """The public book the engine reads: symbol -> (bids, asks), [price, size] strings, best first."""
-
-    def __init__(self) -> None:
-        self.books = {"BTCUSDT": ([["99.9", "1"], ["99.8", "2"]], [["100.1", "1"], ["100.2", "2"], ["100.5", "5"]]),
-                      "ETHUSDT": ([["9.99", "3"]], [["10.01", "3"]])}
-
-    def levels(self, symbol: str, n: int | None = None):
-        bids, asks = self.books[symbol]
-        return (bids[:n], asks[:n]) if n is not None else (list(bids), list(asks))
-
-    def set(self, symbol: str, bids: list, asks: list) -> None:
-        self.books[symbol] = (bids, asks)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ms = T0_MS
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-RULES = {"BTCUSDT": InstrumentRules("BTCUSDT", D("0.1"), D("0.001")),
-         "ETHUSDT": InstrumentRules("ETHUSDT", D("0.01"), D("0.01"))}
 
 
 @pytest.fixture
@@ -57,8 +24,8 @@ def book() -> Book:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return venue_clock()
 
 
 @pytest.fixture
@@ -163,9 +130,9 @@ def test_a_resting_sell_fills_on_a_trade_at_or_through_its_price(eng):
 
 def test_resting_orders_fill_in_price_time_priority(eng, clock):
     early = eng.place(order(price="99.0", size="1"))
-    clock.ms += 5
+    clock.advance_ms(5)
     better = eng.place(order(price="99.5", size="1"))
-    clock.ms += 5
+    clock.advance_ms(5)
     late = eng.place(order(price="99.0", size="1"))
     eng.traded("BTCUSDT", [{"price": "98.0", "size": "2.5", "side": "sell", "ts": "1"}])
     assert [(f.order_id, str(f.size)) for f in eng.fills] == [(better.order_id, "1"), (early.order_id, "1"),
@@ -245,7 +212,7 @@ def test_ids_increase_and_the_fills_list_pages_with_id_greater_than(eng):
 
 def test_ids_do_not_repeat_after_a_restart_of_the_engine(book, clock):
     first = OrderEngine(RULES, book.levels, clock).place(order(price="99.0"))
-    clock.ms += 1
+    clock.advance_ms(1)
     second = OrderEngine(RULES, book.levels, clock).place(order(price="99.0"))
     assert second.order_id > first.order_id
 
@@ -303,7 +270,6 @@ def test_rules_from_config_take_tick_and_lot_of_the_matching_instrument():
 
 def test_the_venue_servers_hook_feeds_the_engine_book_changes_and_trades(clock):
     from pipeline.venue.server import VenueServer
-    from tests.pipeline.venue._client import synthetic
 
     server = VenueServer(synthetic(), start_paused=True)
     eng = OrderEngine({s: InstrumentRules(s) for s in server.inst_ids}, server.market.levels, clock)
@@ -336,8 +302,8 @@ def test_a_failing_order_side_hook_is_counted_and_the_market_goes_on():
     listener_errors and kept for the stage to log, and publishing carries on."""
     import asyncio
 
-    from pipeline.venue.server import VenueServer, make_source
-    from pipeline.venue.sources import InstrumentSpec
+    from pipeline.venue.server import VenueServer
+    from pipeline.venue.sources import InstrumentSpec, make_source
 
     class Broken:
         def book_changed(self, inst_id):

@@ -15,120 +15,27 @@ from decimal import Decimal
 import orjson
 import pytest
 
-from pipeline.runtime.agent import AgentContext
-from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials, query_string
-from pipeline.runtime.config import parse_config
-from pipeline.runtime.log import open_event_log
-from pipeline.venue.orders import InstrumentRules, OrderEngine
-from pipeline.venue.rest import (
-    CANCEL,
-    CANCEL_SYMBOL,
-    FILLS,
-    ORDER_INFO,
-    PLACE,
-    UNFILLED,
-    HttpError,
-    HttpParser,
-    RestApi,
-    RestServer,
-    TokenBucket,
-)
+from pipeline.trading.bitget.signing import Credentials, load_credentials
+from pipeline.venue.rest import RestServer
+from pipeline.venue.rest_api import CANCEL, CANCEL_SYMBOL, FILLS, ORDER_INFO, PLACE, UNFILLED
 from pipeline.runtime.portfile import read_port_file
-from pipeline.venue.server import VenueServer, VenueThread
 from procs.venue import ORDER_STATS, VenueAgent
-from tests.pipeline._support import process
-from tests.pipeline.venue._client import synthetic
-from tests.procs.fakes import INSTRUMENTS, ListLog
+from tests.support.context import venue_context
+from tests.support.venue import T0_MS, RestVenue
 
-T0_MS = 1_700_000_000_000
 D = Decimal
-
-
-class Clocks:
-    """The venue's wall clock (ms) and the rate limiter's monotonic clock (ns), moved by the tests."""
-
-    def __init__(self) -> None:
-        self.ms = T0_MS
-        self.ns = 1_000_000_000
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def mono_ns(self) -> int:
-        return self.ns
-
-
-class Venue:
-    """A paused synthetic market + order engine + REST server on one loop in a thread, and a signed
-    keep-alive client. Every response body is kept in ``bodies`` (for the secret scan)."""
-
-    def __init__(self, tmp_path, **rest_kwargs) -> None:
-        generate_paper_credentials(tmp_path / "paper.json")
-        self.creds = load_credentials(tmp_path / "paper.json")
-        self.clocks = Clocks()
-        self.market = VenueServer(synthetic(), start_paused=True)
-        rules = {"BTCUSDT": InstrumentRules("BTCUSDT", D("0.1"), D("0.0001")),
-                 "ETHUSDT": InstrumentRules("ETHUSDT", D("0.01"), D("0.001"))}
-        self.engine = OrderEngine(rules, self.market.market.levels, self.clocks.now_ms, max_notional=1_000_000)
-        self.market.add_market_listener(self.engine)
-        self.log = ListLog()
-        self.api = RestApi(self.engine, self.creds, now_ms=self.clocks.now_ms, mono_ns=self.clocks.mono_ns,
-                           log=self.log, **rest_kwargs)
-        self.rest = RestServer(self.api, log=self.log)
-        self.thread = VenueThread(self.market, name="test-venue", extra=[self.rest])
-        self.thread.start()
-        self.conn = self.connect()
-        self.bodies: list[bytes] = []
-
-    def connect(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.rest.port, timeout=5)
-
-    def close(self) -> None:
-        self.conn.close()
-        self.thread.stop()
-        assert not self.thread.alive and self.thread.error is None
-
-    def request(self, method: str, path: str, *, params: dict | None = None, body: dict | None = None,
-                creds: Credentials | None = None, ts_ms: int | None = None, tamper=None,
-                conn: http.client.HTTPConnection | None = None) -> tuple[int, dict]:
-        query = query_string(params)
-        text = orjson.dumps(body).decode() if body is not None else ""
-        headers = (creds or self.creds).headers(self.clocks.ms if ts_ms is None else ts_ms, method, path, query, text)
-        if tamper is not None:
-            headers, text = tamper(headers, text)
-        c = conn or self.conn
-        c.request(method, path + (f"?{query}" if query else ""), body=text.encode() if text else None, headers=headers)
-        resp = c.getresponse()
-        raw = resp.read()
-        self.bodies.append(raw)
-        doc = orjson.loads(raw)
-        assert set(doc) == {"code", "msg", "requestTime", "data"} and doc["requestTime"] == self.clocks.ms
-        assert (resp.status == 200) == (doc["code"] == "00000")
-        return resp.status, doc
-
-    def place(self, **fields) -> tuple[int, dict]:
-        body = {"symbol": "BTCUSDT", "side": "buy", "orderType": "limit", "force": "gtc", "price": "100.0",
-                "size": "0.01", **fields}
-        return self.request("POST", PLACE, body=body)
-
-    def best(self, symbol: str = "BTCUSDT") -> tuple[D, D]:
-        bids, asks = self.market.levels(symbol, 1)
-        return D(bids[0][0]), D(asks[0][0])
-
-    def secrets(self) -> tuple[str, str]:
-        return self.creds.secret, self.creds.passphrase
 
 
 @pytest.fixture
 def venue(tmp_path):
-    v = Venue(tmp_path)
+    v = RestVenue(tmp_path)
     try:
         yield v
     finally:
         v.close()
 
 
-def assert_no_key_material(venue: Venue) -> None:
+def assert_no_key_material(venue: RestVenue) -> None:
     texts = [b.decode() for b in venue.bodies] + [orjson.dumps(e, default=str).decode() for e in venue.log.events]
     for secret in venue.secrets():
         assert not any(secret in t for t in texts)
@@ -153,7 +60,7 @@ def test_a_signed_place_query_cancel_round_trip(venue):
     assert venue.request("GET", ORDER_INFO, params={"orderId": oid})[1]["data"] == [o]
     assert [x["orderId"] for x in venue.request("GET", UNFILLED, params={"symbol": "BTCUSDT"})[1]["data"]] == [oid]
 
-    venue.clocks.ms += 7
+    venue.clock.advance_ms(7)
     status, doc = venue.request("POST", CANCEL, body={"symbol": "BTCUSDT", "orderId": oid})
     assert status == 200 and doc["data"] == {"orderId": oid, "clientOid": "tp-rt-1"}
     (o,) = venue.request("GET", ORDER_INFO, params={"orderId": oid})[1]["data"]
@@ -291,17 +198,9 @@ def test_place_and_cancel_over_the_rate_limit_get_429_and_queries_do_not_count(v
     assert status == 429
     assert venue.request("GET", UNFILLED)[0] == 200  # queries are not limited
     assert len(venue.engine.orders) == 10 and venue.rest.stats()["rate_limited"] == 2
-    venue.clocks.ns += 100_000_000  # 0.1 s: one more token
+    venue.mono_clock.advance_ms(100)  # 0.1 s: one more token
     assert venue.place(price=str(bid - 10), clientOid="r10")[0] == 200
     assert venue.place(price=str(bid - 10), clientOid="r11")[0] == 429
-
-
-def test_the_token_bucket_refills_at_its_rate_and_caps_at_its_burst():
-    b = TokenBucket(2.0)
-    assert [b.allow("k", 0) for _ in range(3)] == [True, True, False]
-    assert b.allow("other", 0)  # per key
-    assert b.allow("k", 500_000_000) and not b.allow("k", 500_000_000)
-    assert [b.allow("k", 100_000_000_000) for _ in range(3)] == [True, True, False]
 
 
 # -- bad HTTP ---------------------------------------------------------------------------------
@@ -365,22 +264,6 @@ def test_pipelined_requests_are_answered_in_order(venue):
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answer) == [b"200", b"200", b"400"]
 
 
-def test_the_parser_takes_requests_byte_by_byte_and_stays_failed_after_an_error():
-    p = HttpParser()
-    raw = b"POST /p?a=1 HTTP/1.1\r\nContent-Length: 2\r\nX-A: 1\r\n\r\n{}GET /q HTTP/1.0\r\n\r\n"
-    got = []
-    for i in range(len(raw)):
-        got += p.feed(raw[i:i + 1])
-    assert [(r.method, r.path, r.query, r.body, r.keep_alive) for r in got] == [
-        ("POST", "/p", "a=1", b"{}", True), ("GET", "/q", "", b"", False)]
-    assert got[0].headers == {"content-length": "2", "x-a": "1"} and p.idle
-    with pytest.raises(HttpError) as e:
-        p.feed(b"BAD\r\n\r\n")
-    assert e.value.status == 400 and p.failed is e.value
-    with pytest.raises(HttpError):
-        p.feed(b"GET / HTTP/1.1\r\n\r\n")
-
-
 def test_the_server_binds_127_0_0_1_only(venue):
     host, port = venue.rest._server.sockets[0].getsockname()[:2]
     assert host == "127.0.0.1" and port == venue.rest.port
@@ -412,12 +295,7 @@ def test_rest_server_refuses_a_bad_port_and_latency(venue):
 
 def test_the_venue_stage_serves_orders_writes_the_rest_port_file_and_never_logs_the_key(tmp_path):
     key_file = tmp_path / "keys" / "paper.json"
-    cfg = parse_config(f'[supervisor]\nrun_dir = "{tmp_path / "run"}"\nlog_dir = "{tmp_path / "logs"}"\n\n'
-                       + process("venue", "procs.venue:VenueAgent",
-                                 params=f'key_file = "{key_file}", rate_limit_per_s = 50.0, latency_ms = 1.0')
-                       + INSTRUMENTS)
-    ctx = AgentContext(config=cfg, process=cfg.process("venue"), inputs={}, outputs={},
-                       log=open_event_log("venue", tmp_path / "logs"))
+    ctx = venue_context(tmp_path, f'key_file = "{key_file}", rate_limit_per_s = 50.0, latency_ms = 1.0')
     agent = VenueAgent()
     agent.on_start(ctx)
     try:

@@ -18,17 +18,11 @@ from websockets.exceptions import ConnectionClosed
 
 from pipeline.trading.bitget import Applied, FrameKind, bitget_checksum
 from pipeline.trading.bitget.protocol import resync_messages
-from pipeline.venue.server import HOST, VenueServer, VenueThread
+from pipeline.venue.server import HOST, VenueServer
+from pipeline.venue.service import VenueThread
 from pipeline.venue.sources import ReplaySource
-from tests.pipeline._support import wait_until
-from tests.pipeline.venue._client import CAPTURE_PATH, START_MS, Client, Venues, sub, synthetic
-
-
-@pytest.fixture
-def capture_path():
-    if not CAPTURE_PATH.is_file():
-        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
-    return CAPTURE_PATH
+from tests.support.venue import START_MS, Client, Venues, sub, synthetic
+from tests.support.wait import wait_until
 
 
 def _data_frames(client: Client) -> list[dict]:

@@ -21,35 +21,24 @@ import orjson
 import pytest
 
 from pipeline.runtime import http1
-from pipeline.trading.bitget.signing import generate_paper_credentials, load_credentials
-from pipeline.venue.orders import InstrumentRules, OrderEngine
-from pipeline.venue.rest import PLACE, UNFILLED, HttpError, HttpParser, RestApi, RestServer
-from pipeline.venue.server import VenueServer, VenueThread
-from tests.pipeline._support import wait_until
-from tests.pipeline.venue._client import synthetic
-from tests.procs.fakes import ListLog
+from pipeline.venue.orders import InstrumentRules
+from pipeline.venue.rest import RestServer
+from pipeline.venue.rest_api import PLACE, UNFILLED
+from tests.support.venue import VenueStack, paper_credentials
+from tests.support.wait import wait_until
 
 WAIT_S = 3.0  # the longest any single wait in this file may take
 D = Decimal
 
 
-class Venue:
-    """A paused synthetic market + order engine + REST server (``server_kwargs``) on one loop in a
-    thread; ``signed_get`` builds a signed request for the real clock."""
+class Venue(VenueStack):
+    """A ``VenueStack`` (BTCUSDT only, the real clock) with REST server options ``server_kwargs``;
+    ``raw_get`` builds a signed request for the real clock."""
 
     def __init__(self, tmp_path, **server_kwargs) -> None:
-        generate_paper_credentials(tmp_path / "paper.json")
-        self.creds = load_credentials(tmp_path / "paper.json")
-        self.market = VenueServer(synthetic(), start_paused=True)
         rules = {"BTCUSDT": InstrumentRules("BTCUSDT", D("0.1"), D("0.0001"))}
-        now_ms = lambda: time.time_ns() // 1_000_000  # noqa: E731
-        self.engine = OrderEngine(rules, self.market.market.levels, now_ms, max_notional=1_000_000)
-        self.market.add_market_listener(self.engine)
-        self.log = ListLog()
-        self.api = RestApi(self.engine, self.creds, log=self.log)
-        self.rest = RestServer(self.api, log=self.log, **server_kwargs)
-        self.thread = VenueThread(self.market, name="test-venue-slowloris", extra=[self.rest])
-        self.thread.start()
+        super().__init__(paper_credentials(tmp_path / "paper.json"), lambda: time.time_ns() // 1_000_000,
+                         rules=rules, name="test-venue-slowloris", server_kwargs=server_kwargs)
         self.sockets: list[socket.socket] = []
 
     @property
@@ -75,8 +64,7 @@ class Venue:
     def close(self) -> None:
         for s in self.sockets:
             s.close()
-        self.thread.stop()
-        assert not self.thread.alive and self.thread.error is None
+        self.stop()
 
 
 @pytest.fixture
@@ -327,38 +315,6 @@ def test_a_bare_lf_or_cr_line_ending_is_answered_400_at_once_on_an_open_connecti
     assert took_s < 0.5
     assert status_of(answer) == 400 and b"bad line ending" in answer
     assert venue.stats()["bad_requests"] == 1
-
-
-def test_the_parser_fails_at_the_bare_lf_byte_and_not_on_a_crlf_split_across_feeds():
-    p = HttpParser()
-    for b in b"GET /x HTTP/1.1\r":
-        assert p.feed(bytes([b])) == []
-    assert p.feed(b"\n") == [] and p.feed(b"Host: x\r") == [] and p.feed(b"\n\r") == []
-    assert [r.path for r in p.feed(b"\n")] == ["/x"] and p.idle
-    assert p.feed(b"GET /y HTTP/1.1\r\nA: 1") == []
-    with pytest.raises(HttpError) as e:
-        p.feed(b"\n")
-    assert e.value.status == 400 and "bare LF" in e.value.msg and p.failed is e.value
-    p = HttpParser()
-    with pytest.raises(HttpError, match="bare CR"):
-        p.feed(b"GET /y HTTP/1.1\r\rA")
-    # a body may hold any bytes
-    p = HttpParser()
-    assert [r.body for r in p.feed(b"POST /z HTTP/1.1\r\nContent-Length: 3\r\n\r\n\n\r\n")] == [b"\n\r\n"]
-
-
-def test_the_parser_fails_at_end_of_file_only_inside_a_request():
-    p = HttpParser()
-    p.feed_eof()  # nothing buffered: a clean end
-    p.feed(b"POST /z HTTP/1.1\r\nContent-Length: 5\r\n\r\nab")
-    assert p.awaiting_body
-    with pytest.raises(HttpError, match="Content-Length") as e:
-        p.feed_eof()
-    assert e.value.status == 400 and p.failed is e.value
-    p = HttpParser()
-    p.feed(b"GET /z HT")
-    with pytest.raises(HttpError, match="head cut short"):
-        p.feed_eof()
 
 
 # -- 5: idle connections, slow readers, and clients the deadlines must leave alone ---------------------

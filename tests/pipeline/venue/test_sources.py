@@ -11,7 +11,8 @@ from pipeline.trading.bitget.capture import format_line
 from pipeline.venue.errors import ReplayError, VenueError
 from pipeline.venue.market import BookEvent, TradeEvent
 from pipeline.venue.sources import InstrumentSpec, ReplaySource, SyntheticSource, translate_frame
-from tests.pipeline.venue._client import CAPTURE_PATH, SPECS
+from tests.support.paths import CAPTURE_PATH
+from tests.support.venue import SPECS
 
 V1_TRADE = ('{"action":"update","arg":{"instType":"sp","channel":"trade","instId":"HOTUSDT"},'
             '"data":[["1649290077777","0.005613","890.8","buy"]]}')  # protocols.md

@@ -1,31 +1,13 @@
-"""Fixtures of the Bitget tests: the shared real capture, both decoders, small frame builders.
-
-The shared data lives beside the repository: the repo is ``<root>/main`` and the shared dir is
-``<root>/shared``; tests that need the capture skip, saying where they looked, when it is absent.
-"""
+"""Fixtures of the Bitget tests: both decoders, a BOOK buffer (the capture is the root conftest's
+``capture_path``)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pipeline.trading.bitget.protocol import make_decoder
 from pipeline.trading.messages import BOOK_DTYPE
-
-REPO_ROOT = Path(__file__).resolve().parents[4]
-SHARED_DIR = REPO_ROOT.parent / "shared"
-CAPTURE_PATH = SHARED_DIR / "data" / "bitget" / "BITGET.ws.1.0"
-
-
-@pytest.fixture
-def capture_path() -> Path:
-    """The real Bitget v1 capture (686 lines); the test is skipped when it is not there."""
-    if not CAPTURE_PATH.is_file():
-        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
-    return CAPTURE_PATH
-
 
 @pytest.fixture(params=["msgspec", "orjson"])
 def decoder(request):

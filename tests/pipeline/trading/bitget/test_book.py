@@ -22,7 +22,7 @@ from pipeline.trading.bitget.book import (
 from pipeline.trading.bitget.errors import BitgetError
 from pipeline.trading.bitget.protocol import FrameKind, Subscription, make_decoder
 from pipeline.trading.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_DTYPE, TRADE_SIDE_BUY, TRADE_SIDE_SELL
-from tests.pipeline.trading.bitget._frames import depth_frame, trade_frame
+from tests.support.frames import depth_frame, trade_frame
 
 # --------------------------------------------------------------------------------- layout pins
 

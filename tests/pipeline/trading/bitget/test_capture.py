@@ -13,6 +13,7 @@ from pipeline.trading.bitget.capture import (
     SEND,
     CaptureError,
     CaptureLine,
+    CaptureRecorder,
     CaptureWriter,
     format_line,
     parse_line,
@@ -100,3 +101,15 @@ def test_the_real_capture_reads_and_rewrites_byte_for_byte(capture_path):
     assert {e.direction for e in events[2:]} == {RECV}
     url = raw[0].split(" ")[0]
     assert [format_line(e.receive_time_s, e.direction, e.text, url) for e in events] == raw
+
+
+def test_the_recorder_writes_capture_lines_and_reports_what_it_could_not_record():
+    fp = io.StringIO()
+    rec = CaptureRecorder(fp)
+    assert rec.opened(1.5, "ws://h/p x") and rec.sent(2.0, "ping") and rec.received(2.5, b'{"a":1}')
+    assert not rec.received(3.0, "two\nlines"), "the line format holds one frame a line"
+    assert not rec.received(3.5, b"\xff"), "not UTF-8"
+    assert rec.flush()
+    assert list(parse_lines(fp.getvalue().splitlines())) == [
+        CaptureLine(1.5, OPEN, ""), CaptureLine(2.0, SEND, "ping"), CaptureLine(2.5, RECV, '{"a":1}')]
+    assert fp.getvalue().startswith("ws://h/p%20x <-> 1.5\n")

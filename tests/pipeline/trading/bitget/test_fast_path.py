@@ -11,7 +11,7 @@ from pipeline.trading.bitget.book import Applied, BitgetBooks, bitget_checksum
 from pipeline.trading.bitget.protocol import FrameKind, MsgspecDecoder, OrjsonDecoder, Reject
 from pipeline.trading.messages import BOOK_DTYPE
 
-from ._frames import depth_frame, dumps
+from tests.support.frames import depth_frame, dumps
 
 BIDS = [["100.5", "1.25"], ["100.4", "0"], ["100", "3"], ["99.90", "0.0100"]]
 ASKS = [["100.6", "2"], ["100.75", "0.5"], ["101", "0"]]

@@ -1,79 +1,14 @@
-"""Bitget v2 protocol: request messages (golden JSON), frame classification, and the decoder's
-contract on well-formed and malformed frames. Every decoder test runs against both decoders."""
+"""Bitget v2 protocol: frame classification, and the decoder's contract on well-formed and malformed
+frames. Every decoder test runs against both decoders. (The request messages: ``test_requests``.)"""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.trading.bitget.errors import BitgetError, FrameRejected
-from pipeline.trading.bitget.protocol import (
-    DEFAULT_DECODER,
-    MAX_LEVELS_PER_SIDE,
-    FrameKind,
-    MsgspecDecoder,
-    Reject,
-    Subscription,
-    make_decoder,
-    ping_message,
-    resync_messages,
-    subscribe_message,
-    unsubscribe_message,
-)
-from pipeline.runtime.errors import PipelineError
-from tests.pipeline.trading.bitget._frames import depth_frame, dumps, trade_frame
-
-# ------------------------------------------------------------------------------------ requests
-
-
-def test_subscribe_message_is_the_venue_golden_json():
-    msg = subscribe_message([Subscription("SPOT", "books15", "BTCUSDT")])
-    assert msg == '{"op":"subscribe","args":[{"instType":"SPOT","channel":"books15","instId":"BTCUSDT"}]}'
-
-
-def test_subscribe_message_carries_several_channels_in_order():
-    msg = subscribe_message([
-        Subscription("USDT-FUTURES", "books", "ETHUSDT"),
-        Subscription("SPOT", "trade", "BTCUSDT"),
-    ])
-    assert msg == (
-        '{"op":"subscribe","args":['
-        '{"instType":"USDT-FUTURES","channel":"books","instId":"ETHUSDT"},'
-        '{"instType":"SPOT","channel":"trade","instId":"BTCUSDT"}]}'
-    )
-
-
-def test_unsubscribe_message_has_the_same_shape():
-    msg = unsubscribe_message([Subscription("SPOT", "books", "BTCUSDT")])
-    assert msg == '{"op":"unsubscribe","args":[{"instType":"SPOT","channel":"books","instId":"BTCUSDT"}]}'
-
-
-def test_a_resync_is_unsubscribe_then_subscribe():
-    sub = Subscription("SPOT", "books", "BTCUSDT")
-    assert resync_messages(sub) == [unsubscribe_message([sub]), subscribe_message([sub])]
-
-
-def test_ping_is_plain_text():
-    assert ping_message() == "ping"
-
-
-@pytest.mark.parametrize(
-    "subs",
-    [
-        [],
-        [Subscription("SPOT", "books50x", "BTCUSDT")],
-        [Subscription("sp", "books", "BTCUSDT")],
-        [Subscription("SPOT", "books", "")],
-        [Subscription("SPOT", "books", "BTC USDT")],
-        [("SPOT", "books", "BTCUSDT")],
-        [Subscription("SPOT", "books", f"SYM{i:05d}USDT") for i in range(80)],  # args > 4096 bytes
-    ],
-    ids=["empty", "channel", "instType", "no-instId", "space", "not-a-Subscription", "too-long"],
-)
-def test_bad_requests_raise_the_package_root_exception(subs):
-    with pytest.raises(BitgetError):
-        subscribe_message(subs)
-    assert issubclass(BitgetError, PipelineError)
-
+from pipeline.trading.bitget.protocol import (DEFAULT_DECODER, MAX_LEVELS_PER_SIDE, FrameKind, MsgspecDecoder, Reject,
+                                              make_decoder)
+from tests.support.frames import depth_frame, dumps, trade_frame
 
 # ------------------------------------------------------------------------------ classification
 

@@ -6,23 +6,13 @@ from __future__ import annotations
 import pytest
 
 from pipeline.trading.llm.breaker import BreakerConfig, BreakerState, CircuitBreaker
+from tests.support.clock import ManualClock
 
 S = 1_000_000_000
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1_000 * S
-
-    def __call__(self):
-        return self.t
-
-    def advance(self, s: float):
-        self.t += int(s * S)
-
-
 def make(**kw):
-    clk = Clock()
+    clk = ManualClock(1_000 * S)
     return CircuitBreaker(BreakerConfig(**kw), clk), clk
 
 
@@ -32,7 +22,7 @@ def test_score_weights_success_on_time_and_anomalies_over_the_window():
     for ok in (True, True, True, False):
         b.record(success=ok, on_time=True, anomaly=not ok)
     assert b.score() == pytest.approx(0.6 * 0.75 + 0.3 * 1.0 + 0.1 / 2)
-    clk.advance(61)  # the window forgets
+    clk.advance_s(61)  # the window forgets
     assert b.score() == 1.0 and b.counts()["samples"] == 0
 
 
@@ -40,22 +30,22 @@ def test_fewer_than_min_samples_never_trip():
     b, clk = make(min_samples=5)
     for _ in range(4):
         assert b.record(success=False, on_time=False, anomaly=True) is None
-    clk.advance(10)
+    clk.advance_s(10)
     assert b.poll() is None and b.state is BreakerState.CLOSED
 
 
 def test_opens_only_after_three_consecutive_seconds_below_threshold_then_half_opens_after_cooldown():
     b, clk = make(min_samples=1, cooldown_s=10)
     assert b.record(success=False, on_time=False, anomaly=True) is None  # below from now
-    clk.advance(2.9)
+    clk.advance_s(2.9)
     assert b.poll() is None and b.allow()
-    clk.advance(0.1)
+    clk.advance_s(0.1)
     t = b.poll()
     assert t.old is BreakerState.CLOSED and t.new is BreakerState.OPEN and t.score < 0.72 and "3 s" in t.why
     assert not b.allow()
-    clk.advance(9.9)
+    clk.advance_s(9.9)
     assert b.poll() is None and not b.allow()
-    clk.advance(0.1)
+    clk.advance_s(0.1)
     assert b.poll().new is BreakerState.HALF_OPEN
 
 
@@ -63,20 +53,20 @@ def test_recovering_above_threshold_resets_the_three_seconds():
     b, clk = make(min_samples=2)
     b.record(success=False, on_time=True, anomaly=False)
     b.record(success=False, on_time=True, anomaly=False)  # 0.3 + 0.1 = 0.4
-    clk.advance(2)
+    clk.advance_s(2)
     for _ in range(20):
         b.record(success=True, on_time=True, anomaly=False)
     assert b.score() >= 0.72
-    clk.advance(2)
+    clk.advance_s(2)
     assert b.poll() is None and b.state is BreakerState.CLOSED
 
 
 def test_half_open_grants_one_probe_and_closes_after_consecutive_good_probes():
     b, clk = make(min_samples=1, cooldown_s=1, close_after_probes=2)
     b.record(success=False, on_time=False, anomaly=False)
-    clk.advance(3)
+    clk.advance_s(3)
     assert b.poll().new is BreakerState.OPEN
-    clk.advance(1)
+    clk.advance_s(1)
     assert b.poll().new is BreakerState.HALF_OPEN
     assert b.allow() and not b.allow()  # one probe in flight
     assert b.record(success=True, on_time=True, anomaly=False) is None
@@ -88,12 +78,12 @@ def test_half_open_grants_one_probe_and_closes_after_consecutive_good_probes():
 def test_a_bad_probe_reopens_and_restarts_the_cooldown():
     b, clk = make(min_samples=1, cooldown_s=5)
     b.record(success=False, on_time=False, anomaly=False)
-    clk.advance(3)
+    clk.advance_s(3)
     b.poll()
-    clk.advance(5)
+    clk.advance_s(5)
     b.poll()
     assert b.allow()
     t = b.record(success=True, on_time=False, anomaly=False)  # late is not good
     assert t.new is BreakerState.OPEN and t.why == "probe failed"
-    clk.advance(4.9)
+    clk.advance_s(4.9)
     assert b.poll() is None and b.state is BreakerState.OPEN

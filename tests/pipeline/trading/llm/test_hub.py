@@ -12,7 +12,8 @@ from pipeline.runtime.errors import StartupError
 from pipeline.trading.llm.hub import LlmHub, LlmParams, grammar_parses, reused_prefix
 from pipeline.trading.llm.prompt import example_signal
 from pipeline.trading.llm.schema import Rejected, validate
-from tests.pipeline.trading.llm.support import instruments, tiny_model
+from tests.support.configtext import instruments
+from tests.support.llm import tiny_model
 
 FAR = 10**18
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from llama_cpp import Llama
 
 from pipeline.trading.llm.tinymodel import TOKEN_BOS, is_tiny_model, main, write_tiny_gguf
-from tests.pipeline.trading.llm.support import tiny_model
+from tests.support.llm import tiny_model
 
 
 def test_the_model_is_well_under_a_megabyte_and_the_same_seed_gives_the_same_bytes(tmp_path):

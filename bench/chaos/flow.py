@@ -1,0 +1,150 @@
+"""Orders flowing through the chaos pipeline, and the pipeline settled and reconciled after a fault:
+the config with orders and fills flowing (``orders_flow``, ``FLOW_MODEL``), the least flow a run must
+carry (``MIN_ORDERS``, ``MIN_FILLS``, ``flow_check``), ``quiesce`` (halt and wait until nothing is
+open or in flight), the sender's journal against the venue and the risk gateway (``reconcile``,
+positions in ``whole_lots``), and every ORDER counted at both ends (``order_counts_check``)."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+from bench.chaos.harness import soft_wait
+from pipeline.trading.journal import PENDING, UNKNOWN, replay
+
+#: the least each pipeline run of sigkill_each and consumer_stall must carry, quick or full: NEW orders
+#: journaled by the sender and fills journaled, so that "0 lost, 0 duplicated, positions equal" is
+#: about real orders (with orders_flow the 2-core VM made ~10-30 orders and ~5-20 fills a second,
+#: 2026-12-01, loaded by other tests; each run waits for this much flow before its fault, at most
+#: ``FLOW_WAIT_S``)
+MIN_ORDERS = 20
+MIN_FILLS = 5
+FLOW_WAIT_S = 20.0
+
+#: the fast stage's classifier where orders must flow (sigkill_each, consumer_stall): bench.pipeline's
+#: hand-set MLP, which follows the book imbalance, so LEAN signals come; the shipped model
+#: (models/generated/fast.onnx, bench.pipeline's default since 2026-12-01) labelled 3,131 of 3,131
+#: updates HOLD here with EMERGENCY off (and calls EMERGENCY on nearly every one with it on): no order
+FLOW_MODEL = "hand-set"
+
+
+def orders_flow(text: str) -> str:
+    """The config with orders and fills flowing (with ``FLOW_MODEL``'s LEAN signals): the risk
+    gateway's lean quotes GTC (they rest at the venue, so its market fills them) at
+    ``risk_aversion = 1.0`` (near the mid; the bench's 50 quotes so deep that nothing fills), and the
+    fast stage's EMERGENCY label off (threshold 2: never; buy / sell at procs.fast's defaults), so no
+    cool-down stops the flow. On the 2-core VM (2026-12-01) that is ~30 ORDERs and ~20 fills a second.
+
+    Raises:
+        ValueError: the config text lacks what it rewrites (the bench config changed).
+    """
+    new, k1 = re.subn(r'(limits = \{[^}]*)tif = "IOC"', r'\1tif = "GTC"', text, count=1)
+    new, k2 = re.subn(r"(limits = \{[^}]*)risk_aversion = [0-9.]+", r"\1risk_aversion = 1.0", new, count=1)
+    new, k3 = re.subn(r'(module = "procs.fast:FastAgent"\n(?:[^\n]*\n)*?params = \{ )',
+                      r"\1thresholds = { buy = 0.4, sell = 0.4, emergency = 2.0 }, ", new, count=1)
+    if (k1, k2, k3) != (1, 1, 1):
+        raise ValueError(f"orders_flow: the config text changed (tif {k1}, risk_aversion {k2}, fast params {k3})")
+    return new
+
+
+def flowing(p, timeout_s: float = FLOW_WAIT_S) -> None:
+    """Until the sender has sent ``MIN_ORDERS`` orders and had ``MIN_FILLS`` fills, at most ``timeout_s``
+    (soft: ``flow_check`` on the journal at the end judges)."""
+    soft_wait(p, lambda: (s := p.stage("sender")).get("sent", 0) >= MIN_ORDERS and s.get("fills", 0) >= MIN_FILLS,
+              timeout_s)
+
+
+def quiesce(p, timeout_s: float = 20.0) -> bool:
+    """``halt``, then wait until nothing is open or in flight, and one more quiet second; whether it
+    settled so (False: an order still open at the sender or the gateway, or an ORDER / report left in
+    a ring, after ``timeout_s``: a lost order keeps the gateway waiting for its answer)."""
+    p.control("halt")
+    p.wait(lambda: p.stage("risk").get("state") == "HALTED", 10, "risk HALTED")
+
+    def settled():
+        s, r = p.stage("sender"), p.stage("risk")
+        rings = {x["name"]: x for x in p.status()["rings"]}
+        return (s.get("open") == 0 and r.get("open") == 0 and rings["orders"]["depth"] == 0
+                and rings["exec"]["depth"] == 0)
+
+    if not soft_wait(p, settled, timeout_s):
+        return False
+    time.sleep(1.0)
+    return soft_wait(p, settled, timeout_s)
+
+
+def reconcile(p) -> dict:
+    """The sender's journal against the venue's ledger and the risk gateway (after ``quiesce``)."""
+    journal = p.tmp / "run" / "sender.journal"
+    st, _ = replay(journal.read_bytes())
+    acked = [o for o in st.orders.values() if o.vid]
+    unresolved = [o.oid for o in st.orders.values() if o.status in (PENDING, UNKNOWN)]
+    venue = p.stage("venue")
+    risk = p.stage("risk")
+    pos, lots = {}, {}
+    for ins in p.cfg.instruments:
+        risk_lots = float(risk.get(f"pos_lots_{ins.id}", float("nan")))
+        pos[ins.symbol] = {"venue": float(venue.get("positions", {}).get(ins.symbol, float("nan"))),
+                           "journal": st.position(ins.id).qty, "risk": risk_lots * ins.lot_size}
+        lots[ins.symbol] = {"venue": whole_lots(pos[ins.symbol]["venue"] / ins.lot_size),
+                            "journal": whole_lots(pos[ins.symbol]["journal"] / ins.lot_size),
+                            "risk": whole_lots(risk_lots)}
+    pos_diff = max((max(v.values()) - min(v.values()) for v in pos.values()), default=0.0)
+    # positions are whole lots by construction: reconciled exactly as integers (the base-unit floats
+    # above differ by ~1e-19 with the order the fills were summed in)
+    lot_diff = (max((max(v.values()) - min(v.values()) for v in lots.values()), default=0)
+                if all(x is not None for v in lots.values() for x in v.values()) else None)
+    coids = [o.coid for o in st.orders.values()]
+    return {"journal_orders": len(st.orders), "journal_acked": len(acked), "unresolved": len(unresolved),
+            "journal_fills": len(st.trade_ids), "venue_fills": int(venue.get("fills", -1)),
+            "journal_torn": st.torn, "coids_unique": len(set(coids)) == len(coids),
+            "venue_placed": int(venue.get("orders_placed", -1)), "venue_rejected": int(venue.get("orders_rejected", -1)),
+            "dup_coid": int(venue.get("dup_coid", -1)), "positions": pos, "position_diff": pos_diff,
+            "position_lots": lots, "position_diff_lots": lot_diff}
+
+
+def whole_lots(x: float) -> int | None:
+    """``x`` (a position in lots) as an int when it is within 1e-6 of one; None otherwise (not a
+    whole number of lots, nan, infinite): a position that cannot be reconciled exactly."""
+    if not math.isfinite(x) or abs(x - round(x)) > 1e-6:
+        return None
+    return round(x)
+
+
+def flow_check(orders: int, fills: int, min_orders: int, min_fills: int) -> tuple[bool, str]:
+    """Whether a run carried enough to judge (at least ``min_orders`` NEW orders and ``min_fills``
+    fills), and the figures: "0 lost, 0 duplicated, positions equal" over no order is no evidence."""
+    ok = orders >= min_orders and fills >= min_fills
+    return ok, f"{orders} orders (min {min_orders}), {fills} fills (min {min_fills})"
+
+
+def order_counts_check(c: dict) -> tuple[bool, list[str]]:
+    """Every ORDER the risk gateway wrote arrived at the sender, none twice, counted from both ends
+    (after ``quiesce``, in a run without restarts): ``risk_out`` (risk's own msgs_out) ==
+    ``ring_written`` (the orders ring's write cursor) == ``ring_read`` (its read cursor) == ``sender_in``
+    (the sender's msgs_in); ``risk_approved`` (NEW orders risk wrote) == ``journal_new`` (distinct
+    NEW orders in the sender's journal); ``sender_dups`` (a NEW read again) == 0 and
+    ``sender_malformed`` == 0. Returns (ok, what did not hold)."""
+    bad = []
+    ends = {k: c[k] for k in ("risk_out", "ring_written", "ring_read", "sender_in")}
+    if len(set(ends.values())) != 1:
+        bad.append("ORDERs written != read: " + ", ".join(f"{k} {v}" for k, v in ends.items()))
+    if c["risk_approved"] != c["journal_new"]:
+        bad.append(f"NEW orders approved by risk {c['risk_approved']} != journaled by the sender {c['journal_new']}")
+    if c["sender_dups"]:
+        bad.append(f"NEW orders read twice by the sender: {c['sender_dups']}")
+    if c["sender_malformed"]:
+        bad.append(f"ORDERs the sender could not read: {c['sender_malformed']}")
+    return not bad, bad
+
+
+def order_ends(p) -> dict:
+    """The counts ``order_counts_check`` compares, and the run's flow (after ``quiesce``)."""
+    st, _ = replay((p.tmp / "run" / "sender.journal").read_bytes())
+    risk, sender, ring = p.proc("risk"), p.proc("sender"), p.ring("orders")
+    return {"risk_out": risk["msgs_out"], "ring_written": ring["write_cursor"], "ring_read": ring["read_cursor"],
+            "sender_in": sender["msgs_in"], "risk_approved": risk["stage"].get("approved", -1),
+            "journal_new": len(st.orders), "sender_dups": sender["stage"].get("dups", -1),
+            "sender_malformed": sender["stage"].get("malformed", -1), "journal_fills": len(st.trade_ids),
+            "venue_fills": int(p.stage("venue").get("fills", -1)), "risk_cancels": risk["stage"].get("cancels", -1)}

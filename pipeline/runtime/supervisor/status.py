@@ -1,0 +1,63 @@
+"""The status snapshot (``status`` on the control socket: one JSON object) and its table view
+(``python -m pipeline status``, and the live view of ``up``)."""
+
+from __future__ import annotations
+
+from pipeline.runtime import proctable as PT
+from ringbuf import Ring
+
+#: the ring counters a status snapshot shows, per ring
+RING_FIELDS = ("write_cursor", "read_cursor", "depth", "dropped", "crc_errors", "full_events", "capacity", "full_policy")
+
+
+def process_row(p, rec: PT.ProcRecord, inputs: list[Ring], now_ns: int) -> dict:
+    """The status of process ``p`` (a ``core.Proc``) from its process-table record ``rec`` and its
+    input rings."""
+    ins = [r.stats() for r in inputs]
+    beat_ns = rec.get(PT.OFF_HEARTBEAT_NS)
+    return {
+        "name": p.name, "state": p.state.value, "pid": p.pid if p.popen else 0, "core": p.core,
+        "wait": p.wait, "restarts": p.restarts,
+        "msgs_in": rec.get(PT.OFF_MSGS_IN), "msgs_out": rec.get(PT.OFF_MSGS_OUT),
+        "depth": sum(s.depth for s in ins), "drops": sum(s.dropped for s in ins),
+        "crc_errors": sum(s.crc_errors for s in ins),
+        "p50_us": rec.get(PT.OFF_LAT_P50_NS) / 1000, "p99_us": rec.get(PT.OFF_LAT_P99_NS) / 1000,
+        "heartbeat_age_ms": (now_ns - beat_ns) // 1_000_000 if beat_ns else None,
+        "errors": rec.get(PT.OFF_ERRORS), "last_error": rec.last_error() or p.last_exit,
+        "recoveries_ms": [round(x / 1e6, 1) for x in p.recoveries_ns],
+        "stage": rec.stage_stats(),
+    }
+
+
+def ring_row(name: str, ring: Ring) -> dict:
+    """The status of one ring: its name and ``RING_FIELDS``."""
+    s = ring.stats()
+    return {"name": name, **{k: getattr(s, k) for k in RING_FIELDS}}
+
+
+def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, interval_s: float = 0.0) -> str:
+    """A status snapshot as a table; with ``prev`` counters and ``interval_s``, rates per second."""
+    lines = [f"pipeline  supervisor pid {st['supervisor_pid']}  {'HALTED' if st['halted'] else 'trading'}  {st['plan']}  "
+             f"launcher: {st['launcher']}",
+             f"{'process':<10} {'state':<9} {'pid':>7} {'core':>4} {'rst':>4} {'in/s':>9} {'out/s':>9} {'depth':>6} "
+             f"{'drops':>6} {'crc':>5} {'p50us':>8} {'p99us':>8}  last error"]
+    for row in st["processes"]:
+        pin, pout = (prev or {}).get(row["name"], (None, None))
+        if interval_s and pin is not None and row["msgs_in"] >= pin and row["msgs_out"] >= pout:
+            rin = f"{(row['msgs_in'] - pin) / interval_s:9.0f}"
+            rout = f"{(row['msgs_out'] - pout) / interval_s:9.0f}"
+        else:  # no earlier sample, or the process restarted (its counters began again)
+            rin = rout = f"{'-':>9}"
+        lines.append(f"{row['name']:<10} {row['state']:<9} {row['pid']:>7} {row['core']:>4} {row['restarts']:>4} {rin} {rout} "
+                     f"{row['depth']:>6} {row['drops']:>6} {row['crc_errors']:>5} {row['p50_us']:>8.1f} {row['p99_us']:>8.1f}  "
+                     f"{(row['last_error'] or '')[:48]}")
+    if not st["processes"]:
+        lines.append("(no stage processes configured yet)")
+    for row in st["processes"]:
+        if row.get("stage"):
+            lines.append(f"{row['name']:<10} " + " ".join(f"{k}={v}" for k, v in row["stage"].items()))
+    for r in st["rings"]:
+        lines.append(f"ring {r['name']:<10} {r['full_policy']:<12} depth {r['depth']:>6}/{r['capacity']:<7} "
+                     f"written {r['write_cursor']:>10} dropped {r['dropped']:>6} crc_errors {r['crc_errors']:>5}")
+    return "\n".join(lines)
+

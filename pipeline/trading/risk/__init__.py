@@ -1,0 +1,28 @@
+"""The risk gateway, sans I/O: the only road to the order sender (``procs.risk`` is its shell).
+
+One job a module, each using only the ones listed before it:
+
+- ``limits``: ``RiskLimits`` (the stage's ``params.limits``), its decoding, the per-instrument specs;
+- ``ledger``: positions, open orders, fills, PnL (``Ledger``, ``Book``, ``StateReport``);
+- ``checks``: the pre-trade checks of one new order (``PreTradeChecks.check``, ``DenyReason``);
+- ``events``: the decision events and ``encode_order`` (the ORDER payload of one that carries an order);
+- ``state``: ACTIVE / REDUCING / HALTED and CONTROL (``TradingStateMachine``);
+- ``planner``: INSTRUCTION / LEAN SIGNAL -> checked child orders, reprice and cancel (``Planner``);
+- ``gateway``: ``RiskGateway``, the start, EXEC_REPORTs and SIGNALs over all of them.
+
+The names below are the package's public API (``procs.risk``, ``bench.risk`` and the tests use them).
+"""
+
+from pipeline.trading.risk.checks import DenyReason, TradingState
+from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, Event, FillApplied,
+                                          InstructionExpired, InstructionPlanned, MessageRejected, OrderApproved,
+                                          OrderDenied, PositionMismatch, StateChanged, Synced, SyncRequested,
+                                          SyncStarted, VenueAccountChanged, encode_order)
+from pipeline.trading.risk.gateway import RiskGateway
+from pipeline.trading.risk.ledger import Book
+from pipeline.trading.risk.limits import InstrumentSpec, RiskLimits, decode_limits, resolve_limits
+
+__all__ = ["Book", "CancelAllSent", "CancelSent", "DenyReason", "EmergencyReceived", "Event", "FillApplied",
+           "InstructionExpired", "InstructionPlanned", "InstrumentSpec", "MessageRejected", "OrderApproved",
+           "OrderDenied", "PositionMismatch", "RiskGateway", "RiskLimits", "StateChanged", "Synced", "SyncRequested",
+           "SyncStarted", "TradingState", "VenueAccountChanged", "decode_limits", "encode_order", "resolve_limits"]

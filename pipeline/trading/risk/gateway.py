@@ -1,0 +1,213 @@
+"""The deterministic risk gateway, sans I/O: INSTRUCTION / SIGNAL / EXEC_REPORT / CONTROL payloads in,
+decision events (``events``) out, the ORDERs to send riding on them. No clock of its own, no files, no
+rings: ``procs.risk`` moves the bytes, writes the audit log and the counters.
+
+``RiskGateway(instruments, limits, clock)``; feed it with ``on_control``, ``on_exec``, ``on_signal``,
+``on_instruction`` (each takes a payload and returns the list of events it decided, in order) and call
+``start()`` once first (it returns the SYNC request).
+
+Here: the start, the EXEC_REPORTs and the SIGNALs. Position and open orders change only from
+EXEC_REPORTs; POSITION / OPEN_ORDER / POSITION_MISMATCH reports collect a ``StateReport`` that SYNC_DONE
+applies, replacing all position and open-order state (realized PnL is kept); until then new orders are
+NOT_SYNCED. A state report that carries a POSITION_MISMATCH (the venue's position differed from the
+sender's journal; the POSITION already is the venue's) or ends with SYNC_DONE reason ACCOUNT_CHANGED (a
+reset venue) moves ACTIVE to REDUCING (``PositionMismatch`` / ``VenueAccountChanged`` events, cause
+``position_mismatch`` / ``venue_account_changed``) until RESUME. An EMERGENCY SIGNAL cancels the
+instrument's orders at once (one CANCEL_ALL, origin FAST; none again inside ``emergency_cooldown_ms``
+while everything is already cancelling) and denies its new orders (COOLDOWN) for the cool-down. Daily
+PnL = realized (since start or ``reset_daily_pnl``) + unrealized at the latest ``ref_mid`` (average entry
+price accounting).
+
+Bad input (wrong size, unknown codes, non-finite numbers) is a ``MessageRejected`` event, never an
+exception. Nothing here raises after construction; ``RiskGateway.__init__`` raises ``ConfigError`` for
+bad limits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_STRUCT, ExecReason, ExecType, Label, OrderCmd, OrderOrigin,
+                                       Side)
+from pipeline.trading.risk.checks import TradingState
+from pipeline.trading.risk.events import (CancelAllSent, EmergencyReceived, Event, FillApplied, MessageRejected,
+                                          PositionMismatch, Synced, SyncRequested, SyncStarted, VenueAccountChanged)
+from pipeline.trading.risk.ledger import StateReport, Working
+from pipeline.trading.risk.limits import EPS, NS_PER_MS, RiskLimits, resolve_limits
+from pipeline.trading.risk.planner import Planner
+
+# Plain module globals, not the imported names: CPython compiles a method call on an imported name as an
+# attribute load (it takes the name for a module), a bound method made per call on the hot path.
+EXEC_S = EXEC_STRUCT
+SIGNAL_S = SIGNAL_STRUCT
+
+
+class RiskGateway(Planner):
+    """The gateway's state and decisions (see the module docstring). ``clock`` returns monotonic ns
+    (default ``time.monotonic_ns``); ``epoch``: the run's, in every order id.
+
+    One object in layers, each its own module, each using only the ones below it: ``Ledger`` (positions,
+    open orders, PnL) < ``PreTradeChecks`` < ``TradingStateMachine`` < ``Planner`` < ``RiskGateway``. The
+    per-order path reads the state as plain attributes of ``self`` (no delegation on the hot path).
+
+    Raises:
+        ConfigError: bad limits (``resolve_limits``).
+    """
+
+    def __init__(self, instruments, limits: RiskLimits | None = None, clock: Callable[[], int] | None = None, *,
+                 epoch: int = 0):
+        limits = limits or RiskLimits()
+        if clock is None:
+            clock = time.monotonic_ns
+        super().__init__(resolve_limits(instruments, limits), limits, clock, epoch)
+        self._report: StateReport | None = None  # state report being collected
+        self.cooldown_ns = limits.emergency_cooldown_ms * NS_PER_MS
+
+    def start(self) -> list[Event]:
+        """NOT_SYNCED, and the SYNC request to write."""
+        self.synced = False
+        self._report = StateReport(solicited=True)
+        return [SyncRequested(ts_ns=self.clock(), cmd=OrderCmd.SYNC)]
+
+    # ------------------------------------------------------------------------------------ exec reports
+    def on_exec(self, payload) -> list[Event]:
+        """An EXEC_REPORT payload (56 bytes)."""
+        now = self.clock()
+        if len(payload) != EXEC_S.size:
+            return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why=f"size {len(payload)}")]
+        iid, et, side, reason, oid, price, size, leaves, _vts, _fid = EXEC_S.unpack_from(payload, 0)
+        if et == ExecType.SYNC_DONE:
+            return self._apply_report(account_changed=reason == ExecReason.ACCOUNT_CHANGED)
+        bk = self.books.get(iid)
+        if bk is None:
+            return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why=f"unknown instrument {iid}")]
+        if not (math.isfinite(price) and math.isfinite(size) and math.isfinite(leaves)):
+            return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="non-finite number")]
+        out: list[Event] = []
+        if et == ExecType.POSITION or et == ExecType.OPEN_ORDER or et == ExecType.POSITION_MISMATCH:
+            report = self._report
+            if report is None:  # unsolicited: the sender restarted and reports its state
+                report = self._report = StateReport(solicited=False)
+                self.synced = False
+                out.append(SyncStarted(ts_ns=now, solicited=False))
+            if et == ExecType.POSITION:
+                report.positions[iid] = (size, price)
+            elif et == ExecType.POSITION_MISMATCH:
+                report.mismatch[iid] = (price, size)
+            else:
+                if side not in (Side.BUY, Side.SELL) or not size > 0:
+                    return out + [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="bad OPEN_ORDER")]
+                report.orders[oid] = (iid, side, price, leaves if leaves > 0 else size)
+            return out
+        w = bk.working.get(oid)
+        if et == ExecType.ACKED or et == ExecType.UNKNOWN:
+            status = "acked" if et == ExecType.ACKED else "unknown"
+            if w is None:
+                if side not in (Side.BUY, Side.SELL):
+                    return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="bad side")]
+                self.add_working(bk, Working(oid, side, price, leaves if leaves > 0 else size, bk.mid, None, status))
+                self.seen_ids.add(oid)
+            else:
+                w.status = status
+                if et == ExecType.ACKED and leaves > 0:
+                    w.size = leaves
+            return out
+        if et == ExecType.FILLED:
+            if reason == ExecReason.DUPLICATE:  # the answer to a repeated id is never a new fill
+                if w is not None:
+                    self.remove_working(bk, oid)
+                return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="a FILLED answer to a duplicate id: "
+                                                                           "not applied")]
+            fside = side if side in (Side.BUY, Side.SELL) else (w.side if w is not None else 0)
+            if fside == 0 or not size > 0:
+                return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why="bad fill")]
+            self.apply_fill(bk, fside, price, size)
+            if w is not None:
+                if leaves > bk.spec.lot * EPS:
+                    w.size = leaves
+                else:
+                    self.remove_working(bk, oid)
+            out.append(FillApplied(ts_ns=now, instrument_id=iid, order_id=oid, side=fside, price=price, size=size,
+                                   position=bk.position, realized_pnl=self.realized_pnl))
+            self._check_daily_loss(out)
+            return out
+        if et == ExecType.REJECTED or et == ExecType.CANCELLED:
+            if w is not None:
+                self.remove_working(bk, oid)
+                # a cancel we asked for (reprice) frees room: top the live plan up (a venue reject does not,
+                # so a price the venue refuses cannot loop)
+                if et == ExecType.CANCELLED and w.cancelling and bk.plan is not None and bk.plan.expires_ns >= now:
+                    self._plan(bk, bk.plan, out)
+            return out
+        return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why=f"unknown exec_type {et}")]
+
+    def _apply_report(self, account_changed: bool = False) -> list[Event]:
+        """SYNC_DONE: the collected state report (none: an empty unsolicited one) replaces the ledger's state."""
+        now = self.clock()
+        report = self._report
+        if report is None:
+            report = StateReport(solicited=False)
+        self._report = None
+        self.replace_state(report)
+        self.synced = True
+        out: list[Event] = [Synced(ts_ns=now, positions={i: b.position for i, b in self.books.items()},
+                                   open_orders=self.open_count, solicited=report.solicited)]
+        mismatch = report.mismatch
+        for iid, (ours, venue) in sorted(mismatch.items()):
+            bk = self.books.get(iid)
+            if bk is not None:
+                out.append(PositionMismatch(ts_ns=now, instrument_id=iid, ours=ours, venue=venue,
+                                            diff_lots=round((venue - ours) / bk.spec.lot, 6)))
+        if account_changed:
+            out.append(VenueAccountChanged(ts_ns=now))
+        if (mismatch or account_changed) and self.state == TradingState.ACTIVE:
+            self._set_state(TradingState.REDUCING, "venue_account_changed" if account_changed else "position_mismatch",
+                            None, out)
+        self._check_daily_loss(out)
+        return out
+
+    # ------------------------------------------------------------------------------------ signals
+    def on_signal(self, payload, ts_origin_ns: int) -> list[Event]:
+        """A SIGNAL payload (56 bytes); ``ts_origin_ns``: when its market data was received."""
+        if len(payload) != SIGNAL_S.size:
+            return [MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why=f"size {len(payload)}")]
+        iid, label, _flags, fseq, _ets, mid, spread, _p0, _p1, _p2, _p3 = SIGNAL_S.unpack_from(payload, 0)
+        bk = self.books.get(iid)
+        if bk is None:
+            return [MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why=f"unknown instrument {iid}")]
+        out: list[Event] = []
+        if label == Label.EMERGENCY:
+            now = self.clock()
+            repeated = bk.cooldown_until_ns > now and all(w.cancelling for w in bk.working.values())
+            bk.cooldown_until_ns = now + self.cooldown_ns
+            for w in bk.working.values():
+                w.cancelling = True
+            bk.plan = None
+            if not repeated:
+                out.append(CancelAllSent(ts_ns=now, cmd=OrderCmd.CANCEL_ALL, instrument_id=iid, origin_seq=fseq,
+                                         why="emergency", origin=OrderOrigin.FAST))
+            out.append(EmergencyReceived(ts_ns=now, instrument_id=iid, feature_seq=fseq,
+                                         cooldown_until_ns=bk.cooldown_until_ns, repeated=repeated))
+        if not (math.isfinite(mid) and mid > 0 and math.isfinite(spread) and spread >= 0):
+            out.append(MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why="bad ref_mid / ref_spread"))
+            return out
+        prev_sigma = bk.sigma  # a move is judged against the volatility known before it
+        if bk.mid > 0:
+            d = mid - bk.mid
+            a = self.limits.sigma_alpha
+            bk.var = (1.0 - a) * bk.var + a * d * d
+        bk.mid, bk.spread = mid, spread
+        if bk.position and not bk.avg_px:  # a position without a known entry (set to the venue's): from here
+            bk.avg_px = mid
+        if ts_origin_ns > bk.ref_ns:
+            bk.ref_ns = ts_origin_ns
+        if bk.working:
+            self._reprice(bk, fseq, prev_sigma, out)
+        if (label == Label.LEAN_BUY or label == Label.LEAN_SELL) and self.limits.lean_lots:
+            self._lean(bk, label, fseq, out)
+        if bk.position:
+            self._check_daily_loss(out)
+        return out
+

@@ -1,0 +1,134 @@
+"""The risk gateway's limits: the typed ``RiskLimits`` table (the risk stage's ``params.limits``), its
+decoding, and its resolution into one ``InstrumentSpec`` per configured instrument; the units and
+tolerance the other risk modules compare with. ``decode_limits`` and ``resolve_limits`` raise
+``ConfigError`` naming the bad field; nothing else here raises.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from pipeline.runtime.errors import ConfigError
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+EPS = 1e-9  # relative tolerance of the tick / lot / limit comparisons
+
+PerInstrument = float | dict[str, float]  # one value, or {symbol: value} with an optional "*" default
+NonNeg = Annotated[float, msgspec.Meta(ge=0)]
+Pos = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class RiskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The gateway's limits and planner settings (the risk stage's ``params.limits`` table).
+
+    Lots are ``lot_size`` units of the instrument, notionals are price x base size (quote currency).
+    ``PerInstrument`` fields take a number or a ``{symbol = number}`` table (``"*"``: the default).
+    """
+
+    allowed: list[str] | None = None  # symbols that may trade; None: every configured instrument
+    max_position_lots: PerInstrument = 100.0  # |position + open orders on one side|
+    max_order_lots: PerInstrument = 50.0  # one order's size (sanity)
+    max_child_lots: PerInstrument = 10.0  # the planner's child order size
+    collar_bps: Pos = 50.0  # |price - ref_mid| / ref_mid
+    stale_ref_ms: Annotated[int, msgspec.Meta(ge=1)] = 2_000
+    min_notional: NonNeg = 1.0
+    max_notional: Pos = 10_000.0
+    max_gross_notional: Pos = 50_000.0
+    max_open_orders: Annotated[int, msgspec.Meta(ge=1)] = 20
+    max_orders_per_s: Annotated[int, msgspec.Meta(ge=1)] = 20
+    max_notional_per_min: Pos = 200_000.0
+    daily_loss_limit: Pos = 1_000.0
+    emergency_cooldown_ms: Annotated[int, msgspec.Meta(ge=0)] = 2_000
+    max_price_decimals: Annotated[int, msgspec.Meta(ge=0, le=12)] = 8  # precision the venue accepts
+    max_size_decimals: Annotated[int, msgspec.Meta(ge=0, le=12)] = 8
+    # planner
+    risk_aversion: NonNeg = 1.0
+    sigma_alpha: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.05
+    reprice_sigmas: Pos = 2.0
+    tif: Literal["GTC", "POST_ONLY", "IOC"] = "POST_ONLY"
+    # fast-path quoting: a LEAN_BUY / LEAN_SELL SIGNAL targets +/- lean_lots for lean_ttl_ms, unless an
+    # LLM instruction's plan is live (the slower, better-informed advice wins); 0 = the fast path only cancels
+    lean_lots: Annotated[int, msgspec.Meta(ge=0)] = 0
+    lean_ttl_ms: Annotated[int, msgspec.Meta(ge=1)] = 1_000
+
+
+def decode_limits(table: Any) -> RiskLimits:
+    """``RiskLimits`` from a params table (None: the defaults).
+
+    Raises:
+        ConfigError: unknown field, wrong type or out-of-bounds value; the message names the field.
+    """
+    if table is None:
+        return RiskLimits()
+    try:
+        return msgspec.convert(table, RiskLimits)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"risk: params.limits: {exc}") from None
+
+
+def _per(value: PerInstrument, symbol: str, field: str) -> float:
+    if isinstance(value, dict):
+        if symbol in value:
+            v = value[symbol]
+        elif "*" in value:
+            v = value["*"]
+        else:
+            raise ConfigError(f"risk: params.limits.{field}: no value for {symbol!r} and no '*' default")
+    else:
+        v = value
+    if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+        raise ConfigError(f"risk: params.limits.{field}: {symbol}: must be a positive number, got {v!r}")
+    return float(v)
+
+
+def decimals_of(step: float) -> int:
+    """Decimals needed to write ``step`` exactly (0.1 -> 1, 0.25 -> 2, 5 -> 0), at most 12."""
+    for d in range(13):
+        if abs(round(step, d) - step) <= step * 1e-9:
+            return d
+    return 12
+
+
+class InstrumentSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """An instrument with its per-instrument limits resolved."""
+
+    id: int
+    symbol: str
+    tick: float
+    lot: float
+    allowed: bool
+    max_position_lots: float
+    max_order_lots: float
+    max_child_lots: float
+
+
+def resolve_limits(instruments, limits: RiskLimits) -> dict[int, InstrumentSpec]:
+    """Per-instrument specs from config instruments (anything with id, symbol, tick_size, lot_size).
+
+    Raises:
+        ConfigError: a per-instrument table lacks an instrument, or ``allowed`` names an unknown symbol.
+    """
+    symbols = {i.symbol for i in instruments}
+    if limits.allowed is not None:
+        unknown = sorted(set(limits.allowed) - symbols)
+        if unknown:
+            raise ConfigError(f"risk: params.limits.allowed: unknown symbols {unknown}")
+    for field in ("max_position_lots", "max_order_lots", "max_child_lots"):
+        v = getattr(limits, field)
+        if isinstance(v, dict):
+            extra = sorted(set(v) - symbols - {"*"})
+            if extra:
+                raise ConfigError(f"risk: params.limits.{field}: unknown symbols {extra}")
+    out = {}
+    for i in instruments:
+        out[i.id] = InstrumentSpec(
+            id=i.id, symbol=i.symbol, tick=float(i.tick_size), lot=float(i.lot_size),
+            allowed=limits.allowed is None or i.symbol in limits.allowed,
+            max_position_lots=_per(limits.max_position_lots, i.symbol, "max_position_lots"),
+            max_order_lots=_per(limits.max_order_lots, i.symbol, "max_order_lots"),
+            max_child_lots=_per(limits.max_child_lots, i.symbol, "max_child_lots"))
+    return out

@@ -1,0 +1,140 @@
+"""Place and cancel requests in flight: one per order connection, answers read as they arrive.
+
+``InFlightRequests`` holds the order connections (``pool``), which of them have nothing in flight
+(``free``) and, per busy connection, the ``InFlight`` request (its outbox item, the request, when it
+times out). ``start`` signs the item's request and writes it without waiting for the answer;
+``read_answers`` reads the answers that have arrived (a zero-timeout select), in the order the
+requests were sent, and hands each to ``on_answer`` (``OrderAnswers.on_answer``, wired by the shell);
+a request unanswered past ``timeout_ms`` is an unknown outcome (its connection is closed).
+``must_wait`` says when a command must wait for a request in flight: a cancel never overtakes its
+order's NEW, an order of an instrument never its CANCEL_ALL, a CANCEL_ALL never that instrument's
+orders.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import msgspec
+
+from pipeline.runtime.agent import MARK_CANCEL_SENT, MARK_ORDER_SENT, MARK_VENUE_ACK, mark_code
+from pipeline.trading.bitget import rest
+from pipeline.trading.journal import OrderEntry
+from pipeline.trading.messages import OrderCmd
+from pipeline.trading.sender.connection import HttpTransport, readable
+from pipeline.trading.sender.outbox import OutboxItem
+
+
+class InFlight(msgspec.Struct, gc=False):
+    """A request written on an order connection, not yet answered."""
+
+    item: OutboxItem
+    request: rest.Request
+    deadline_ns: int  # unanswered past this: an unknown outcome
+
+
+class InFlightRequests:
+    """The order connections and the requests in flight on them (see the module docstring).
+
+    ``client`` is the ``VenueClient``; ``ledger`` the ``OrderLedger`` (entries and admitted bodies);
+    ``crash`` the test-only crash hook; ``wall_ms()`` the wall clock that signs requests.
+    """
+
+    def __init__(self, pool: list[HttpTransport], client, ledger, creds, instruments: dict, wall_ms: Callable[[], int],
+                 timeout_ns: int, stats: dict, crash: Callable[[str], None]):
+        self.pool = pool
+        self.free = list(range(len(pool) - 1, -1, -1))  # order connections with nothing in flight
+        self.inflight: dict[int, InFlight] = {}  # connection -> its request, in send order
+        self.client = client
+        self.send = client.send
+        self.ledger = ledger
+        self.bodies = ledger.bodies  # cleared, never replaced
+        self.creds = creds
+        self.instruments = instruments
+        self.wall_ms = wall_ms
+        self.timeout_ns = timeout_ns
+        self.stats = stats
+        self.crash = crash
+        self.on_answer: Callable = None  # OrderAnswers.on_answer(item, result, now), wired by the shell
+
+    def socks(self) -> list:
+        """The open sockets of the connections with a request in flight."""
+        return [s for s in (self.pool[k].sock for k in self.inflight) if s is not None]
+
+    def has_new(self, oid: int) -> bool:
+        """Whether a NEW of order ``oid`` is in flight."""
+        return any(f.item.cmd is OrderCmd.NEW and f.item.order.order_id == oid for f in self.inflight.values())
+
+    def must_wait(self, cmd: OrderCmd, o) -> bool:
+        """True when a request in flight must be answered first: a CANCEL's own order's NEW (a cancel
+        never overtakes its order), a CANCEL_ALL of its instrument (for a NEW or CANCEL), or any order
+        of the instrument (for a CANCEL_ALL: it must not race the orders queued before it)."""
+        iid = o.instrument_id
+        if cmd is OrderCmd.CANCEL_ALL:
+            return any(f.item.order.instrument_id == iid for f in self.inflight.values())
+        oid = o.order_id
+        for f in self.inflight.values():
+            other = f.item.order
+            if other.order_id == oid and f.item.cmd is not OrderCmd.CANCEL_ALL:
+                return True
+            if f.item.cmd is OrderCmd.CANCEL_ALL and other.instrument_id == iid:
+                return True
+        return False
+
+    def start(self, item: OutboxItem, now: int) -> None:
+        """Write ``item``'s request on a free order connection; in flight until ``read_answers`` reads
+        its answer (a request that could not be written is answered at once)."""
+        cmd, o, ts = item.cmd, item.order, item.ts_origin_ns
+        if cmd is OrderCmd.NEW:
+            req = self._place_request(self.ledger.orders[o.order_id])
+            mark, crash_point = mark_code(MARK_ORDER_SENT, o.origin), "send"
+            self.crash("journal")
+            self.stats["sent"] += 1
+        elif cmd is OrderCmd.CANCEL:
+            entry = self.ledger.orders[o.order_id]
+            req = rest.build_cancel(self.creds, self.wall_ms(), self.instruments[entry.iid].symbol,
+                                    client_oid=entry.coid)
+            mark, crash_point = mark_code(MARK_CANCEL_SENT, o.origin), ""
+        else:
+            req = rest.build_cancel_symbol(self.creds, self.wall_ms(), self.instruments[o.instrument_id].symbol)
+            mark, crash_point = mark_code(MARK_CANCEL_SENT, o.origin), ""
+        k = self.free.pop()
+        res = self.send(self.pool[k], req, crash_point, sent_mark=mark, ts=ts)
+        if res is None:
+            self.inflight[k] = InFlight(item, req, now + self.timeout_ns)
+        else:
+            self.free.append(k)
+            self.on_answer(item, res, now)
+
+    def _place_request(self, o: OrderEntry) -> rest.Request:
+        body = self.bodies.get(o.oid)
+        if body is not None:
+            return rest.build_place_with_body(self.creds, self.wall_ms(), body)
+        # not admitted by this process (never happens on the hot path): from the journaled intent
+        inst = self.instruments[o.iid]
+        return rest.build_place(self.creds, self.wall_ms(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
+                                inst.tick_size, inst.lot_size)
+
+    def read_answers(self, now: int) -> int:
+        """Read the answers that have arrived (a zero-timeout select over the connections in flight)
+        and act on them, in the order their requests were sent; a request unanswered past
+        ``timeout_ms`` is an unknown outcome (its connection is closed). Returns how many."""
+        inflight = self.inflight
+        if not inflight:
+            return 0
+        socks = {k: self.pool[k].sock for k in inflight}
+        ready = readable(socks.values())
+        n = 0
+        for k in list(inflight):
+            f = inflight[k]
+            item = f.item
+            ack = mark_code(MARK_VENUE_ACK, item.order.origin) if item.cmd is OrderCmd.NEW else 0
+            res = self.client.read_answer(self.pool[k], f.request, f.deadline_ns, now, socks[k] in ready,
+                                          ack_mark=ack, ts=item.ts_origin_ns)
+            if res is None:
+                continue
+            del inflight[k]
+            self.free.append(k)
+            self.on_answer(item, res, now)
+            n += 1
+        return n

@@ -1,0 +1,125 @@
+"""The lane: the sender's connection for everything that is not a place or a cancel.
+
+Fill polls, the periodic poll, order queries and the running account check are request generators
+(they yield a ``rest.Request`` and are sent its ``Result``), queued as ``LaneJob``s and run one
+request at a time on a connection of their own, without waiting: ``Lane.run`` reads the answer once
+it has arrived (a zero-timeout select; unanswered past ``timeout_ms``: a transport failure), sends it
+into the generator and writes the request it yields; when the generator returns, the job's
+callbacks (``thens``) run. So a venue slow to answer a query holds no new order and no cancel. Only
+reconciliation waits for its answers (``run_sync``), on the lane too: it runs before anything else,
+so the lane is idle.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Callable, Generator
+
+from pipeline.trading.bitget import rest
+from pipeline.trading.bitget.rest import Result
+from pipeline.trading.sender.connection import HttpTransport, readable
+
+#: kinds of lane jobs (the ``kind`` of ``sender_lane_job_failed``)
+POLL, FILLS, QUERY, ACCOUNT = "poll", "fills", "query", "account"
+
+RequestGen = Generator[rest.Request, Result, object]
+
+
+@dataclass(slots=True)
+class LaneJob:
+    """A request generator on the lane, the callbacks run when it ends, and its request in flight."""
+
+    gen: RequestGen
+    kind: str  # POLL, FILLS, QUERY or ACCOUNT
+    thens: list[Callable[[], None]] = field(default_factory=list)
+    request: rest.Request | None = None  # written, not yet answered
+    deadline_ns: int = 0  # unanswered past this: a transport failure
+
+
+class Lane:
+    """The lane's connection, its queued jobs and the one running (see the module docstring).
+
+    ``client`` is the ``VenueClient``; a job that raises (a bug) is counted in ``errors`` and logged
+    (``sender_lane_job_failed``).
+    """
+
+    def __init__(self, conn: HttpTransport, client, timeout_ns: int, stats: dict, log):
+        self.conn = conn
+        self.client = client
+        self.timeout_ns = timeout_ns
+        self.stats = stats
+        self.log = log
+        self.jobs: collections.deque[LaneJob] = collections.deque()  # waiting to start, in order
+        self.job: LaneJob | None = None  # the one with a request in flight
+
+    @property
+    def busy(self) -> bool:
+        """A job runs or waits to."""
+        return self.job is not None or bool(self.jobs)
+
+    def has(self, kind: str) -> bool:
+        """Whether a job of ``kind`` runs or waits to."""
+        return any(job.kind == kind for job in self.jobs) or (self.job is not None and self.job.kind == kind)
+
+    def queue(self, gen: RequestGen, kind: str, thens: list[Callable[[], None]] | None = None) -> None:
+        """Queue ``gen`` as a job of ``kind``; ``thens`` run (in order) when it ends."""
+        self.jobs.append(LaneJob(gen, kind, thens if thens is not None else []))
+
+    def join_last(self, kind: str, then: Callable[[], None]) -> bool:
+        """Add ``then`` to the last queued job when it is of ``kind`` (not started: it will run after
+        now); False when there is no such job."""
+        if self.jobs and self.jobs[-1].kind == kind:
+            self.jobs[-1].thens.append(then)
+            return True
+        return False
+
+    def run(self, now: int) -> int:
+        """Read the running job's answer if it has arrived and drive it on; then start queued jobs
+        while none has a request in flight. Returns the number of answers handled (0 or 1)."""
+        n = 0
+        job = self.job
+        if job is not None:
+            sock = self.conn.sock
+            res = self.client.read_answer(self.conn, job.request, job.deadline_ns, now, sock in readable((sock,)))
+            if res is None:
+                return 0
+            self.job = None
+            n = 1
+            self._drive(job, res, now)
+        while self.job is None and self.jobs:
+            self._drive(self.jobs.popleft(), None, now)
+        return n
+
+    def _drive(self, job: LaneJob, res: Result | None, now: int) -> None:
+        """Send ``res`` into the job's generator (None: start it) and write the request it yields; a
+        request that cannot be written is answered with its failure at once. A job that raises (a
+        bug) is ended as if it had returned: counted, logged, its callbacks run (an order query's
+        frees the order for the next one), and the lane goes on."""
+        gen = job.gen
+        while True:
+            try:
+                req = next(gen) if res is None else gen.send(res)
+            except StopIteration:
+                break
+            except Exception as exc:
+                self.stats["errors"] = self.stats.get("errors", 0) + 1
+                self.log.error("sender_lane_job_failed", kind=job.kind, error=f"{type(exc).__name__}: {exc}"[:300])
+                break
+            res = self.client.send(self.conn, req)
+            if res is None:
+                job.request, job.deadline_ns = req, now + self.timeout_ns
+                self.job = job
+                return
+        for then in job.thens:
+            then()
+
+    def run_sync(self, gen: RequestGen):
+        """Drive ``gen`` to its end, waiting for each answer (reconciliation, while no job runs); its
+        return value."""
+        try:
+            req = next(gen)
+            while True:
+                req = gen.send(self.client.call(self.conn, req))
+        except StopIteration as stop:
+            return stop.value

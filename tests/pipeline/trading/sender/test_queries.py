@@ -1,0 +1,59 @@
+"""What the venue tells (pipeline/trading/sender/queries.py): fills ingested once, owed queries queued."""
+
+from __future__ import annotations
+
+from pipeline.trading.bitget.rest import VenueFill
+from pipeline.trading.messages import ExecType, client_oid
+from pipeline.trading.sender.lane import QUERY
+from pipeline.trading.sender.queries import VenueQueries
+from tests.support.sender import Reports, intent
+
+
+class Lane:
+    """``Lane`` stand-in: keeps the queued jobs' kinds and callbacks."""
+
+    def __init__(self):
+        self.queued: list = []
+
+    def queue(self, gen, kind, thens=None):
+        self.queued.append((kind, thens))
+
+    def has(self, kind):
+        return False
+
+
+def queries_of(ledger, stats, log, batch=64):
+    reports, lane, now = Reports(), Lane(), [9_000]
+    q = VenueQueries(ledger, lane, reports, None, lambda: 1_700_000_000_000, lambda: now[0], stats, log, poll_ns=50,
+                     grace_ms=100, batch=batch, now_ns=0)
+    return q, reports, lane, now
+
+
+def fill(tid: int, oid: int | None, size: float = 0.01) -> VenueFill:
+    coid = client_oid(oid) if oid is not None else "someone-elses"
+    return VenueFill(tradeId=tid, orderId="v", clientOid=coid, symbol="BTCUSDT", side="buy", priceAvg=100.0,
+                     size=size, cTime=1_700_000_000_000)
+
+
+def test_a_fill_is_journaled_and_reported_once_and_an_order_first_seen_by_its_fill_is_acked_first(ledger, stats, log):
+    ledger.record(intent(1))
+    ledger.origin_ts[1] = 1001
+    q, reports, _, _ = queries_of(ledger, stats, log)
+    q.owed[1] = 0
+    q.ingest([fill(11, 1), fill(12, None), fill(11, 1)], None)
+    assert reports.types() == [(ExecType.ACKED, 1), (ExecType.FILLED, 1)] and ledger.last_trade_id == 12
+    assert reports.calls[0][0] == 1001 and reports.calls[1][0] == 9_000  # the ORDER's; the clock's for the fill
+    assert ledger.orders[1].filled == 0.01 and 1 not in q.owed and stats["fills"] == 1
+
+
+def test_owed_queries_are_queued_when_due_one_at_a_time_and_owed_again_after_an_inconclusive_answer(ledger, stats,
+                                                                                                     log):
+    for oid in (1, 2):
+        ledger.record(intent(oid))
+    q, _, lane, now = queries_of(ledger, stats, log)
+    q.owed.update({1: 100, 2: 10_000})
+    assert q.query_owed(5_000) == 1 and [k for k, _ in lane.queued] == [QUERY] and q.querying == {1}
+    assert q.query_owed(5_000) == 0 and q.next_due_ns() == 10_000  # 1 is on the lane already
+    (_, (then,)), = lane.queued
+    then()  # the query ended, the order still owed: due poll_interval later
+    assert q.querying == set() and q.owed[1] == now[0] + 50
