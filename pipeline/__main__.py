@@ -1,18 +1,22 @@
-"""Command line: ``python -m pipeline up | down | status | restart NAME | halt | kill-switch | resume``.
+"""Command line: ``python -m pipeline up | down | status | restart NAME | halt | kill-switch | resume | report``.
 
-``up`` runs the supervisor in the foreground (``make up``) with a live status view; the others talk
-to it over the control socket. ``down`` with no supervisor answering cleans what a killed one left
+``up`` runs the supervisor in the foreground (``make up``) with a live status view; ``report`` reads
+the order sender's journal (only reads it: a running sender is not disturbed) and prints the P&L and
+the evaluation's metrics per instrument (``pipeline.trading.evaluation.journal_report``); the others
+talk to it over the control socket. ``down`` with no supervisor answering cleans what a killed one left
 (under the run lock: never what a live supervisor that holds it is using).
 
 Exit status: 0 done; 1 the supervisor refused the request, or ``down`` could not finish; 2 an error
 stopped the command, printed as one line ``error: ...`` on stderr (a config error, another
 supervisor already running, a stage that cannot start and why, a file that cannot be created with
-its path and the OS's reason, no supervisor answering); never a traceback for these.
+its path and the OS's reason, no supervisor answering, a journal that cannot be read, a bad ``--mid``
+or ``--capital``); never a traceback for these.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -22,6 +26,9 @@ from pipeline.runtime.control import request
 from pipeline.runtime.errors import ControlError, PipelineError
 from pipeline.runtime.log import open_event_log
 from pipeline.runtime.supervisor import PID_FILE, RunLock, RunLockHeld, Supervisor, clean_stale, format_status
+from pipeline.trading.evaluation.journal_report import (DEFAULT_MAKER_FEE_BPS, DEFAULT_TAKER_FEE_BPS, build_report,
+                                                        format_report, parse_journal, read_journal, risk_capital,
+                                                        sender_journal_path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("kill-switch", parents=[common],
                    help="tell the risk gateway to halt, cancel every working order and stay halted (CONTROL KILL_SWITCH)")
     sub.add_parser("resume", parents=[common], help="tell the risk gateway to resume (CONTROL RESUME)")
+    _add_report_parser(sub, common)
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config)
@@ -57,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             return _down(cfg)
         if args.cmd == "status":
             resp = request(cfg, {"cmd": "status"})
-            print(format_status(resp["status"]))
+            print(format_status(resp["status"], symbols={i.id: i.symbol for i in cfg.instruments}))
             return 0
+        if args.cmd == "report":
+            return _report(cfg, args)
         req = {"cmd": args.cmd}
         if args.cmd == "restart":
             req["name"] = args.name
@@ -75,6 +85,51 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _add_report_parser(sub, common) -> None:
+    rp = sub.add_parser("report", parents=[common],
+                        help="P&L and the evaluation's metrics per instrument from the order sender's journal (read only)")
+    rp.add_argument("--journal", default=None,
+                    help="the journal file (default: the sender's journal_path in the config, else <run_dir>/<name>.journal)")
+    rp.add_argument("--maker-fee-bps", type=float, default=DEFAULT_MAKER_FEE_BPS,
+                    help="fee estimate for post-only orders' fills (default: %(default)s, the evaluation's: Bitget spot)")
+    rp.add_argument("--taker-fee-bps", type=float, default=DEFAULT_TAKER_FEE_BPS,
+                    help="fee estimate for the other fills (default: %(default)s, the evaluation's: Bitget spot)")
+    rp.add_argument("--capital", type=float, default=None,
+                    help="capital the drawdown is measured against (default: the risk limits' max_gross_notional)")
+    rp.add_argument("--mid", action="append", default=[], metavar="SYMBOL=PRICE",
+                    help="the latest mid of an instrument, to value its open position (default: its last fill price)")
+    rp.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def _report(cfg, args) -> int:
+    """``report``: the journal's metrics as a table (or JSON). Returns the exit status: 2 for a bad
+    ``--mid`` / ``--capital`` (one line on stderr); OSError (the journal cannot be read) and ConfigError
+    (no sender in the config and no ``--journal``) go to ``main``'s handlers."""
+    ids = {i.symbol: i.id for i in cfg.instruments}
+    mids = {}
+    for text in args.mid:
+        sym, _, price = text.partition("=")
+        iid = ids.get(sym) or (int(sym) if sym.isdigit() and int(sym) in ids.values() else None)
+        try:
+            value = float(price)
+        except ValueError:
+            value = None
+        if iid is None or value is None:
+            print(f"error: --mid {text!r}: want SYMBOL=PRICE with SYMBOL one of {', '.join(ids)}", file=sys.stderr)
+            return 2
+        mids[iid] = value
+    path = Path(args.journal) if args.journal else sender_journal_path(cfg)
+    capital = args.capital if args.capital is not None else risk_capital(cfg)
+    try:
+        rep = build_report(parse_journal(read_journal(path)), {v: k for k, v in ids.items()}, capital=capital,
+                           maker_fee_bps=args.maker_fee_bps, taker_fee_bps=args.taker_fee_bps, mids=mids)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"journal": str(path), **rep}, indent=2) if args.json else format_report(rep, source=str(path)))
+    return 0
 
 
 def _down(cfg) -> int:

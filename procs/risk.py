@@ -29,10 +29,14 @@ Params (``RiskParams``: an unknown or ill-typed field fails the start naming the
 
 Counters (``ctx.stats``, short keys: the status record holds 760 bytes of JSON): state (ACTIVE /
 REDUCING / HALTED), synced (0/1), open (open orders), approved, denied, expired, cancels, cancel_all,
-emerg, fills, rejected (malformed input), order_drops, errors, pos_lots_<id> (position in lots),
+emerg, fills, rejected (malformed input), order_drops, errors, pos_lots_<id> (position in lots), pnl_<id>
+(the gateway's P&L of the instrument, quote currency, rounded to cents: its realized P&L, the change of the
+gateway's realized P&L at each of its fills, plus the unrealized at the latest ref_mid as ``Ledger.pnl``
+values it; refreshed at every fill and sync, and otherwise on the first ``do_work`` batch whose
+message time is a heartbeat interval past the last refresh: one comparison per batch, none per message),
 pdiff_lots_<id> (the venue's position minus the journal's, in lots, when the sender found them apart: risk
 is then REDUCING), acct_changed (state reports from a sender that found a new venue account),
-pos_dropped (POSITION messages the position output refused), and deny_<reason lower> per denial reason
+pos_written / pos_dropped (POSITION messages written / refused by the position output), and deny_<reason lower> per denial reason
 seen (``deny_max_position``...).
 """
 
@@ -138,8 +142,14 @@ class RiskAgent(Agent):
                           cancel_all=0, emerg=0, fills=0, rejected=0)
         for iid in self.gw.books:
             self.stats[f"pos_lots_{iid}"] = 0
+        self._realized = {iid: 0.0 for iid in self.gw.books}  # per instrument: the realized P&L of its fills
+        self._realized_seen = self.gw.realized_pnl  # the gateway's realized P&L as of the latest FillApplied
+        self._pnl_keys = [(f"pnl_{iid}", iid, bk) for iid, bk in self.gw.books.items()]
+        self._pnl_every_ns = ctx.config.supervisor.heartbeat_interval_ms * 1_000_000
+        self._pnl_due_ns = 0
         self._shadow = None  # keep_warm's private gateway, made on first use
         self._ts = ctx.clock()
+        self._publish_pnl()  # every pnl_<id> 0.0, after the pos_lots_<id> (the status record keeps the first keys)
         self._handle(self.gw.start())
         self._flush()
         ctx.log.info("risk_ready", audit_path=self.audit_path, inputs=[p for p in ctx.inputs],
@@ -211,8 +221,20 @@ class RiskAgent(Agent):
         finally:
             if total:
                 self.ctx.received(total)
+                if self._ts >= self._pnl_due_ns:
+                    self._publish_pnl()
             self._flush()
         return total
+
+    def _publish_pnl(self) -> None:
+        """``pnl_<id>`` per instrument: its realized P&L plus ``position * (mid - avg_px)`` where the
+        gateway knows both (``Ledger.pnl``'s rule), rounded to cents; the next refresh is due a
+        heartbeat interval after the latest message time."""
+        st, realized = self.stats, self._realized
+        for key, iid, bk in self._pnl_keys:
+            u = bk.position * (bk.mid - bk.avg_px) if bk.position and bk.mid > 0 and bk.avg_px > 0 else 0.0
+            st[key] = round(realized[iid] + u, 2)
+        self._pnl_due_ns = self._ts + self._pnl_every_ns
 
     # ---------------------------------------------------------------------------------------- output
     def _handle(self, events) -> None:
@@ -287,6 +309,9 @@ class RiskAgent(Agent):
             st["fills"] += 1
             bk = gw.books[ev.instrument_id]
             st[f"pos_lots_{ev.instrument_id}"] = round(bk.position / bk.spec.lot, 3)
+            self._realized[ev.instrument_id] += ev.realized_pnl - self._realized_seen
+            self._realized_seen = ev.realized_pnl
+            self._publish_pnl()
             if self.pos_out is not None:
                 self._write_position(ev.instrument_id, ev.position, ev.ts_ns)
         elif isinstance(ev, EmergencyReceived):
@@ -303,6 +328,7 @@ class RiskAgent(Agent):
             st["synced"] = 1
             for iid, bk in gw.books.items():
                 st[f"pos_lots_{iid}"] = round(bk.position / bk.spec.lot, 3)
+            self._publish_pnl()
             if self.pos_out is not None:
                 for iid, position in ev.positions.items():
                     self._write_position(iid, position, ev.ts_ns, changed_only=True)
@@ -322,12 +348,15 @@ class RiskAgent(Agent):
     def _write_position(self, iid: int, position: float, as_of_ns: int, changed_only: bool = False) -> None:
         """One POSITION message (``position``, base units, in whole lots) on the position output (with
         ``changed_only``: unless those lots are the latest written), never waiting for room: a refused
-        write is counted (``pos_dropped``) and not remembered as written."""
+        write is counted (``pos_dropped``) and not remembered as written. Written straight to the port,
+        not through ``ctx.emit``: the stage's msgs_out and output latency stay those of its ORDERs (what
+        the chaos order counts and the benches read); POSITIONs are counted in ``pos_written``."""
         lots = round(position / self.gw.books[iid].spec.lot)
         if changed_only and self._pos_sent.get(iid) == lots:
             return
-        if self.ctx.emit_nowait(self.pos_out, Kind.POSITION, pack_position(iid, lots, as_of_ns), self._ts):
+        if self.pos_out.try_write(Kind.POSITION, pack_position(iid, lots, as_of_ns), self._ts):
             self._pos_sent[iid] = lots
+            self.stats["pos_written"] = self.stats.get("pos_written", 0) + 1
         else:
             self.stats["pos_dropped"] = self.stats.get("pos_dropped", 0) + 1
 

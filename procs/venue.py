@@ -77,6 +77,12 @@ Config (one process entry; every param optional, unknown params fail the start):
     allow_admin = false          # true: serve POST /api/v2/paper/adjust-position (change a position
                                  # without an order, persisted: a chaos test's "behind the back");
                                  # false: it answers 403 "40014"
+    # matching realism (pipeline.venue.orders), all off by default:
+    maker_fee_bps = 10.0         # fees: both or neither (unset: no fees); bps of a fill's notional,
+    taker_fee_bps = 10.0         # paid in USDT (maker may be negative: a rebate); Bitget's standard
+                                 # rates are in pipeline.venue.fees (spot 10 / 10, USDT-M futures 2 / 6)
+    queue_model = false          # true: a resting order waits behind the displayed size at its price
+                                 # (pipeline.venue.queue)
 
 Instruments: the synthetic source makes a market in every ``[[instruments]]`` entry with
 ``venue = "paper"`` (symbol, tick_size, lot_size); a replay serves the instruments of its capture.
@@ -125,6 +131,7 @@ from pipeline.runtime.portfile import write_port_file
 from pipeline.trading.bitget.signing import Credentials, generate_paper_credentials, load_credentials
 from pipeline.venue.account import AccountLog
 from pipeline.venue.errors import VenueConfigError, VenueError
+from pipeline.venue.fees import MAX_FEE_BPS, FeeSchedule
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 from pipeline.venue.order_fields import CODE_DUPLICATE, OrderRejected, rules_from_config
 from pipeline.venue.orders import OrderEngine
@@ -186,6 +193,9 @@ class VenueParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     account_path: str = ""
     reset_account: bool = False
     allow_admin: bool = False
+    maker_fee_bps: Annotated[float, msgspec.Meta(ge=-MAX_FEE_BPS, le=MAX_FEE_BPS)] | None = None
+    taker_fee_bps: Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FEE_BPS)] | None = None
+    queue_model: bool = False
 
 
 #: every param the stage takes
@@ -196,16 +206,28 @@ def parse_params(name: str, params) -> VenueParams:
     """``params`` of process ``name`` as ``VenueParams``.
 
     Raises:
-        VenueConfigError: an unknown param (``<name>: unknown venue params [...]; known: [...]``), or
-            one of the wrong type or out of its range (the message names the field).
+        VenueConfigError: an unknown param (``<name>: unknown venue params [...]; known: [...]``), one
+            of the wrong type or out of its range (the message names the field), or only one of
+            maker_fee_bps / taker_fee_bps.
     """
     unknown = sorted(set(params) - PARAMS)
     if unknown:
         raise VenueConfigError(f"{name}: unknown venue params {unknown}; known: {sorted(PARAMS)}")
     try:
-        return parse_stage_params(name, params, VenueParams)
+        p = parse_stage_params(name, params, VenueParams)
     except ConfigError as exc:
         raise VenueConfigError(str(exc)) from None
+    if (p.maker_fee_bps is None) != (p.taker_fee_bps is None):
+        raise VenueConfigError(f"{name}: maker_fee_bps and taker_fee_bps go together: set both (fees) or "
+                               f"neither (no fees)")
+    return p
+
+
+def fee_schedule(p: VenueParams) -> FeeSchedule | None:
+    """The engine's fee schedule from the params (None: no fees)."""
+    if p.maker_fee_bps is None or p.taker_fee_bps is None:
+        return None
+    return FeeSchedule(maker_bps=p.maker_fee_bps, taker_bps=p.taker_fee_bps)
 
 
 def paper_credentials(key_file: str) -> Credentials:
@@ -277,7 +299,8 @@ class VenueAgent(Agent):
         self.engine = CountingOrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
                                           self.server.market.levels, lambda: time.time_ns() // 1_000_000,
                                           max_notional=p.max_notional if p.max_notional > 0 else None,
-                                          max_away_ticks=p.max_away_ticks)
+                                          max_away_ticks=p.max_away_ticks, fees=fee_schedule(p),
+                                          queue_model=p.queue_model)
         self.account = AccountLog(p.account_path or run_dir / f"{ctx.name}.account")
         records = self.account.open(reset=p.reset_account)
         try:  # the account log is open (and locked): closed again when the start fails

@@ -233,7 +233,9 @@ def disk_full_journal(P, quick: bool, *, account_check_ms: int | None = None, sa
 
 def venue_fresh_state(P, quick: bool, *, account_check_ms: int | None = None) -> Row:
     with P(rate=1_000, name="venue_fresh_state", text_hook=position_hook(account_check_ms), model=FLOW_MODEL) as p:
-        soft_wait(p, lambda: p.stage("sender").get("fills", 0) >= MIN_FILLS_FRESH, FLOW_WAIT_S)
+        # wait for what the check below asks of the flow before (fills and orders placed), not only the fills
+        soft_wait(p, lambda: p.stage("sender").get("fills", 0) >= MIN_FILLS_FRESH
+                  and p.stage("venue").get("orders_placed", 0) >= MIN_PLACED, FLOW_WAIT_S)
         before = positions(p)
         v0 = dict(p.stage("venue"))
         acct0 = p.stage("risk").get("acct_changed", 0)

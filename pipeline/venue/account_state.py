@@ -8,16 +8,20 @@ Records (JSON-able dicts; decimals as strings, ids and ms as ints; ``ACCOUNT_REC
 
     account  account_id created_ms                 the first record: the account's identity
     order    id coid sym side force px sz ts seq   an order accepted (px / sz: the texts received)
-    fill     tid id px sz scope ts                 one fill of order ``id`` at ``px``
+    fill     tid id px sz scope ts [fee]           one fill of order ``id`` at ``px``; ``fee``: its
+                                                   quote-coin fee (decimal string), present only when
+                                                   not 0 (a record without it, e.g. one written before
+                                                   fees existed, restores with fee 0)
     cancel   id ts                                 order ``id`` cancelled (by request, ioc remainder,
                                                    killed fok)
     adjust   sym delta ts                          admin: the position of ``sym`` changed by ``delta``
                                                    without an order (``adjust_position``)
 
 Balances: the position of a symbol is the sum of its signed fills (buys +, sells -) and adjustments;
-the quote coin's (USDT) cash is -sum(signed price * size) of every fill of a USDT-quoted symbol (the
-paper venue charges no fees, and an adjustment moves no cash). Both may go negative: the paper
-venue lends without limit (a negative base balance is a paper short).
+the quote coin's (USDT) cash is -sum(signed price * size + fee) of every fill of a USDT-quoted
+symbol (the fee is 0 unless the engine has a ``pipeline.venue.fees.FeeSchedule``; an adjustment
+moves no cash). Both may go negative: the paper venue lends without limit (a negative base balance
+is a paper short).
 
 Ids: every fill gets a new, increasing ``tradeId``; orderIds are increasing too. Both start from a
 base taken from the account's creation time (``created_ms * 1000``), or above the account's last
@@ -50,6 +54,9 @@ _AVG_QUANT = Decimal("1e-12")
 
 
 class Fill(NamedTuple):
+    """One fill of one of our orders. ``fee``: what it cost in the symbol's quote coin (0 without a
+    fee schedule; negative: a maker rebate); ``scope`` (alias ``liquidity``): "maker" | "taker"."""
+
     trade_id: int
     order_id: int
     client_oid: str
@@ -59,12 +66,25 @@ class Fill(NamedTuple):
     size: Decimal
     scope: str  # "maker" | "taker"
     ts_ms: int
+    fee: Decimal = _ZERO
+
+    @property
+    def liquidity(self) -> str:
+        """``scope``: "maker" (our resting order was hit) or "taker" (our order took the book)."""
+        return self.scope
 
     def to_json(self) -> dict:
-        """The ``fills`` endpoint's object."""
-        return {"tradeId": str(self.trade_id), "orderId": str(self.order_id), "clientOid": self.client_oid,
-                "symbol": self.symbol, "side": self.side, "priceAvg": fmt(self.price), "size": fmt(self.size),
-                "amount": fmt(self.price * self.size), "tradeScope": self.scope, "cTime": str(self.ts_ms)}
+        """The ``fills`` endpoint's object. A fill with a fee also carries Bitget v2's ``feeDetail``
+        object: ``{"deduction": "no", "feeCoin": <quote coin>, "totalDeductionFee": "0",
+        "totalFee": <-fee>}`` (Bitget's sign: a fee paid is negative); a fill without one (no fee
+        schedule) has no ``feeDetail``, as before fees existed."""
+        out = {"tradeId": str(self.trade_id), "orderId": str(self.order_id), "clientOid": self.client_oid,
+               "symbol": self.symbol, "side": self.side, "priceAvg": fmt(self.price), "size": fmt(self.size),
+               "amount": fmt(self.price * self.size), "tradeScope": self.scope, "cTime": str(self.ts_ms)}
+        if self.fee != 0:
+            out["feeDetail"] = {"deduction": "no", "feeCoin": QUOTE_COIN if self.symbol.endswith(QUOTE_COIN) else "",
+                                "totalDeductionFee": "0", "totalFee": fmt(-self.fee)}
+        return out
 
 
 class Order:
@@ -134,7 +154,7 @@ class AccountState:
         self.by_client_oid: dict[str, Order] = {}
         self.fills: list[Fill] = []
         self.positions: dict[str, Decimal] = dict.fromkeys(symbols, _ZERO)
-        self.cash = _ZERO  # quote coin: -sum(signed price * size) of the fills
+        self.cash = _ZERO  # quote coin: -sum(signed price * size + fee) of the fills
         self._u_ms: dict[str, int] = {}  # symbol or QUOTE_COIN -> ms of its last balance change
         self._restored = False
 
@@ -196,13 +216,18 @@ class AccountState:
         self.by_client_oid[o.client_oid] = o
         return o
 
-    def record_fill(self, o: Order, price: Decimal, qty: Decimal, scope: str, now_ms: int) -> None:
-        """One fill of ``o`` (the next trade id)."""
+    def record_fill(self, o: Order, price: Decimal, qty: Decimal, scope: str, now_ms: int,
+                    fee: Decimal = _ZERO) -> None:
+        """One fill of ``o`` (the next trade id) costing ``fee`` in the quote coin (recorded only when
+        not 0)."""
         tid = self.next_trade_id
-        self._emit({"t": "fill", "tid": tid, "id": o.order_id, "px": fmt(price), "sz": fmt(qty), "scope": scope,
-                    "ts": now_ms})
+        rec = {"t": "fill", "tid": tid, "id": o.order_id, "px": fmt(price), "sz": fmt(qty), "scope": scope,
+               "ts": now_ms}
+        if fee != 0:
+            rec["fee"] = fmt(fee)
+        self._emit(rec)
         self.next_trade_id += 1
-        self._apply_fill(o, tid, price, qty, scope, now_ms)
+        self._apply_fill(o, tid, price, qty, scope, now_ms, fee)
 
     def record_cancel(self, o: Order, now_ms: int) -> None:
         """``o`` cancelled (by request, an ioc remainder, a killed fok)."""
@@ -220,18 +245,19 @@ class AccountState:
         if self.on_event is not None:
             self.on_event(rec)
 
-    def _apply_fill(self, o: Order, tid: int, price: Decimal, qty: Decimal, scope: str, now_ms: int) -> None:
+    def _apply_fill(self, o: Order, tid: int, price: Decimal, qty: Decimal, scope: str, now_ms: int,
+                    fee: Decimal) -> None:
         """The account side of one fill (shared by ``record_fill`` and ``restore``)."""
         o.filled += qty
         o.notional += price * qty
         o.status = STATUS_FILLED if o.filled >= o.size else STATUS_PARTIAL
         o.u_ms = now_ms
-        self.fills.append(Fill(tid, o.order_id, o.client_oid, o.symbol, o.side, price, qty, scope, now_ms))
+        self.fills.append(Fill(tid, o.order_id, o.client_oid, o.symbol, o.side, price, qty, scope, now_ms, fee))
         signed = qty if o.side == "buy" else -qty
         self.positions[o.symbol] += signed
         self._u_ms[o.symbol] = now_ms
         if o.symbol.endswith(QUOTE_COIN):  # a symbol of another quote moves no USDT
-            self.cash -= signed * price
+            self.cash -= signed * price + fee
             self._u_ms[QUOTE_COIN] = now_ms
 
     def _apply_adjust(self, symbol: str, delta: Decimal, now_ms: int) -> None:
@@ -295,8 +321,11 @@ class AccountState:
             scope = rec["scope"]
             if scope not in ("maker", "taker"):
                 raise ValueError(f"bad scope {scope!r}")
+            fee = Decimal(_rec_str(rec, "fee")) if "fee" in rec else _ZERO  # older records: no fee
+            if not fee.is_finite():
+                raise ValueError(f"bad fee {rec['fee']!r}")
             self._apply_fill(o, tid, Decimal(_rec_str(rec, "px")), Decimal(_rec_str(rec, "sz")), scope,
-                             _rec_int(rec, "ts"))
+                             _rec_int(rec, "ts"), fee)
         elif t == "cancel":
             o = self.orders.get(_rec_int(rec, "id"))
             if o is None:

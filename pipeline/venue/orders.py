@@ -23,6 +23,25 @@ Matching, per symbol:
   price (price <= our buy / >= our sell, whatever the trade's side; the trade's size is shared among
   our resting orders of that side). Among our resting orders: price-time priority (better price
   first, then the earlier order).
+- Queue position (``queue_model=True``; off by default): a resting order no longer fills from the
+  first trade at its price. It joins behind the public size displayed at its price on its side,
+  trades AT its price eat that queue first, and decreases of the displayed size at its price
+  (cancels) shorten it by the share estimated ahead of us; a book that crosses its price, or a
+  trade strictly THROUGH its price, still fills it at once. The model is hftbacktest's
+  probabilistic queue model with the identity probability (a cancel equally likely anywhere in
+  the level), between the risk-averse model (only trades advance) and "every cancel is ahead of
+  us": ``pipeline.venue.queue`` says exactly how and why, and how NautilusTrader's fill model
+  differs. (So a decrease shortens the queue by all of itself, as the shared contract words it,
+  exactly when no public size joined behind us; with size behind us, by its share ahead.) Trades
+  must reach ``traded`` before the book state that shows them reaches ``book_changed`` (else
+  their decrease looks like cancels).
+- Liquidity is consumed once: a displayed size taken (by a taker order or a crossing book) is
+  not taken again in the same book state, and one trade's size is shared among our resting orders
+  (with or without the queue), so two of our orders never fill against the same size.
+- Fees (``fees``: a ``pipeline.venue.fees.FeeSchedule``; None by default: no fees): each fill
+  costs ``price * size * bps / 10_000`` in the quote coin, maker bps for a resting order's fill,
+  taker bps for an arriving order's; the fill carries it (``Fill.fee``, ``Fill.liquidity``), the
+  account record keeps it and the USDT cash pays it.
 - Every fill gets a new, increasing ``tradeId``; orderIds are increasing too. Both start from a base
   taken from the clock at construction (``clock_ms() * 1000``), or above the account's last ones
   after ``restore`` (whichever is higher), so ids do not repeat after a venue restart. Status:
@@ -63,6 +82,7 @@ from decimal import Decimal, InvalidOperation
 
 from pipeline.venue.account_state import AccountState, Fill, Order
 from pipeline.venue.errors import VenueError
+from pipeline.venue.fees import FeeSchedule, fee_quote
 from pipeline.venue.order_fields import (
     CODE_DUPLICATE,
     CODE_NO_ORDER,
@@ -74,8 +94,9 @@ from pipeline.venue.order_fields import (
     parse_delta,
     parse_place,
 )
+from pipeline.venue.queue import QueuePositions, sizes_at
 
-__all__ = ["DEFAULT_MAX_AWAY_TICKS", "InstrumentRules", "OrderEngine"]
+__all__ = ["DEFAULT_MAX_AWAY_TICKS", "FeeSchedule", "InstrumentRules", "OrderEngine"]
 
 DEFAULT_MAX_AWAY_TICKS = 50
 _ZERO = Decimal(0)
@@ -93,7 +114,9 @@ class OrderEngine:
     change it describes is applied, or None. It should not raise: what it raises propagates out of
     the command or market hook that made the change (a place, cancel, fill or adjustment), and the
     engine's state may then already hold part of that command (e.g. the earlier fills of a taker
-    order).
+    order). ``fees``: the maker / taker fee schedule (None: no fees, the paper venue's default);
+    ``queue_model``: resting orders wait behind the displayed size at their price (False: they fill
+    from the first trade at their price, the paper venue's default). Both in the module docstring.
 
     ``account_id`` / ``created_ms``: the account's identity, from the ``account`` record given to
     ``restore`` (for an engine that was never restored: a random id of its own and the construction
@@ -103,13 +126,22 @@ class OrderEngine:
     def __init__(self, instruments: Mapping[str, InstrumentRules], book: Callable[[str, int | None], tuple],
                  clock_ms: Callable[[], int], *, max_notional: Decimal | float | str | None = None,
                  max_away_ticks: int = DEFAULT_MAX_AWAY_TICKS,
-                 on_event: Callable[[dict], None] | None = None) -> None:
+                 on_event: Callable[[dict], None] | None = None, fees: FeeSchedule | None = None,
+                 queue_model: bool = False) -> None:
         """Raises:
         VenueError: no instrument, a max_notional that is not a positive number, a max_away_ticks
-            that is not an integer >= 0.
+            that is not an integer >= 0, fees that are not a FeeSchedule (or None), a queue_model
+            that is not a bool.
         """
         if not instruments:
             raise VenueError("the order engine needs at least one instrument")
+        if fees is not None and not isinstance(fees, FeeSchedule):
+            raise VenueError(f"fees must be a FeeSchedule or None, got {type(fees).__name__}")
+        if not isinstance(queue_model, bool):
+            raise VenueError(f"queue_model must be a bool, got {queue_model!r}")
+        self.fees = fees
+        #: queue positions of our resting orders (None: no queue model)
+        self._queue = QueuePositions() if queue_model else None
         if isinstance(max_away_ticks, bool) or not isinstance(max_away_ticks, int) or max_away_ticks < 0:
             raise VenueError(f"max_away_ticks must be an integer >= 0, got {max_away_ticks!r}")
         self.max_away_ticks = max_away_ticks
@@ -165,8 +197,24 @@ class OrderEngine:
 
     def cash(self) -> Decimal:
         """The quote coin's (USDT) balance change from our fills of USDT-quoted symbols:
-        -sum(signed price * size); may be negative (the paper venue lends without limit; no fees)."""
+        -sum(signed price * size + fee); may be negative (the paper venue lends without limit; the
+        fee is 0 without a fee schedule)."""
         return self.account.cash
+
+    @property
+    def queue_model(self) -> bool:
+        """Whether resting orders wait in the queue (see the module docstring)."""
+        return self._queue is not None
+
+    def queue_ahead(self, order_id: int) -> Decimal | None:
+        """The public size estimated ahead of resting order ``order_id`` at its price; None without
+        the queue model or for an order that does not rest."""
+        return self._queue.ahead(order_id) if self._queue is not None else None
+
+    def fees_paid(self, symbol: str | None = None) -> Decimal:
+        """The sum of our fills' fees (of ``symbol`` when given), each in its symbol's quote coin;
+        0 without a fee schedule."""
+        return sum((f.fee for f in self.fills if symbol is None or f.symbol == symbol), _ZERO)
 
     def balance_u_ms(self, symbol_or_quote: str) -> int:
         """When the position of a symbol (or, given ``QUOTE_COIN``, the cash) last changed, in ms;
@@ -322,8 +370,9 @@ class OrderEngine:
         ``created_ms``, ids continuing above the last ones) on a fresh engine; open orders of a
         served symbol rest again in price-time priority (they fill and cancel as before). Orders of
         a symbol no longer served are kept (their clientOids stay taken, their fills count) but
-        cannot rest. ``on_event`` is not called and the counters stay at 0. Pure. Returns the
-        number of records.
+        cannot rest. With the queue model, a restored resting order joins the queue behind the size
+        displayed now (its old place is unknown). ``on_event`` is not called and the counters stay
+        at 0. Pure. Returns the number of records.
 
         Raises:
             VenueError: what ``AccountState.restore`` raises (a used engine, no records, a bad
@@ -337,19 +386,24 @@ class OrderEngine:
         for sides in self._resting.values():
             sides["buy"].sort(key=lambda x: (-x.price, x.seq))
             sides["sell"].sort(key=lambda x: (x.price, x.seq))
+            for o in sides["buy"] + sides["sell"]:  # the queue model: back of the queue shown now
+                self._queue_join(o)
         return n
 
     # -- market events (the venue server's hook) ----------------------------------------------
 
     def book_changed(self, symbol: str) -> int:
-        """The public book of ``symbol`` changed: forget the displayed size our orders took, and fill
-        resting orders the new book crosses. Returns the number of fills."""
+        """The public book of ``symbol`` changed: forget the displayed size our orders took, (with the
+        queue model) move our resting orders' queue positions by the change of the displayed size at
+        their prices, and fill resting orders the new book crosses. Returns the number of fills."""
         consumed = self._consumed.get(symbol)
         if consumed is None:
             return 0
         if consumed:
             consumed.clear()
         resting = self._resting[symbol]
+        if self._queue is not None:
+            self._queue_book_changed(symbol, resting)
         n = 0
         for side in SIDES:
             orders = resting[side]
@@ -378,9 +432,12 @@ class OrderEngine:
     def traded(self, symbol: str, trades: Iterable[Mapping]) -> int:
         """Public trades of ``symbol`` (v2 objects with "price" and "size" strings): each fills our
         resting orders at or through its price (buys priced >= it, sells <= it), up to its size per
-        side, in priority order. Returns the number of fills."""
+        side, in priority order; with the queue model a trade AT an order's price first eats the
+        public size ahead of it. A trade that is not two finite numbers with a positive size is
+        skipped. Returns the number of fills."""
         resting = self._resting.get(symbol)
-        if resting is None or not (resting["buy"] or resting["sell"]):
+        queue = self._queue
+        if resting is None or (queue is None and not (resting["buy"] or resting["sell"])):
             return 0
         n = 0
         now = int(self._clock_ms())
@@ -391,15 +448,19 @@ class OrderEngine:
                 continue
             if not (tp.is_finite() and ts.is_finite()) or ts <= 0:
                 continue
+            if queue is not None:
+                queue.note_trade(symbol, tp, ts)
             for side in SIDES:
                 left = ts
                 for o in list(resting[side]):
                     if left <= 0 or not self._crosses(side, tp, o.price):
                         break
-                    q = min(left, o.remaining)
-                    self._fill(o, o.price, q, "maker", now)
-                    left -= q
-                    n += 1
+                    room = queue.take(o.order_id, left) if queue is not None and tp == o.price else left
+                    q = min(room, o.remaining)
+                    if q > 0:
+                        self._fill(o, o.price, q, "maker", now)
+                        left -= q
+                        n += 1
                 self._prune(symbol, side)
         return n
 
@@ -430,7 +491,10 @@ class OrderEngine:
               consume_at: Decimal | None = None) -> None:
         if qty <= 0:
             return
-        self.account.record_fill(o, price, qty, scope, now_ms)
+        fee = fee_quote(self.fees, price, qty, scope) if self.fees is not None else _ZERO
+        self.account.record_fill(o, price, qty, scope, now_ms, fee)
+        if self._queue is not None and not o.is_open:
+            self._queue.leave(o.order_id)
         if consume_at is not None:  # displayed size taken in this book state
             key = ("ask" if o.side == "buy" else "bid", consume_at)
             c = self._consumed[o.symbol]
@@ -444,6 +508,30 @@ class OrderEngine:
             orders.sort(key=lambda x: (-x.price, x.seq))
         else:
             orders.sort(key=lambda x: (x.price, x.seq))
+        self._queue_join(o)
+
+    def _queue_join(self, o: Order) -> None:
+        """With the queue model: ``o`` starts resting behind the public size its own side shows at
+        its price now."""
+        if self._queue is None:
+            return
+        bids, asks = self._book(o.symbol, None)
+        shown = sizes_at(bids if o.side == "buy" else asks, (o.price,), o.side == "buy")
+        self._queue.join(o.order_id, shown.get(o.price, _ZERO))
+
+    def _queue_book_changed(self, symbol: str, resting: dict[str, list[Order]]) -> None:
+        """With the queue model: the book of ``symbol`` changed; move the queue positions of our
+        resting orders (``pipeline.venue.queue``), then forget the trades noted since the last book."""
+        queue = self._queue
+        if resting["buy"] or resting["sell"]:
+            bids, asks = self._book(symbol, None)
+            lot = self.rules[symbol].lot_size
+            for side, levels in (("buy", bids), ("sell", asks)):
+                orders = resting[side]
+                if orders:
+                    shown = sizes_at(levels, [o.price for o in orders], side == "buy")
+                    queue.book_changed(symbol, orders, shown, lot)
+        queue.trades_applied(symbol)
 
     def _prune(self, symbol: str, side: str) -> None:
         orders = self._resting[symbol][side]
@@ -455,6 +543,8 @@ class OrderEngine:
         orders = self._resting[o.symbol][o.side]
         if o in orders:
             orders.remove(o)
+        if self._queue is not None:
+            self._queue.leave(o.order_id)
         self.counters["cancels"] += 1
 
 

@@ -19,6 +19,11 @@ Endpoints (all need the signed headers)::
     GET  /api/v2/spot/account/info               GET  /api/v2/spot/account/assets[?coin=BTC]
     POST /api/v2/paper/adjust-position           (admin, paper only: 403 "40014" unless allow_admin)
 
+Fills: each object as ``pipeline.venue.account_state.Fill.to_json`` makes it (tradeId, orderId,
+clientOid, symbol, side, priceAvg, size, amount, tradeScope, cTime); a fill with a fee (the
+engine has a fee schedule) also carries Bitget v2's ``feeDetail`` (``totalFee`` negative: the fee
+paid, in USDT).
+
 Account routes (the account persists across venue restarts: ``pipeline.venue.account``)::
 
     info    data {"userId": <account id>, "inviterId": "", "channelCode": "", "channel": "",
@@ -29,7 +34,8 @@ Account routes (the account persists across venue restarts: ``pipeline.venue.acc
             a symbol of another quote is left out, and out of the cash), in symbol order, then
             USDT; ``coin`` (case-insensitive) keeps that coin only ([] when the account has none).
             A base coin's available is the account's signed position in its symbol; USDT's is the
-            cash from fills, -sum(signed price * size) (no fees). Both may be negative: the paper
+            cash from fills, -sum(signed price * size + fee) (fee 0 unless the engine has a fee
+            schedule, ``pipeline.venue.fees``). Both may be negative: the paper
             venue lends without limit (a negative base balance is a paper short). Nothing is ever
             frozen for open orders. An engine never restored from an account log answers userId "".
     adjust-position  body {"symbol": "BTCUSDT", "delta": "0.002"} (a non-zero decimal string, may

@@ -175,6 +175,8 @@ def test_position_changes_are_written_for_the_llm_in_lots_without_waiting(tmp_pa
                                                          size=0.0001), t))
     drain(agent)
     assert ctx.stats["pos_dropped"] == 1 and ctx.stats["fills"] == 2 and len(pos.msgs) == 4
+    # POSITIONs have their own count; msgs_out stays the ORDERs' (the start-up SYNC here), as the chaos order counts read it
+    assert ctx.stats["pos_written"] == 4 and ctx.msgs_out == len(ctx.outputs["orders"].msgs) == 1  # the SYNC
     agent.on_close()
 
 
@@ -360,3 +362,40 @@ def test_without_a_run_epoch_the_stage_does_not_start(tmp_path):
                         clock=ManualClock())
     with pytest.raises(StartupError, match="run.epoch"):
         RiskAgent().on_start(ctx)
+
+
+def test_net_pnl_per_instrument_is_published_in_the_stats(tmp_path):
+    """``pnl_<id>``: realized + unrealized at the latest mid, in cents; at once on a fill or a sync,
+    otherwise once a heartbeat interval (100 ms) of message time has passed since the last refresh."""
+    clock = ManualClock()
+    t, ms = clock(), 1_000_000
+    rep = [(Kind.EXEC_REPORT, ex(ExecType.POSITION, price=49_000.0, size=0.0003), t),
+           (Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)]
+    agent, ctx = make(tmp_path, exec_=rep, inputs=("exec", "sig_risk"), clock=clock)
+    st = ctx.stats
+    keys = list(st)  # from the start, right after the positions (the status record keeps the first keys)
+    assert keys[keys.index("pos_lots_2") + 1:keys.index("pos_lots_2") + 3] == ["pnl_1", "pnl_2"]
+    drain(agent)
+    assert (st["pnl_1"], st["pnl_2"]) == (0.0, 0.0)  # long 3 lots from 49,000, no mid yet
+    sigs = ctx.inputs["sig_risk"].msgs
+    sigs.append((Kind.SIGNAL, sig(1, mid=50_000.0), t + 50 * ms))
+    drain(agent)
+    assert st["pnl_1"] == 0.0  # not due yet: the sync refreshed it 50 ms ago
+    sigs.append((Kind.SIGNAL, sig(2, mid=50_000.0), t + 100 * ms))
+    drain(agent)
+    assert st["pnl_1"] == 0.3  # 0.0003 * (50,000 - 49,000)
+    ctx.inputs["exec"].msgs.append((Kind.EXEC_REPORT, ex(ExecType.FILLED, oid=9, side=Side.SELL, price=50_100.0,
+                                                         size=0.0002), t + 110 * ms))
+    drain(agent)
+    assert st["pnl_1"] == 0.32  # at once: realized 0.0002 * 1,100 = 0.22, + 0.0001 * 1,000 unrealized
+    ctx.inputs["exec"].msgs.append((Kind.EXEC_REPORT, ex(ExecType.FILLED, iid=2, oid=10, side=Side.BUY,
+                                                         price=3_000.0, size=0.004), t + 120 * ms))
+    sigs.append((Kind.SIGNAL, sig(3, iid=2, mid=2_990.0), t + 250 * ms))
+    drain(agent)
+    assert (st["pnl_1"], st["pnl_2"]) == (0.32, -0.04)  # 0.004 * (2,990 - 3,000)
+    assert st["pnl_1"] + st["pnl_2"] == pytest.approx(agent.gw.pnl())  # the gateway's P&L, split per instrument
+    ctx.inputs["exec"].msgs += [(Kind.EXEC_REPORT, ex(ExecType.POSITION, price=49_000.0, size=0.0005), t + 260 * ms),
+                                (Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t + 260 * ms)]
+    drain(agent)
+    assert (st["pnl_1"], st["pnl_2"]) == (0.72, 0.0)  # at once: 0.22 + 0.0005 * 1,000; #2 flat (not reported)
+    agent.on_close()

@@ -424,7 +424,8 @@ class Supervisor:
     def render_status(self, interval_s: float) -> str:
         """The live view, with message rates since the last render."""
         st = self.status()
-        view = format_status(st, self._last_status, interval_s)
+        view = format_status(st, self._last_status, interval_s,
+                             symbols={i.id: i.symbol for i in self.cfg.instruments})
         self._last_status = {r["name"]: (r["msgs_in"], r["msgs_out"]) for r in st["processes"]}
         return view
 

@@ -35,8 +35,23 @@ def ring_row(name: str, ring: Ring) -> dict:
     return {"name": name, **{k: getattr(s, k) for k in RING_FIELDS}}
 
 
-def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, interval_s: float = 0.0) -> str:
-    """A status snapshot as a table; with ``prev`` counters and ``interval_s``, rates per second."""
+def position_rows(st: dict) -> list[tuple[str, int, float, float | None]]:
+    """(process, instrument id, position in lots, net P&L or None) for every instrument whose position a
+    stage publishes in its stats (the risk stage: ``pos_lots_<id>``, ``pnl_<id>``), by process then id."""
+    out = []
+    for row in st["processes"]:
+        stage = row.get("stage") or {}
+        ids = sorted(int(k[9:]) for k in stage if k.startswith("pos_lots_") and k[9:].isdigit())
+        out += [(row["name"], i, stage[f"pos_lots_{i}"], stage.get(f"pnl_{i}")) for i in ids]
+    return out
+
+
+def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, interval_s: float = 0.0, *,
+                  symbols: dict[int, str] | None = None) -> str:
+    """A status snapshot as a table; with ``prev`` counters and ``interval_s``, rates per second. Then
+    per instrument the position (lots) and net P&L (quote currency: realized + unrealized at the risk
+    gateway's latest mid, before fees) its risk stage publishes (``symbols``: id -> symbol, else ``#id``),
+    the stage counters, the rings."""
     lines = [f"pipeline  supervisor pid {st['supervisor_pid']}  {'HALTED' if st['halted'] else 'trading'}  {st['plan']}  "
              f"launcher: {st['launcher']}",
              f"{'process':<10} {'state':<9} {'pid':>7} {'core':>4} {'rst':>4} {'in/s':>9} {'out/s':>9} {'depth':>6} "
@@ -53,6 +68,12 @@ def format_status(st: dict, prev: dict[str, tuple[int, int]] | None = None, inte
                      f"{(row['last_error'] or '')[:48]}")
     if not st["processes"]:
         lines.append("(no stage processes configured yet)")
+    positions = position_rows(st)
+    if positions:
+        lines.append(f"{'instrument':<16} {'process':<10} {'position lots':>14} {'net P&L':>14}")
+    for name, iid, lots, pnl in positions:
+        label = f"{(symbols or {}).get(iid, '#' + str(iid))} ({iid})"
+        lines.append(f"{label:<16} {name:<10} {lots:>14} {'-' if pnl is None else format(pnl, ',.2f'):>14}")
     for row in st["processes"]:
         if row.get("stage"):
             lines.append(f"{row['name']:<10} " + " ".join(f"{k}={v}" for k, v in row["stage"].items()))
