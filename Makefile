@@ -7,16 +7,20 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm bench-pipeline stress chaos chaos-sabotage clean
+.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm bench-pipeline stress chaos chaos-sabotage evaluate clean
 
 MODEL     := models/generated/fast.onnx
+MODEL_CARD := models/generated/fast.card.json
+MODEL_SRC := $(wildcard pipeline/trading/model/*.py) pipeline/trading/features.py
 TINY_GGUF := models/generated/tiny.gguf
 PAPER_KEY := secrets/paper.json
 
-setup: $(STAMP) $(MODEL) $(TINY_GGUF) $(PAPER_KEY)
+setup: $(STAMP) $(MODEL) $(MODEL_CARD) $(TINY_GGUF) $(PAPER_KEY)
 
-# The fast path's default model, trained from the synthetic venue's flow (a few seconds); made when missing.
-$(MODEL): | $(STAMP)
+# The fast path's default model and its card beside it (models/generated/fast.card.json: the fast stage
+# refuses a model without one), trained from the synthetic venue's flow (~20-40 s); made when missing or
+# older than the code that makes it (the model, the features).
+$(MODEL) $(MODEL_CARD) &: $(MODEL_SRC) | $(STAMP)
 	$(PY) -m pipeline.trading.model --out $(MODEL)
 
 # The LLM hub's stand-in: a tiny random-weight GGUF (well under 1 MB), written by the gguf package.
@@ -75,6 +79,11 @@ stress: setup
 
 chaos: setup
 	$(PY) -m bench.chaos
+
+# Are the decisions any good? The default model, always-HOLD and the imbalance rule side by side on the
+# seeded synthetic market, with P&L after fees (bench/evaluate.py; --capture / --itch / --variant there).
+evaluate: setup
+	$(PY) -m bench.evaluate
 
 # The chaos checks made to fail on purpose (each scenario with what one check guards broken): every one
 # must report FAIL. Outside `make test` for their length (~12 min).

@@ -31,10 +31,10 @@ The model: every scenario runs the shipped model (``models/generated/fast.onnx``
 / ``python -m pipeline.trading.model``; what ``make up`` runs) unless it says otherwise, and the plans run one
 scenario (``ring-1k-hand-set``; ``clean-hand-set`` in the stress plan) with ``write_bench_model``'s
 hand-set MLP beside it: the shipped model's graph and size (same inference cost) with weights set by
-hand to follow the book imbalance, so that run has LEAN signals to act on. The shipped model was
-trained on a flow 20 times slower than the bench's 1 ms steps and may call EMERGENCY on nearly every
-update here (then it sends no lean order): the report counts each label per scenario (the fast
-stage's counters over the measured window) and names the model file (path and sha256) of every row.
+hand to follow the book imbalance, so that run has LEAN signals at a known rate. The shipped model runs
+with the thresholds its model card chose (``fast_params``), as ``make up`` applies them, and LEANs on a
+small share of updates by design: the report counts each label per scenario (the fast stage's
+counters over the measured window) and names the model file (path and sha256) of every row.
 "Fast path" orders are those the gateway decided on a SIGNAL: lean orders and EMERGENCY cancels (origin
 FAST) and reprices of working orders after a price move (origin RISK). The
 sender's journal fsync before each send is part of that latency, as in production.

@@ -48,9 +48,11 @@ def write_bench_model(path: Path) -> Path:
     book imbalance whatever the market's time scale: LEAN_BUY above +0.3, LEAN_SELL below -0.3, else
     HOLD; never EMERGENCY. The trained default model, fed a venue stepping every millisecond (20 times
     faster than the flow it learnt from), calls nearly every tick EMERGENCY, which would leave no
-    orders to time."""
+    orders to time. Its model card (``pipeline.trading.model.card``, kind ``hand-set``) is in the ONNX
+    metadata and beside it, so the fast stage accepts it."""
     from pipeline.trading.features import F_IMBALANCE_5
     from pipeline.trading.model import Model, to_onnx
+    from pipeline.trading.model.card import hand_made_card, write_card
 
     hidden = 32
     w1, b1 = np.zeros((128, hidden)), np.zeros(hidden)
@@ -58,8 +60,12 @@ def write_bench_model(path: Path) -> Path:
     w1[F_IMBALANCE_5, 0], w1[F_IMBALANCE_5, 1] = 20.0, -20.0  # h0 = relu(20 imb), h1 = relu(-20 imb)
     b1[0] = b1[1] = -6.0  # |imb| must pass 0.3 before a lean logit rises above HOLD's
     w2[0, 1], w2[1, 2] = 4.0, 4.0
+    card = hand_made_card("hand-set", "bench only, not shipped: LEAN_BUY when F_IMBALANCE_5 > +0.3, LEAN_SELL "
+                          "below -0.3, else HOLD; never EMERGENCY (bench.pipeline_config.write_bench_model)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(to_onnx(Model(w1, b1, w2, b2, {"bench_model": "imbalance-following"})).SerializeToString())
+    model = Model(w1, b1, w2, b2, {"bench_model": "imbalance-following"})
+    path.write_bytes(to_onnx(model, card=card).SerializeToString())
+    write_card(path, card)  # beside it: <stem>.card.json (the fast stage checks both)
     return path
 
 
@@ -156,6 +162,19 @@ def _place(sc: Scenario, name: str) -> str:
     return report.default_place(name) if sc.warm else ""
 
 
+def fast_params(model: Path) -> dict:
+    """The fast stage's params for ``model``: on the CPU, with the thresholds its model card chose (the
+    shipped model's, as ``make up`` applies them); a card without thresholds (the hand-set model's)
+    leaves the stage's defaults."""
+    from pipeline.trading.model.card import check_card
+
+    params: dict = {"model_path": str(model), "providers": "cpu"}
+    th = check_card(model).get("thresholds")
+    if isinstance(th, dict):
+        params["thresholds"] = {k: float(th[k]) for k in ("buy", "sell", "emergency")}
+    return params
+
+
 def config_text(sc: Scenario, tmp: Path, prefix: str) -> str:
     """The TOML config of scenario ``sc``: run and log folders under ``tmp``, shm prefix ``prefix``.
 
@@ -174,7 +193,7 @@ def config_text(sc: Scenario, tmp: Path, prefix: str) -> str:
         # no slow path: fast writes sig_risk only; nothing writes instr (risk still reads it)
         ct.process("fast", "procs.fast:FastAgent", _place(sc, "fast"), inputs=["feat"],
                    outputs=["sig_risk", "sig_llm"] if sc.llm else ["sig_risk"],
-                   params={"model_path": str(model_path(sc, tmp)), "providers": "cpu"}),
+                   params=fast_params(model_path(sc, tmp))),
         ct.process("risk", "procs.risk:RiskAgent", _place(sc, "risk"), inputs=["control", "exec", "sig_risk", "instr"],
                    outputs=["orders", "pos"] if sc.llm else ["orders"],
                    params={"audit_path": str(logs / "risk_audit.jsonl"), "limits": RISK_LIMITS}),

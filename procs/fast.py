@@ -31,6 +31,10 @@ Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm
 ("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5}),
 ``warmup_runs`` (20). Typed (``FastParams``): an unknown or ill-typed field fails the start with a
 ConfigError naming the process and the field (``fast: bad params: Object contains unknown field ...``).
+The model must have a card made for this pipeline's feature layout (``check_model_card``: a card
+file ``<stem>.card.json`` beside it and / or a card in its ONNX metadata, each with
+``feature_layout_version == pipeline.trading.features.FEATURE_LAYOUT_VERSION``): else the start fails
+with a ConfigError naming both versions (or saying that there is no card).
 ``FastParams.gpu_need`` is what the supervisor's GPU budget counts for the stage.
 
 Counters (``ctx.stats``): provider, model (first 8 hex digits of the file's SHA-256), features,
@@ -181,6 +185,34 @@ def build_session(model_path: str, *, providers: str = "auto", device_id: int = 
     return sess, effective, cause
 
 
+def check_model_card(model_path: str, session, thresholds: FastThresholds, log=None) -> dict:
+    """The model's card, checked (``pipeline.trading.model.card.check_card``: the card file beside the
+    model and the card in its ONNX metadata, read from ``session``); a ``fast_thresholds_differ_from_card``
+    warning on ``log`` when ``thresholds`` are not the ones the card chose (a config may set its own).
+
+    Raises:
+        ConfigError: the model has no card, a card cannot be parsed, or a card's feature layout
+            version is not ``pipeline.trading.features.FEATURE_LAYOUT_VERSION`` (both named), or a card
+            file describes another model file.
+        StartupError: the model or its card file cannot be read.
+    """
+    from pipeline.trading.model.card import CardError, check_card
+
+    try:
+        card = check_card(model_path, session.get_modelmeta().custom_metadata_map)
+    except CardError as exc:
+        raise ConfigError(f"fast: {exc}") from None
+    except OSError as exc:
+        raise StartupError(f"fast: cannot read model {model_path!r} or its card: {exc}") from None
+    chosen = card.get("thresholds")
+    if log is not None and isinstance(chosen, dict):
+        mine = {"buy": thresholds.buy, "sell": thresholds.sell, "emergency": thresholds.emergency}
+        if any(not isinstance(chosen.get(k), (int, float)) or abs(chosen[k] - v) > 1e-9 for k, v in mine.items()):
+            log.warning("fast_thresholds_differ_from_card", thresholds=mine,
+                        card={k: chosen.get(k) for k in mine}, model=model_path)
+    return card
+
+
 class FastAgent(Agent):
     """FEATURES in, SIGNAL out (see the module docstring)."""
 
@@ -209,6 +241,7 @@ class FastAgent(Agent):
             raise StartupError(f"fast: model {self.model_path!r} maps {inp.shape} -> {out.shape}, "
                                f"expected [N, {FEATURES_LEN}] -> [N, {N_LABELS}]")
         self.in_name, self.out_name = inp.name, out.name
+        self.card = check_model_card(self.model_path, self.sess, p.thresholds, ctx.log)
         self.model_id = hashlib.sha256(Path(self.model_path).read_bytes()).hexdigest()[:8]
         n = max(1, int(ctx.batch))
         self.cap = n

@@ -68,6 +68,10 @@ from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_HEAD
 
 N_FEATURES = FEATURES_LEN
 L = BOOK_LEVELS
+#: the version of the vector's layout and formulas below: a model is trained for one (its card says
+#: which, ``pipeline.trading.model.card``) and the fast stage refuses a model of another. Bump it
+#: whenever a slot moves or what a slot computes changes (its formula or its unit).
+FEATURE_LAYOUT_VERSION = 1
 
 # ------------------------------------------------------------------------------------- layout
 F_BID_DIST_0 = 0

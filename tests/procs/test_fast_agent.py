@@ -13,6 +13,8 @@ from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
                                Kind, Label)
+from pipeline.trading.features import FEATURE_LAYOUT_VERSION
+from pipeline.trading.model.card import card_path, hand_made_card, write_card
 from pipeline.trading.model.mlp import Model, to_onnx
 from pipeline.runtime.runner import load_agent_class
 from procs.fast import FastAgent, FastParams, parse_params
@@ -23,17 +25,19 @@ from tests.support.paths import REPO_ROOT
 from tests.support.ports import ListInput, RecordingPort
 from tests.support.wait import wait_until
 
+CARD = hand_made_card("test", "tests/procs/test_fast_agent.py write_model")
 
-def write_model(path, *, hold=1.0, buy=0.0, sell=0.0, emergency=0.0, gain=4.0) -> str:
+def write_model(path, *, hold=1.0, buy=0.0, sell=0.0, emergency=0.0, gain=4.0, card: dict | None = CARD) -> str:
     """A hand-made model: f[0] > 0 pushes LEAN_BUY, f[0] < 0 LEAN_SELL, f[1] > 0 EMERGENCY; the
-    bias logits (hold, buy, sell, emergency) decide the rest."""
+    bias logits (hold, buy, sell, emergency) decide the rest. ``card`` rides in its ONNX metadata
+    (None: no card)."""
     w1 = np.zeros((128, 3))
     w1[0, 0], w1[0, 1], w1[1, 2] = 1.0, -1.0, 1.0
     w2 = np.zeros((3, 4))
     w2[0, Label.LEAN_BUY], w2[1, Label.LEAN_SELL], w2[2, Label.EMERGENCY] = gain, gain, gain
     m = Model(w1, np.zeros(3), w2, np.array([hold, buy, sell, emergency]), {"hand_made": True})
     with open(path, "wb") as f:
-        f.write(to_onnx(m).SerializeToString())
+        f.write(to_onnx(m, card=card).SerializeToString())
     return str(path)
 
 
@@ -331,3 +335,64 @@ def test_one_features_alone_and_in_a_batch_give_the_same_signal_bytes(tmp_path):
         labels = {int(r["label"]) for r, _ in signals(one_ctx.outputs["sig_risk"])}
         assert len(labels) >= 3, labels
         assert one_ctx.stats == many_ctx.stats | {"runs": 200}
+
+
+# ------------------------------------------------------------------ the model card (issue #22)
+def _start(model: str) -> FastAgent:
+    agent = FastAgent()
+    agent.on_start(make_ctx([], {"model_path": model, "providers": "cpu", "warmup_runs": 0}))
+    return agent
+
+
+def test_a_model_without_a_card_is_refused_at_start_saying_so(tmp_path):
+    model = write_model(tmp_path / "m.onnx", card=None)
+    with pytest.raises(ConfigError) as err:
+        _start(model)
+    msg = str(err.value)
+    assert msg.startswith(f"fast: model {model!r} has no model card") and str(card_path(model)) in msg, msg
+    assert "make model" in msg
+
+
+def test_a_model_whose_embedded_card_is_for_another_feature_layout_is_refused_naming_both(tmp_path):
+    model = write_model(tmp_path / "m.onnx", card={**CARD, "feature_layout_version": FEATURE_LAYOUT_VERSION + 1})
+    with pytest.raises(ConfigError) as err:
+        _start(model)
+    msg = str(err.value)
+    assert f"says feature layout version {FEATURE_LAYOUT_VERSION + 1}" in msg, msg
+    assert f"this pipeline computes feature layout version {FEATURE_LAYOUT_VERSION} " in msg, msg
+    assert "ONNX metadata" in msg
+
+
+def test_a_card_file_beside_the_model_is_checked_too(tmp_path):
+    """The embedded card is right, the file beside it says another layout: refused, naming the file;
+    the same file with the right version: accepted, and its card is the one the stage keeps."""
+    model = write_model(tmp_path / "m.onnx")
+    write_card(model, {**CARD, "feature_layout_version": 0})
+    with pytest.raises(ConfigError, match=r"card file .*m\.card\.json.* says feature layout version 0"):
+        _start(model)
+    write_card(model, {**CARD, "description": "beside"})
+    assert _start(model).card["description"] == "beside"
+    card_path(model).write_text("{not json")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        _start(model)
+
+
+def test_a_card_file_that_describes_another_model_file_is_refused(tmp_path):
+    a, b = write_model(tmp_path / "a.onnx"), write_model(tmp_path / "b.onnx", buy=1.0)
+    card_path(a).write_text(write_card(b, CARD).read_text())  # b's card, copied beside a
+    with pytest.raises(ConfigError, match="describes another file"):
+        _start(a)
+
+
+def test_thresholds_other_than_the_card_s_start_with_a_warning_naming_both(tmp_path):
+    card = {**CARD, "thresholds": {"buy": 0.7, "sell": 0.7, "emergency": 1.01}}
+    model = write_model(tmp_path / "m.onnx", card=card)
+    ctx = make_ctx([], {"model_path": model, "providers": "cpu", "warmup_runs": 0})
+    FastAgent().on_start(ctx)  # the FastParams defaults: 0.4 / 0.4 / 0.5
+    (warn,) = ctx.log.named("fast_thresholds_differ_from_card")
+    assert warn["thresholds"] == {"buy": 0.4, "sell": 0.4, "emergency": 0.5}
+    assert warn["card"] == {"buy": 0.7, "sell": 0.7, "emergency": 1.01}
+    same = make_ctx([], {"model_path": model, "providers": "cpu", "warmup_runs": 0,
+                         "thresholds": {"buy": 0.7, "sell": 0.7, "emergency": 1.01}})
+    FastAgent().on_start(same)
+    assert same.log.named("fast_thresholds_differ_from_card") == []

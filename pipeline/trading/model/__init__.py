@@ -1,97 +1,150 @@
-"""The fast path's default model: trained by the project from its own synthetic order flow, exported to ONNX.
+"""The fast path's default model, trained from market data and exported to ONNX with its model card.
 
-Pure apart from writing the model file: no clock, no ring, no network. Steps:
+Pure apart from reading captures and writing the model, its card and its report. Steps (``build``):
 
-1. Data: ``SyntheticMarket`` (the paper venue's generator, seeded; its planted relation is that book
-   imbalance now leads the mid over ~``lag_steps`` steps) is stepped ``steps`` times; after each step
-   its top 15 levels become a BOOK record and its trades TRADE records, which go through
-   ``pipeline.trading.features`` exactly as the feature stage does, giving one 128-dim row per step.
-2. Labels from the future mid move ``d`` (ticks) over ``horizon_ms``: ``|d| <= dead_band_ticks`` HOLD,
-   ``d`` above it LEAN_BUY, below it LEAN_SELL; EMERGENCY when ``|d| >= emergency_ticks`` (a large
-   adverse move for a quoting book) or when the flow is toxic (``F_VPIN >= toxic_vpin``) and
-   ``|d| >= toxic_move_ticks``.
-3. A chronological split (``synthetic_split``; overlapping horizons make a random split leak): the
-   steps before the row at the ``1 - holdout`` share train, the next ``horizon_steps`` steps (one label
-   horizon: ``horizon_ms / step_ms``) are dropped (the embargo: every training label ends before the
-   first held-out row's time), the rest is held out. Standardization from the training part, then a
-   1-hidden-layer MLP (ReLU, softmax)
-   trained with numpy: minibatch Adam on class-weighted cross-entropy (weights ``freq ** -0.5``,
-   tempered so that accuracy still counts).
-4. Export with ``onnx.helper``: input ``features`` float32 [N, 128], standardization folded into the
-   first layer, ``MatMul, Add, Relu, MatMul, Add, Softmax``, output ``probs`` float32 [N, 4] (index =
-   ``pipeline.trading.messages.Label``). Metadata props record the labelling parameters and held-out scores.
+1. Data (``data``): the paper venue's synthetic market (``SyntheticMarket``, seeded), one market per
+   pace of ``TrainParams.paces_ms`` (1 to 50 ms of market time a step: the features that count or
+   decay per unit of time take other values at another update rate, and the model must have seen
+   them), and the instruments of any capture given (``capture``); every row from
+   ``pipeline.trading.features`` as the feature stage computes it.
+2. Labels on a horizon of MARKET time (``horizon_ms``), scaled by the market's own recent moves over
+   that horizon, so a label means the same whatever the update rate (``data``'s docstring).
+3. A time split per clock: train, embargo, validation, embargo, held-out (``data.time_split``).
+4. A 1-hidden-layer MLP (``mlp``) trained with numpy on the training rows and their mirror images,
+   the synthetic paces weighted equally; exported to ONNX (input ``features`` float32 [N, 128],
+   output ``probs`` float32 [N, 4], index = ``pipeline.trading.messages.Label``).
+5. Thresholds chosen on the validation rows for a trading objective within a trader's rate bounds
+   (``thresholds``).
+6. Held-out evaluation as deployed (the thresholds, not argmax) against always-HOLD and the
+   imbalance sign, rates at the pipeline's paces on fresh markets (``evaluation``).
+7. Written: ``<stem>.onnx`` (the card in its metadata), ``<stem>.card.json`` (``card``, ``report``)
+   and ``<stem>.eval.md``, each atomically.
 
-5. Evaluation (``evaluate``): on the held-out split, macro-F1 (over the 4 labels, and over the 3
-   labels HOLD / LEAN_BUY / LEAN_SELL: ``scores``), accuracy and per-class precision / recall of
-   - ``model``: the labels the fast stage emits (``deployed_labels``: ``procs/fast.py``'s threshold
-     rule, with the thresholds of the fast process in ``configs/default.toml``, which sets none: the
-     ``FastParams`` defaults buy 0.4, sell 0.4, emergency 0.5), on the float32 probabilities;
-   - ``model_argmax``: the same probabilities' argmax (not deployed; for comparison);
-   - two baselines: always-HOLD, and the sign of the book imbalance (``F_IMBALANCE_1`` or
-     ``F_IMBALANCE_5``, > +eps LEAN_BUY, < -eps LEAN_SELL, else HOLD; the slot and eps chosen for the
-     best 4-class macro-F1 on the training split). It cannot say EMERGENCY, hence the 3-class figure.
-   When the real Bitget capture is there (``<repo>/../shared/data/bitget/BITGET.ws.1.0``), it is
-   replayed into rows too: books rebuilt with ``pipeline.trading.bitget``, features from ``pipeline.trading.features``,
-   labels from the future mid at the capture's receive time + ``horizon_ms``, in ticks of each
-   instrument's price grid. It is split in time across instruments (``split_capture``): one cut time
-   for all of them, at the 70 % quantile of the labelled rows' receive times; rows before it join the
-   training data, rows in the next ``horizon_ms`` are dropped (the embargo), the same metrics are
-   reported on the rows after. Written next to the model as ``<stem>.eval.json`` and ``<stem>.eval.md``.
-
-Modules: ``data`` (``TrainParams``, steps 1 to 3's rows, labels and split), ``mlp`` (the network:
-training, forward pass, ONNX export), ``capture`` (the capture's rows and time split),
-``evaluation`` (step 5); this package runs them in order (``build``, ``main``).
-
-``python -m pipeline.trading.model --out models/generated/fast.onnx`` (``make model``).
+``python -m pipeline.trading.model --out models/generated/fast.onnx`` (``make model``); ``--capture
+FILE`` (repeatable) adds a recorded Bitget capture; ``--steps 0`` trains on captures alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 
-from pipeline.trading.model.capture import CAPTURE, capture_dataset, split_capture
-from pipeline.trading.model.data import TrainParams, generate
-from pipeline.trading.model.evaluation import eval_markdown, eval_report
-from pipeline.trading.model.mlp import Model, to_onnx, train
+import numpy as np
+
+from pipeline.trading.model.capture import capture_series
+from pipeline.trading.model.card import card_path, write_card
+from pipeline.trading.model.data import (HELD_OUT, IC_HORIZONS_MS, TRAIN, VALIDATION, TrainParams, build_dataset,
+                                         synthetic_all)
+from pipeline.trading.model.evaluation import deployed_thresholds, evaluate, fit_imbalance, pace_check
+from pipeline.trading.model.mlp import Model, forward, to_onnx, train
+from pipeline.trading.model.report import card_markdown, make_card
+from pipeline.trading.model.thresholds import choose_thresholds, deployed_labels
 
 __all__ = ["Model", "TrainParams", "build", "main", "to_onnx"]
 
 
-def build(out: Path, p: TrainParams = TrainParams(), capture: Path | None = CAPTURE) -> Model:
-    """Generate, train and write ``out`` (atomically: a temporary file, then a rename), and the
-    evaluation report ``<stem>.eval.json`` / ``<stem>.eval.md`` beside it (also ``m.eval``)."""
-    ds = generate(p)
-    cap_data = capture_dataset(capture, p) if capture is not None and capture.exists() else None
-    extra = None
-    if cap_data is not None:
-        ctr = split_capture(cap_data.t_ns, p.horizon_ms)[0]
-        extra = (cap_data.X[ctr], cap_data.y[ctr])
-    m = train(ds, p, extra)
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _held_out(m: Model, ds, th: dict, imb: tuple[int, float], p: TrainParams) -> tuple[dict, dict]:
+    """(group -> held-out evaluation or None, series name -> the deployed model's held-out rates)."""
+    groups: dict[str, list[int]] = {}
+    for k, name in enumerate(ds.names):
+        groups.setdefault("synthetic" if name.startswith("synthetic@") else name.rsplit(":", 1)[0], []).append(k)
+    held, by_series = {}, {}
+    for g, ks in groups.items():
+        rows = np.flatnonzero((ds.part == HELD_OUT) & np.isin(ds.series, ks))
+        held[g] = ({"rows": int(len(rows)), "ic_horizons_ms": list(IC_HORIZONS_MS),
+                    "predictors": evaluate(m, ds, rows, th, imb, p.fee_bps)} if len(rows) else None)
+    ho = ds.rows(HELD_OUT)
+    lab = deployed_labels(forward(m, ds.X[ho]).astype(np.float32), th["buy"], th["sell"], th["emergency"])
+    for k, name in enumerate(ds.names):
+        mine = lab[ds.series[ho] == k]
+        if len(mine):
+            shares = np.bincount(mine, minlength=4)[1:] / len(mine)
+            by_series[name] = {c: float(v) for c, v in zip(("LEAN_BUY", "LEAN_SELL", "EMERGENCY"), shares)}
+    return held, by_series
+
+
+def build(out: Path, p: TrainParams = TrainParams(), captures: tuple[Path, ...] = (),
+          paces: dict | None = None) -> Model:
+    """Steps 1 to 7 of the module docstring; the model, its card in ``m.card``. ``paces``: the pace
+    check's markets (``evaluation.pace_check``; default ``PACE_CHECK``; none without synthetic data).
+
+    Raises:
+        ValueError: no data (``p.steps`` 0 and no capture), too little to train on, or no
+            validation rows. CaptureError / OSError: a capture that cannot be read.
+    """
+    series = synthetic_all(p)
+    infos = []
+    for path in captures:
+        s, info = capture_series(Path(path))
+        series += s
+        infos.append({**info, "name": Path(path).name})
+    if not series:
+        raise ValueError("no training data: --steps 0 and no --capture")
+    ds = build_dataset(series, p)
+    m = train(ds, p)
+    va = ds.rows(VALIDATION)
+    th = choose_thresholds(forward(m, ds.X[va]).astype(np.float32), ds.y[va], ds.move_ticks[va], ds.X[va],
+                           ds.tick_bps[va], ds.series[va], p)
+    tr = ds.rows(TRAIN)
+    slot, eps = fit_imbalance(ds.X[tr], ds.y[tr])
+    held, by_series = _held_out(m, ds, th, (slot, eps), p)
+    pace = pace_check(m, th, p, paces) if p.steps else {}
+    from pipeline.trading import features as f
+
+    imb = {"slot": "F_IMBALANCE_1" if slot == f.F_IMBALANCE_1 else "F_IMBALANCE_5", "eps": eps}
+    m.card = make_card(p=p, ds=ds, m_report=m.report, th=th, held=held, by_series=by_series, pace=pace, imb=imb,
+                       captures=infos, deployed=deployed_thresholds())
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(to_onnx(m, p).SerializeToString())
-    tmp.replace(out)
-    m.eval = eval_report(m, ds, p, capture, cap_data)
-    out.with_suffix(".eval.json").write_text(json.dumps(m.eval, indent=2))
-    out.with_suffix(".eval.md").write_text(eval_markdown(m.eval))
+    _write_atomic(out, to_onnx(m, p, m.card).SerializeToString())
+    write_card(out, m.card)
+    _write_atomic(out.with_suffix(".eval.md"), card_markdown(m.card).encode())
     return m
 
 
+def _params(args) -> TrainParams:
+    return dataclasses.replace(TrainParams(), seed=args.seed, steps=args.steps, horizon_ms=args.horizon_ms,
+                               dead_band_ticks=args.dead_band_ticks, fee_bps=args.fee_bps)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring); prints a JSON summary. Exit 0, or 2 with a message on
+    bad input (a capture that cannot be read, too little data)."""
+    from pipeline.trading.bitget.errors import CaptureError
+
+    d = TrainParams()
     ap = argparse.ArgumentParser(prog="python -m pipeline.trading.model", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="models/generated/fast.onnx")
-    ap.add_argument("--steps", type=int, default=TrainParams.steps)
-    ap.add_argument("--seed", type=int, default=TrainParams.seed)
-    ap.add_argument("--horizon-ms", type=int, default=TrainParams.horizon_ms)
-    ap.add_argument("--dead-band-ticks", type=float, default=TrainParams.dead_band_ticks)
+    ap.add_argument("--steps", type=int, default=d.steps, help="synthetic steps, all paces together (0: none)")
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--horizon-ms", type=int, default=d.horizon_ms)
+    ap.add_argument("--dead-band-ticks", type=float, default=d.dead_band_ticks)
+    ap.add_argument("--fee-bps", type=float, default=d.fee_bps, help="fee per LEAN signal in the threshold objective")
+    ap.add_argument("--capture", action="append", default=[], type=Path, metavar="FILE",
+                    help="a Bitget capture (cryptofeed line format) to train and evaluate on too; repeatable")
     args = ap.parse_args(argv)
-    p = TrainParams(seed=args.seed, steps=args.steps, horizon_ms=args.horizon_ms, dead_band_ticks=args.dead_band_ticks)
-    m = build(Path(args.out), p)
-    f = {k: {n: round(r["macro_f1"], 4) for n, r in v["rows"].items()}
-         for k, v in m.eval.items() if isinstance(v, dict) and "rows" in v}
-    f3 = {k: {n: round(r["macro_f1_3class"], 4) for n, r in v["rows"].items()}
-          for k, v in m.eval.items() if isinstance(v, dict) and "rows" in v}
-    print(json.dumps({"out": args.out, **m.report, "macro_f1": f, "macro_f1_3class": f3}), file=sys.stdout)
+    t0 = time.perf_counter()
+    try:
+        m = build(Path(args.out), _params(args), tuple(args.capture))
+    except (ValueError, CaptureError, OSError) as exc:
+        print(f"python -m pipeline.trading.model: {exc}", file=sys.stderr)
+        return 2
+    c = m.card
+    th = c["thresholds"]
+    secs = round(time.perf_counter() - t0, 1)
+    print(json.dumps({"out": args.out, "card": str(card_path(args.out)), "train_seconds": secs,
+                      "thresholds": {k: th[k] for k in ("buy", "sell", "emergency")},
+                      "deployed_config_matches_card": c["deployed_config"]["matches_card"],
+                      "held_out_rates": c["evaluation"]["non_hold_rate_held_out"],
+                      "pace_check": {k: v["rate"] for k, v in c["evaluation"]["pace_check"].items()}}), file=sys.stdout)
+    return 0

@@ -1,114 +1,134 @@
-"""The real Bitget capture replayed into labelled feature rows, and its time split (step 5 of
-``pipeline.trading.model``, when the capture is there)."""
+"""Recorded Bitget captures (the cryptofeed line format, ``pipeline.trading.bitget.capture``) replayed
+into feature rows: one ``Series`` per instrument, all of one capture in one split group (one clock).
+
+Every RECV frame goes through the feed's decoder (``make_decoder``) and books (``BitgetBooks``:
+snapshots, updates, checksums, sequence checks), trades into the feature state, each emitted BOOK
+through ``pipeline.trading.features.compute`` at the frame's receive time; the first BOOK of each
+instrument (no previous one) gives no row. What a capture cannot give is counted, never raised:
+frames the decoder rejects or does not know, depth pushes the books refuse (checksum mismatch,
+sequence gap, update before a snapshot...), BOOKs the features refuse. Mid moves are in ticks of each
+instrument's price grid (the smallest gap between distinct prices of its snapshots' levels) and
+the row's time is the receive time.
+
+The shared capture (``CAPTURE``: ``<repo>/../shared/data/bitget/BITGET.ws.1.0``, 686 lines, 8 spot
+instruments, about 30 s of 2022-04-06) is short: a few hundred books, a handful of mid moves beyond
+the dead band. It can show that the replay path works and how the model's rates look on real books;
+it cannot train a model on its own nor score one with any confidence.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.trading.features import F_VPIN, N_FEATURES, FeatureState, compute, update_from_trade
+from pipeline.trading.features import N_FEATURES, FeatureState, Reason, compute, update_from_trade
 from pipeline.trading.messages import BOOK_DTYPE
-from pipeline.trading.model.data import TrainParams, label
+from pipeline.trading.model.data import Series
 
 REPO = Path(__file__).resolve().parents[3]
 CAPTURE = REPO.parent / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
 
 
-def _grid_tick(prices: list[float]) -> float:
-    """The price grid of one instrument, from the smallest gap between distinct levels seen."""
-    u = np.unique(np.round(np.asarray(prices), 12))
+def file_sha256(path: Path) -> str:
+    """The SHA-256 (hex) of a file's bytes.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def grid_tick(prices: list[float]) -> float:
+    """The price grid of one instrument, from the smallest gap between distinct prices seen (1.0
+    when there are fewer than two)."""
+    u = np.unique(np.round(np.asarray(prices, np.float64), 12))
     gaps = np.diff(u)
     gaps = gaps[gaps > 1e-12]
     return float(gaps.min()) if gaps.size else 1.0
 
 
-@dataclass
-class CaptureData:
-    """A capture's labelled rows, in time order across instruments (``capture_dataset``)."""
-
-    X: np.ndarray  # float32 [n, 128]
-    y: np.ndarray  # int64 [n]
-    t_ns: np.ndarray  # int64 [n]: receive time of the row's BOOK (non-decreasing)
-    inst: np.ndarray  # int64 [n]: instrument id
-    info: dict
-
-
-def capture_dataset(path: Path, p: TrainParams) -> CaptureData:
-    """Feature rows and labels from a Bitget capture: every received frame decoded, books rebuilt
-    (``BitgetBooks``), trades folded in, one row per emitted BOOK (the first of each instrument, the
-    warm-up, dropped); the label is the mid move (ticks of that instrument's price grid) from this
-    BOOK's receive time to the last BOOK received at or before receive time + ``horizon_ms``; rows
-    whose horizon runs past the capture's last BOOK of the instrument are unlabelled (dropped). The
-    rows of all instruments are merged in receive-time order (stable: ties keep instrument order)."""
-    import orjson
-
-    from pipeline.trading.bitget.book import Applied, BitgetBooks
+def _recv_texts(path: Path) -> list[tuple[float, str]]:
     from pipeline.trading.bitget.capture import RECV, read_capture
+
+    return [(ln.receive_time_s, ln.text) for ln in read_capture(path) if ln.direction == RECV]
+
+
+def _grid_ticks(frames: list[tuple[float, str]]) -> dict[str, float]:
+    """Each instrument's tick, from the top 50 levels of its depth snapshots (instruments without a
+    snapshot are absent)."""
+    from pipeline.trading.bitget.frames import FrameKind
     from pipeline.trading.bitget.protocol import make_decoder
 
-    lines = [ln for ln in read_capture(path) if ln.direction == RECV]
+    dec = make_decoder()
     prices: dict[str, list[float]] = {}
-    for ln in lines:  # each instrument's price grid, from its snapshots' top 50 levels
-        if '"snapshot"' in ln.text and '"books' in ln.text:
-            d = orjson.loads(ln.text)
-            e = d["data"][0]
-            prices.setdefault(d["arg"]["instId"], []).extend(float(px) for px, _ in e["bids"][:50] + e["asks"][:50])
-    ticks = {s: _grid_tick(v) for s, v in sorted(prices.items())}
+    for _, text in frames:
+        d = dec.decode(text)
+        if d.kind == FrameKind.SNAPSHOT and d.books:
+            for lv in d.books:
+                prices.setdefault(d.inst_id, []).extend(float(x) for x in lv.bid_px[:50] + lv.ask_px[:50])
+    return {s: grid_tick(v) for s, v in sorted(prices.items())}
+
+
+def capture_series(path: Path) -> tuple[list[Series], dict]:
+    """(one ``Series`` per instrument with rows, in instrument-name order; what the replay counted).
+
+    Raises:
+        CaptureError: a malformed line (``read_capture`` names it). OSError: the file cannot be read.
+    """
+    from pipeline.trading.bitget.book import Applied, BitgetBooks
+    from pipeline.trading.bitget.frames import FrameKind
+    from pipeline.trading.bitget.protocol import make_decoder
+
+    path = Path(path)
+    frames = _recv_texts(path)
+    ticks = _grid_ticks(frames)
     ids = {s: i + 1 for i, s in enumerate(ticks)}
     dec, books, out = make_decoder(), BitgetBooks(ids), np.zeros(1, BOOK_DTYPE)
     states = {iid: FeatureState(iid, ticks[s]) for s, iid in ids.items()}
-    per: dict[int, list] = {iid: [] for iid in ids.values()}  # (recv_ns, row, mid in ticks, warm)
-    for ln in lines:
-        d = dec.decode(ln.text)
+    rows: dict[int, list] = {iid: [] for iid in ids.values()}
+    kinds, applied, refused = Counter(), Counter(), Counter()
+    for recv_s, text in frames:
+        d = dec.decode(text)
+        kinds[FrameKind(d.kind).name] += 1
         iid = ids.get(d.inst_id)
         if iid is None:
             continue
-        t_ns = int(round(ln.receive_time_s * 1e9))
+        t_ns = int(round(recv_s * 1e9))
         n = books.fill_trades(d)
         for k in range(n):
             update_from_trade(states[iid], books.trade_records[k : k + 1].tobytes(), t_ns)
-        if n == 0 and books.apply(d, out) is Applied.EMITTED:
-            row = np.zeros(N_FEATURES, np.float32)
-            st = states[iid]
-            if compute(st, out.tobytes(), row, t_ns) == 0:
-                mid = 0.5 * (float(out["bid_px"][0, 0]) + float(out["ask_px"][0, 0]))
-                per[iid].append((t_ns, row, mid / st.tick_size, st.books > 1))
-    Xs, ds, tl, il = [], [], [], []
-    h_ns = p.horizon_ms * 1_000_000
-    for iid, rows in per.items():
-        if not rows:
+        if n or d.kind not in (FrameKind.SNAPSHOT, FrameKind.UPDATE):
             continue
-        ts = np.array([r[0] for r in rows], np.int64)
-        for t, row, mid, warm in rows:
-            if not warm or ts[-1] < t + h_ns:
-                continue
-            j = int(np.searchsorted(ts, t + h_ns, side="right")) - 1
-            Xs.append(row)
-            ds.append(rows[j][2] - mid)
-            tl.append(t)
-            il.append(iid)
-    order = np.argsort(np.array(tl, np.int64), kind="stable")
-    X = np.array(Xs, np.float32).reshape(-1, N_FEATURES)[order]
-    d = np.array(ds, np.float64)[order]
-    info = {"instruments": len(ids), "books": int(sum(len(r) for r in per.values())), "labelled_rows": int(len(d)),
-            "labelled_non_hold": int((np.abs(d) > p.dead_band_ticks).sum()), "ticks": ticks}
-    return CaptureData(X, label(d, X[:, F_VPIN], p), np.array(tl, np.int64)[order], np.array(il, np.int64)[order], info)
-
-
-CAPTURE_TRAIN_SHARE = 0.7  # rows before the 70 % quantile of a capture's receive times train, the rest is held out
-
-
-def split_capture(t_ns: np.ndarray, horizon_ms: int) -> tuple[np.ndarray, np.ndarray, int | None]:
-    """(training row indices, held-out row indices, cut time in ns) of a capture's rows, whatever
-    their order and instrument: one cut time for all instruments, the receive time of the row at the
-    ``CAPTURE_TRAIN_SHARE`` share in time order; rows received before it train, rows in the next
-    ``horizon_ms`` are dropped (the embargo: no training label reaches a held-out row's time), rows
-    received at or after cut + ``horizon_ms`` are held out. No rows: both empty, cut None."""
-    t = np.asarray(t_ns, np.int64)
-    if not len(t):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), None
-    k = min(int(len(t) * CAPTURE_TRAIN_SHARE), len(t) - 1)
-    cut = int(np.sort(t, kind="stable")[k])
-    return np.flatnonzero(t < cut), np.flatnonzero(t >= cut + horizon_ms * 1_000_000), cut
+        code = books.apply(d, out)
+        applied[Applied(code).name] += 1
+        if code != Applied.EMITTED:
+            continue
+        row = np.zeros(N_FEATURES, np.float32)
+        st = states[iid]
+        r = compute(st, out.tobytes(), row, t_ns)
+        if r != Reason.OK:
+            refused[Reason(r).name] += 1
+        elif st.books > 1:
+            mid = 0.5 * (float(out["bid_px"][0, 0]) + float(out["ask_px"][0, 0]))
+            rows[iid].append((t_ns, row, mid))
+    series = []
+    for sym, iid in ids.items():
+        r = rows[iid]
+        if not r:
+            continue
+        t = np.array([x[0] for x in r], np.int64)
+        order = np.argsort(t, kind="stable")
+        mid = np.array([x[2] for x in r])[order]
+        series.append(Series(f"capture:{path.name}:{sym}", np.stack([x[1] for x in r])[order], t[order],
+                             mid / ticks[sym], ticks[sym] / mid * 1e4, f"capture:{path}"))
+    info = {"path": str(path), "sha256": file_sha256(path), "frames": len(frames), "instruments": len(ids),
+            "ticks": ticks, "frame_kinds": dict(sorted(kinds.items())), "depth_pushes": dict(sorted(applied.items())),
+            "books_refused_by_features": dict(sorted(refused.items())), "rows": int(sum(len(s.t_ns) for s in series))}
+    return series, info

@@ -1,6 +1,17 @@
-"""The fast model's evaluation (step 5 of ``pipeline.trading.model``): the labels the fast stage
-emits and the argmax, against always-HOLD and the book-imbalance sign, on the synthetic held-out
-split and on the capture; the report as JSON and markdown."""
+"""The fast model's evaluation, as deployed: the labels the fast stage emits under the chosen
+thresholds (``thresholds.deployed_labels``), scored on held-out rows against always-HOLD and the
+book-imbalance sign; the signal's rates, trading edge and information coefficient; and its rates on
+fresh synthetic markets at the paces the pipeline runs (``pace_check``). Pure apart from reading the
+config (``deployed_thresholds``).
+
+Scores (``scores``): macro-F1 over the four labels and over HOLD / LEAN_BUY / LEAN_SELL (rows whose
+true label is EMERGENCY left out), accuracy, per-class precision / recall. Trading figures
+(``trading``): the share of rows per label, the net edge of acting on the LEAN signals
+(``thresholds.signal_edge_bps``: per update and per signal, with the share of signals that paid, and
+per signal again as if it paid Bitget's spot fee, ``REFERENCE_FEE_BPS``), and
+the information coefficient: per series, the Spearman rank correlation of P(LEAN_BUY) -
+P(LEAN_SELL) with the mid's move over each of ``IC_HORIZONS_MS``, then the mean over series.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +19,26 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.trading.features import F_IMBALANCE_1, F_IMBALANCE_5
+from pipeline.trading.features import F_IMBALANCE_1, F_IMBALANCE_5, F_SPREAD_TICKS
 from pipeline.trading.messages import Label
-from pipeline.trading.model.capture import CAPTURE, CAPTURE_TRAIN_SHARE, REPO, CaptureData, capture_dataset, split_capture
-from pipeline.trading.model.data import Dataset, TrainParams, synthetic_split
+from pipeline.trading.model.capture import REPO
+from pipeline.trading.model.data import IC_HORIZONS_MS, Dataset, TrainParams, synthetic_series
 from pipeline.trading.model.mlp import Model, forward
+from pipeline.trading.model.thresholds import deployed_labels, signal_edge_bps
 
-MIN_CAPTURE_ROWS = 200  # fewer labelled rows than this: the capture's figures are flagged as too few
+__all__ = ["DEFAULT_CONFIG", "PACE_CHECK", "deployed_labels", "deployed_thresholds", "evaluate", "fit_imbalance",
+           "imbalance_predict", "macro_f1_3class", "pace_check", "scores", "spearman", "trading"]
 
 DEFAULT_CONFIG = REPO / "configs" / "default.toml"
 FAST_MODULE = "procs.fast:FastAgent"
 THREE_CLASSES = (Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL)
-ROW_TITLES = {"model": "model (deployed thresholds)", "model_argmax": "argmax (not deployed)",
-              "always_hold": "always_hold", "imbalance_sign": "imbalance_sign"}
+#: the paces the pipeline runs: the paper venue's default step (``make up``) and the pipeline bench's
+#: 1,000 updates a second on one instrument; each checked for this much market time after the warm-up
+PACE_CHECK = {"paper venue default (20 ms)": (20, 9_000), "pipeline bench, 1,000 updates/s (1 ms)": (1, 15_000)}
+PACE_CHECK_SEED = 1  # the paper venue's seed in configs/default.toml (BTCUSDT's market, see pace_check)
+#: Bitget's standard spot fee, maker and taker alike (BITGET_SPOT_STANDARD in pipeline/venue/fees.py, with its
+#: source): each signal's edge is also given as if it paid this instead of ``fee_bps``
+REFERENCE_FEE_BPS = 10.0
 
 
 def macro_f1_3class(y: np.ndarray, pred: np.ndarray) -> tuple[float, int]:
@@ -59,9 +77,13 @@ def scores(y: np.ndarray, pred: np.ndarray) -> dict:
 
 
 def deployed_thresholds(config: Path | None = DEFAULT_CONFIG) -> dict:
-    """The thresholds the fast stage applies: the params of the ``procs.fast:FastAgent`` process in
-    ``config`` (validated by the stage's own ``parse_params``), or the ``FastParams`` defaults when
-    ``config`` is None, missing, or has no such process."""
+    """The thresholds the fast stage applies under ``config``: the params of its ``procs.fast:FastAgent``
+    process (validated by the stage's own ``parse_params``), or the ``FastParams`` defaults when
+    ``config`` is None, missing, or has no such process.
+
+    Raises:
+        ConfigError: the process's params are not valid ``FastParams``.
+    """
     import tomllib
 
     from procs.fast import FastParams, parse_params
@@ -71,31 +93,14 @@ def deployed_thresholds(config: Path | None = DEFAULT_CONFIG) -> dict:
         for pr in tomllib.loads(Path(config).read_text()).get("processes", []):
             if pr.get("module") == FAST_MODULE:
                 fp = parse_params(pr.get("name", "fast"), pr.get("params", {}))
-                given = "thresholds" in pr.get("params", {})
                 where = Path(config).resolve()
                 where = where.relative_to(REPO) if where.is_relative_to(REPO) else where
                 source = f"{where}, process {pr.get('name')!r}"
-                if not given:
+                if "thresholds" not in pr.get("params", {}):
                     source += ", which sets none: FastParams defaults"
                 break
     t = fp.thresholds
     return {"buy": float(t.buy), "sell": float(t.sell), "emergency": float(t.emergency), "source": source}
-
-
-def deployed_labels(probs: np.ndarray, buy: float, sell: float, emergency: float) -> np.ndarray:
-    """The labels the fast stage emits for probability rows (``procs/fast.py``, ``FastAgent.classify``
-    and its scalar twin): LEAN_BUY when P(buy) >= ``buy`` and P(buy) >= P(sell); LEAN_SELL when
-    P(sell) >= ``sell`` and P(sell) > P(buy); EMERGENCY, over both, when P(emergency) >= ``emergency``;
-    else HOLD. Compared in float32, as the stage compares its float32 outputs (a test holds this to
-    the stage's own function)."""
-    pr = np.asarray(probs, np.float32)
-    b, s, e = np.float32(buy), np.float32(sell), np.float32(emergency)
-    lab = np.full(len(pr), int(Label.HOLD), np.int64)
-    pb, ps = pr[:, Label.LEAN_BUY], pr[:, Label.LEAN_SELL]
-    lab[(pb >= b) & (pb >= ps)] = Label.LEAN_BUY
-    lab[(ps >= s) & (ps > pb)] = Label.LEAN_SELL
-    lab[pr[:, Label.EMERGENCY] >= e] = Label.EMERGENCY
-    return lab
 
 
 def imbalance_predict(X: np.ndarray, slot: int, eps: float) -> np.ndarray:
@@ -108,7 +113,7 @@ def imbalance_predict(X: np.ndarray, slot: int, eps: float) -> np.ndarray:
 
 
 def fit_imbalance(X: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-    """The slot (``F_IMBALANCE_1`` / ``F_IMBALANCE_5``) and eps with the best training macro-F1."""
+    """The slot (``F_IMBALANCE_1`` / ``F_IMBALANCE_5``) and eps with the best macro-F1 on ``X`` / ``y``."""
     best = (-1.0, F_IMBALANCE_1, 0.0)
     for slot in (F_IMBALANCE_1, F_IMBALANCE_5):
         grid = np.unique(np.concatenate([[0.0], np.quantile(np.abs(X[:, slot]), np.linspace(0.02, 0.98, 49))]))
@@ -119,122 +124,83 @@ def fit_imbalance(X: np.ndarray, y: np.ndarray) -> tuple[int, float]:
     return best[1], best[2]
 
 
-def evaluate(m: Model, X: np.ndarray, y: np.ndarray, slot: int, eps: float, th: dict | None = None) -> dict:
-    """The four rows on ``X`` / ``y``: the model as deployed (``deployed_labels`` with ``th``, default
-    ``deployed_thresholds()``), its argmax (not deployed), always-HOLD, the imbalance sign. The
-    ``model_beats_*`` flags compare the deployed model's macro-F1 (4 classes; ``..._3class``: 3)."""
-    th = deployed_thresholds() if th is None else th
-    probs = forward(m, X).astype(np.float32)  # the stage's probabilities are float32
-    rows = {"model": scores(y, deployed_labels(probs, th["buy"], th["sell"], th["emergency"])),
-            "model_argmax": scores(y, probs.argmax(axis=1)),
-            "always_hold": scores(y, np.full(len(y), int(Label.HOLD), np.int64)),
-            "imbalance_sign": scores(y, imbalance_predict(X, slot, eps))}
-    out: dict = {"rows": rows}
-    for key, sfx in (("macro_f1", ""), ("macro_f1_3class", "_3class")):
-        f = {k: v[key] for k, v in rows.items()}
-        out.update({f"model_beats_always_hold{sfx}": f["model"] > f["always_hold"],
-                    f"model_beats_imbalance_sign{sfx}": f["model"] > f["imbalance_sign"],
-                    f"model_beats_both{sfx}": f["model"] > max(f["always_hold"], f["imbalance_sign"])})
+def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Spearman's rank correlation (average ranks for ties) of the pairs where both are finite;
+    None with fewer than 3 pairs or a constant side."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3:
+        return None
+    ra, rb = _ranks(a[ok]), _ranks(b[ok])
+    sa, sb = ra.std(), rb.std()
+    if sa == 0 or sb == 0:
+        return None
+    return float(((ra - ra.mean()) * (rb - rb.mean())).mean() / (sa * sb))
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    order = np.argsort(v, kind="stable")
+    sv = v[order]
+    first = np.concatenate([[True], sv[1:] != sv[:-1]])
+    grp = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.concatenate([starts, [len(v)]]))
+    avg = starts + (counts - 1) / 2.0
+    out = np.empty(len(v))
+    out[order] = avg[grp]
     return out
 
 
-def eval_report(m: Model, ds: Dataset, p: TrainParams, capture: Path | None = CAPTURE,
-                capture_data: CaptureData | None = None, config: Path | None = DEFAULT_CONFIG) -> dict:
-    """Held-out evaluation, and the capture's when ``capture`` exists: on the held-out part of the
-    capture (``split_capture``) when its first part was used in training (``capture_data`` =
-    ``capture_dataset``'s result), else on all of it. The model row uses the thresholds of the fast
-    process in ``config`` (``deployed_thresholds``)."""
-    itr, ite = synthetic_split(ds, p)
-    th = deployed_thresholds(config)
-    slot, eps = fit_imbalance(ds.X[itr], ds.y[itr])
-    syn = {"train_rows": int(len(itr)), "embargo_rows": int(len(ds.y) - len(itr) - len(ite)),
-           "held_out_rows": int(len(ite)), "embargo_steps": int(ds.horizon_steps), "horizon_ms": p.horizon_ms,
-           "last_train_step": int(ds.step[itr[-1]]) if len(itr) else None,
-           "first_held_out_step": int(ds.step[ite[0]]) if len(ite) else None}
-    rep = {"imbalance_baseline": {"slot": "F_IMBALANCE_1" if slot == F_IMBALANCE_1 else "F_IMBALANCE_5", "eps": eps},
-           "thresholds": th,
-           "synthetic_holdout": {**syn, **evaluate(m, ds.X[ite], ds.y[ite], slot, eps, th)}, "capture": None}
-    if capture is not None and capture.exists():
-        trained_on = capture_data is not None
-        cd = capture_data if trained_on else capture_dataset(capture, p)
-        info, Xc, yc = cd.info, cd.X, cd.y
-        if trained_on:
-            ctr, cho, cut = split_capture(cd.t_ns, p.horizon_ms)
-            Xc, yc = cd.X[cho], cd.y[cho]
-            info = {**info, "cut_ns": cut, "embargo_ms": p.horizon_ms, "train_rows": int(len(ctr)),
-                    "embargo_rows": int(len(cd.y) - len(ctr) - len(cho)), "held_out_rows": int(len(cho)),
-                    "held_out_non_hold": int((yc != Label.HOLD).sum()),
-                    "instruments_in_train": int(len(np.unique(cd.inst[ctr]))),
-                    "instruments_in_held_out": int(len(np.unique(cd.inst[cho])))}
-        cap = {"path": str(capture), **info, "trained_on_first_part": trained_on,
-               "too_few_rows": len(yc) < MIN_CAPTURE_ROWS or int((yc != Label.HOLD).sum()) < MIN_CAPTURE_ROWS // 4}
-        if len(yc):
-            cap.update(evaluate(m, Xc, yc, slot, eps, th))
-        rep["capture"] = cap
-    return rep
+def trading(labels: np.ndarray, probs: np.ndarray, ds: Dataset, rows: np.ndarray, fee_bps: float) -> dict:
+    """The trading figures (module docstring) of ``labels`` (one per row of ``rows``) and their
+    probabilities ``probs`` (None for a rule without any: no IC)."""
+    lab = np.asarray(labels)
+    n = max(1, len(lab))
+    edge = signal_edge_bps(lab, ds.move_ticks[rows], ds.X[rows, F_SPREAD_TICKS], ds.tick_bps[rows], fee_bps)
+    lean = (lab == Label.LEAN_BUY) | (lab == Label.LEAN_SELL)
+    out = {"rate": {c.name: float((lab == c).sum() / n) for c in Label},
+           "net_edge_bps_per_update": float(edge.sum() / n),
+           "net_edge_bps_per_signal": float(edge[lean].mean()) if lean.any() else None,
+           "net_edge_bps_per_signal_at_reference_fee": (float(edge[lean].mean()) - (REFERENCE_FEE_BPS - fee_bps)
+                                                        if lean.any() else None),
+           "signals_that_paid": float((edge[lean] > 0).mean()) if lean.any() else None, "ic": None}
+    if probs is not None and len(lab):
+        sig = probs[:, Label.LEAN_BUY].astype(np.float64) - probs[:, Label.LEAN_SELL]
+        ser = ds.series[rows]
+        ic = {}
+        for j, hz in enumerate(IC_HORIZONS_MS):
+            per = [spearman(sig[ser == k], ds.fwd_ticks[rows[ser == k], j]) for k in np.unique(ser)]
+            per = [v for v in per if v is not None]
+            ic[str(hz)] = float(np.mean(per)) if per else None
+        out["ic"] = ic
+    return out
 
 
-def _fmt(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
+def evaluate(m: Model, ds: Dataset, rows: np.ndarray, th: dict, imb: tuple[int, float], fee_bps: float) -> dict:
+    """``rows`` of ``ds`` scored four ways: ``model`` (the deployed labels under ``th``), ``model_argmax``
+    (not deployed; for comparison), ``always_hold``, ``imbalance_sign`` (slot and eps ``imb``); each
+    with ``scores`` and ``trading``."""
+    X, y = ds.X[rows], ds.y[rows]
+    probs = forward(m, X).astype(np.float32)  # the stage's probabilities are float32
+    preds = {"model": (deployed_labels(probs, th["buy"], th["sell"], th["emergency"]), probs),
+             "model_argmax": (probs.argmax(axis=1), probs),
+             "always_hold": (np.full(len(y), int(Label.HOLD), np.int64), None),
+             "imbalance_sign": (imbalance_predict(X, *imb), None)}
+    return {name: {**scores(y, lab), **trading(lab, pr, ds, rows, fee_bps)} for name, (lab, pr) in preds.items()}
 
 
-def eval_markdown(rep: dict) -> str:
-    b, th = rep["imbalance_baseline"], rep["thresholds"]
-    md = ["# Fast classifier evaluation", "",
-          f"Model row: the labels procs/fast.py emits, its threshold rule with buy {th['buy']:g}, sell {th['sell']:g}, "
-          f"emergency {th['emergency']:g} ({th['source']}): EMERGENCY when P(EMERGENCY) >= emergency, else LEAN_BUY "
-          "when P(LEAN_BUY) >= buy and >= P(LEAN_SELL), LEAN_SELL when P(LEAN_SELL) >= sell and > P(LEAN_BUY), "
-          "else HOLD. The argmax row (the most probable label) is not what the pipeline emits.",
-          "",
-          f"Imbalance baseline: sign of {b['slot']} with eps = {b['eps']:.4f} (chosen on the training split). "
-          "It never says EMERGENCY.",
-          "",
-          "macro-F1 (4): mean F1 over the four labels (those present in the truth or the predictions). "
-          "macro-F1 (3): mean F1 over HOLD, LEAN_BUY, LEAN_SELL on the rows whose true label is not EMERGENCY "
-          "(those rows are left out); there a predicted EMERGENCY counts as a miss for the row's true label.",
-          ""]
-    for key, title in (("synthetic_holdout", "Synthetic held-out split"), ("capture", "Real Bitget capture")):
-        sec = rep.get(key)
-        md += [f"## {title}", ""]
-        if sec is None:
-            md += ["Not evaluated (capture absent).", ""]
-            continue
-        if key == "synthetic_holdout":
-            md += [f"Chronological split with an embargo of one label horizon: the first {sec['train_rows']} rows "
-                   f"(steps up to {sec['last_train_step']}) train; the next {sec['embargo_steps']} steps "
-                   f"({sec['horizon_ms']} ms, the label's look-ahead; {sec['embargo_rows']} rows) are dropped, so no "
-                   f"training label reaches a held-out row; the figures below are on the {sec['held_out_rows']} rows "
-                   f"from step {sec['first_held_out_step']} on.", ""]
-        if key == "capture":
-            md.append(f"{sec['instruments']} instruments, {sec['books']} books, {sec['labelled_rows']} labelled rows, "
-                      f"{sec['labelled_non_hold']} of them outside the dead band (not HOLD).")
-            if sec.get("trained_on_first_part"):
-                md.append(f"One time cut for all instruments (receive time {sec['cut_ns']} ns, the "
-                          f"{CAPTURE_TRAIN_SHARE:.0%} point of the rows in time): the {sec['train_rows']} rows "
-                          f"received before it ({sec['instruments_in_train']} instruments) were part of the "
-                          "training data; the "
-                          f"{sec['embargo_rows']} rows in the next {sec['embargo_ms']} ms (embargo, one label horizon) "
-                          f"are dropped; the figures below are on the {sec['held_out_rows']} rows after "
-                          f"({sec['instruments_in_held_out']} instruments, {sec['held_out_non_hold']} not HOLD).")
-            if sec["too_few_rows"]:
-                md.append(f"**Too few labelled rows (< {MIN_CAPTURE_ROWS}, or < {MIN_CAPTURE_ROWS // 4} not HOLD) for these "
-                          "figures to mean much: macro-F1 here rests on a handful of moves.**")
-            md.append("")
-            if "rows" not in sec:
-                continue
-        md += ["| predictor | macro-F1 (4) | macro-F1 (3) | accuracy | "
-               + " | ".join(f"{c.name} P / R" for c in Label) + " |",
-               "|---|---|---|---|" + "---|" * len(Label)]
-        for name, r in sec["rows"].items():
-            pc = r["per_class"]
-            md.append(f"| {ROW_TITLES.get(name, name)} | {r['macro_f1']:.3f} | {r['macro_f1_3class']:.3f} | "
-                      f"{r['accuracy']:.3f} | "
-                      + " | ".join(f"{_fmt(pc[c.name]['precision'])} / {_fmt(pc[c.name]['recall'])}" for c in Label)
-                      + " |")
-        yn = {True: "yes", False: "NO"}
-        md += ["", "The model as deployed, on macro-F1 (4 / 3 classes): beats always-HOLD "
-               f"{yn[sec['model_beats_always_hold']]} / {yn[sec['model_beats_always_hold_3class']]}; beats the "
-               f"imbalance sign {yn[sec['model_beats_imbalance_sign']]} / "
-               f"{yn[sec['model_beats_imbalance_sign_3class']]}; "
-               f"beats both {yn[sec['model_beats_both']]} / {yn[sec['model_beats_both_3class']]}.", ""]
-    return "\n".join(md)
+def pace_check(m: Model, th: dict, p: TrainParams, paces: dict | None = None) -> dict:
+    """The model's label rates under ``th`` on fresh synthetic markets (never trained on: the market
+    the paper venue runs for BTCUSDT with seed ``PACE_CHECK_SEED``, tick 0.1, lot 0.0001), one per
+    entry of ``paces`` (default ``PACE_CHECK``: name -> (pace in ms, steps after the warm-up))."""
+    from pipeline.venue.sources import InstrumentSpec, SyntheticSource
+
+    seed = SyntheticSource([InstrumentSpec("BTCUSDT", 0.1, 0.0001)], seed=PACE_CHECK_SEED).market_seed("BTCUSDT")
+    out = {}
+    for name, (pace, steps) in (PACE_CHECK if paces is None else paces).items():
+        s = synthetic_series(p, pace, steps, seed=seed)
+        lab = deployed_labels(forward(m, s.X).astype(np.float32), th["buy"], th["sell"], th["emergency"])
+        n = max(1, len(lab))
+        out[name] = {"pace_ms": pace, "updates": int(len(lab)), "market_s": steps * pace / 1000,
+                     "rate": {c.name: float((lab == c).sum() / n) for c in Label}}
+    return out

@@ -11,11 +11,14 @@ import numpy as np
 
 from pipeline.trading.features import N_FEATURES
 from pipeline.trading.messages import Label
-from pipeline.trading.model.data import Dataset, TrainParams, synthetic_split
+from pipeline.trading.model.card import META_KEY
+from pipeline.trading.model.data import DROPPED, HELD_OUT, TRAIN, VALIDATION, Dataset, TrainParams, mirror_rows
 
 N_LABELS = len(Label)
 INPUT_NAME = "features"
 OUTPUT_NAME = "probs"
+MIN_LABEL_ROWS = 20  # training needs two labels with at least this many rows each
+
 
 @dataclass
 class Model:
@@ -26,7 +29,7 @@ class Model:
     w2: np.ndarray
     b2: np.ndarray
     report: dict
-    eval: dict | None = None
+    card: dict | None = None  # the model card, once built (pipeline.trading.model.build)
 
 
 def forward(m: Model, X: np.ndarray) -> np.ndarray:
@@ -38,24 +41,13 @@ def forward(m: Model, X: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def train(ds: Dataset, p: TrainParams, extra: tuple[np.ndarray, np.ndarray] | None = None) -> Model:
-    """Fit on the synthetic training split, plus ``extra`` rows (the training part of a capture
-    replay) when given; the held-out scores in ``m.report`` are the synthetic split's."""
-    itr, ite = synthetic_split(ds, p)
-    Xtr, ytr, Xte, yte = ds.X[itr].astype(np.float64), ds.y[itr], ds.X[ite].astype(np.float64), ds.y[ite]
-    cut = len(itr)
-    n_extra = 0
-    if extra is not None and len(extra[1]):
-        n_extra = len(extra[1])
-        Xtr = np.concatenate([Xtr, extra[0].astype(np.float64)])
-        ytr = np.concatenate([ytr, extra[1]])
-        cut += n_extra
-    mu = Xtr.mean(axis=0)
-    sd = Xtr.std(axis=0)
-    sd[sd < 1e-9] = 1.0
-    Ztr = (Xtr - mu) / sd
+def _adam_fit(Z: np.ndarray, y: np.ndarray, row_w: np.ndarray, p: TrainParams) -> list[np.ndarray]:
+    """Minibatch Adam on weighted cross-entropy of standardized rows ``Z``: each row weighs its
+    ``row_w`` times its class's weight (``freq ** -0.5`` of the weighted class shares, tempered so
+    that accuracy still counts); the weights [w1, b1, w2, b2]."""
+    n = len(y)
     rng = np.random.default_rng(p.seed)
-    freq = np.bincount(ytr, minlength=N_LABELS) / len(ytr)
+    freq = np.bincount(y, weights=row_w, minlength=N_LABELS) / max(1e-300, row_w.sum())
     cw = np.where(freq > 0, np.maximum(freq, 1e-6) ** -0.5, 0.0)
     cw /= (cw * freq).sum()
     params = [rng.normal(0, (2 / N_FEATURES) ** 0.5, (N_FEATURES, p.hidden)), np.zeros(p.hidden),
@@ -64,10 +56,10 @@ def train(ds: Dataset, p: TrainParams, extra: tuple[np.ndarray, np.ndarray] | No
     vel = [np.zeros_like(q) for q in params]
     b1_, b2_, eps, t = 0.9, 0.999, 1e-8, 0
     for _ in range(p.epochs):
-        order = rng.permutation(cut)
-        for s in range(0, cut, p.batch):
+        order = rng.permutation(n)
+        for s in range(0, n, p.batch):
             idx = order[s : s + p.batch]
-            x, yb = Ztr[idx], ytr[idx]
+            x, yb = Z[idx], y[idx]
             w1, b1, w2, b2 = params
             hpre = x @ w1 + b1
             hh = np.maximum(hpre, 0)
@@ -75,41 +67,55 @@ def train(ds: Dataset, p: TrainParams, extra: tuple[np.ndarray, np.ndarray] | No
             z -= z.max(axis=1, keepdims=True)
             pr = np.exp(z)
             pr /= pr.sum(axis=1, keepdims=True)
-            wts = cw[yb]
+            wts = cw[yb] * row_w[idx]
             g = pr.copy()
             g[np.arange(len(yb)), yb] -= 1
             g *= (wts / wts.sum())[:, None]
-            gw2 = hh.T @ g + p.l2 * w2
-            gb2 = g.sum(0)
             gh = (g @ w2.T) * (hpre > 0)
-            gw1 = x.T @ gh + p.l2 * w1
-            gb1 = gh.sum(0)
+            grads = (x.T @ gh + p.l2 * w1, gh.sum(0), hh.T @ g + p.l2 * w2, g.sum(0))
             t += 1
-            for k, gr in enumerate((gw1, gb1, gw2, gb2)):
+            for k, gr in enumerate(grads):
                 mom[k] = b1_ * mom[k] + (1 - b1_) * gr
                 vel[k] = b2_ * vel[k] + (1 - b2_) * gr * gr
                 params[k] -= p.lr * (mom[k] / (1 - b1_**t)) / (np.sqrt(vel[k] / (1 - b2_**t)) + eps)
-    w1, b1, w2, b2 = params
+    return params
+
+
+def train(ds: Dataset, p: TrainParams) -> Model:
+    """Fit on the TRAIN rows of ``ds`` (standardization from them, folded into the first layer);
+    ``m.report`` counts the rows of each part and the training class shares.
+
+    Raises:
+        ValueError: fewer than two labels with ``MIN_LABEL_ROWS`` training rows each.
+    """
+    itr = ds.rows(TRAIN)
+    ytr = ds.y[itr]
+    counts = np.bincount(ytr, minlength=N_LABELS)
+    if (counts >= MIN_LABEL_ROWS).sum() < 2:
+        have = {Label(c).name: int(n) for c, n in enumerate(counts) if n}
+        raise ValueError(f"too little to train on: {len(itr)} training rows, labels {have}; at least two labels "
+                         f"with {MIN_LABEL_ROWS} rows each are needed")
+    Xtr, wtr = ds.X[itr], ds.weights[ds.series[itr]]
+    if p.mirror:
+        Xm, ym = mirror_rows(Xtr, ytr)
+        Xtr, ytr, wtr = np.concatenate([Xtr, Xm]), np.concatenate([ytr, ym]), np.concatenate([wtr, wtr])
+    Xtr = Xtr.astype(np.float64)
+    mu = Xtr.mean(axis=0)
+    sd = Xtr.std(axis=0)
+    sd[sd < 1e-9] = 1.0
+    w1, b1, w2, b2 = _adam_fit((Xtr - mu) / sd, ytr, wtr, p)
     m = Model(w1 / sd[:, None], b1 - (mu / sd) @ w1, w2, b2, {})
-    pred = forward(m, Xte).argmax(axis=1)
-    majority = int(np.bincount(ytr, minlength=N_LABELS).argmax())
-    recall = [float((pred[yte == c] == c).mean()) if (yte == c).any() else None for c in range(N_LABELS)]
-    m.report = {
-        "n_train": int(cut), "n_train_capture": int(n_extra), "n_holdout": int(len(ite)),
-        "n_embargo": int(len(ds.y) - len(itr) - len(ite)), "embargo_steps": int(ds.horizon_steps),
-        "holdout_scored_by": "argmax (the evaluation report also scores the deployed thresholds)",
-        "class_freq_train": [round(float(f), 4) for f in freq],
-        "holdout_accuracy": float((pred == yte).mean()),
-        "majority_label": Label(majority).name,
-        "majority_baseline": float((yte == majority).mean()),
-        "holdout_balanced_accuracy": float(np.mean([r for r in recall if r is not None])),
-        "holdout_recall": recall,
-    }
+    freq = np.bincount(ytr, minlength=N_LABELS) / len(ytr)  # unweighted, mirror images included
+    m.report = {"n_train": int(len(itr)), "mirrored": bool(p.mirror), "n_validation": int(len(ds.rows(VALIDATION))),
+                "n_held_out": int(len(ds.rows(HELD_OUT))), "n_embargo": int((ds.part == DROPPED).sum()),
+                "class_freq_train": {Label(c).name: round(float(f), 4) for c, f in enumerate(freq)}}
     return m
 
 
-def to_onnx(m: Model, p: TrainParams | None = None):
-    """The ONNX graph (opset 17) of ``m``."""
+def to_onnx(m: Model, p: TrainParams | None = None, card: dict | None = None):
+    """The ONNX graph (opset 17) of ``m``; metadata props: the label names, ``m.report``, ``p`` (when
+    given) and ``card`` (when given, as JSON under ``pipeline.trading.model.card.META_KEY``). Without
+    a card the fast stage refuses the model (``card.check_card``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -128,6 +134,8 @@ def to_onnx(m: Model, p: TrainParams | None = None):
     meta = {"labels": json.dumps([lb.name for lb in Label]), "report": json.dumps(m.report)}
     if p is not None:
         meta["train_params"] = json.dumps(dataclasses.asdict(p))
+    if card is not None:
+        meta[META_KEY] = json.dumps(card)
     for k, v in meta.items():
         prop = model.metadata_props.add()
         prop.key, prop.value = k, v
