@@ -34,7 +34,8 @@ the new trades of each event, oldest first).
 
 Book rules (the same as ``pipeline.trading.bitget.book``, so a client's book equals the venue's): a level is
 keyed by its numeric price and keeps its ORIGINAL ``price`` / ``size`` strings; the checksum is
-``pipeline.trading.bitget.book.bitget_checksum`` over the top 25 a side (reused, not reimplemented).
+``pipeline.trading.bitget.book.bitget_checksum`` over the top 25 a side (reused, not reimplemented: its
+core, the one ``BitgetBooks`` verifies with, over the ``"price:size"`` texts each side keeps sorted).
 
 Sequence numbers: per instrument, +1 per book change (snapshot or update); a subscriber's snapshot
 carries the current one. Faults that change what the venue publishes live here, so they are
@@ -45,14 +46,16 @@ non-zero checksum in the next update (the book itself stays right).
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import NamedTuple
 
 import orjson
 
 from pipeline.trading.bitget.book import CHECKSUM_LEVELS, bitget_checksum
+from pipeline.trading.bitget.book import _checksum_lv as checksum_of_texts  # bitget_checksum's core, on "p:s"
 from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT, PING_TEXT, PONG_TEXT
 from pipeline.venue.errors import VenueError
 
@@ -215,31 +218,45 @@ def parse_request(text: str | bytes, instruments: Iterable[str] | dict | set | f
 
 
 class _Side:
-    """One side of a book: numeric price -> [price, size] original strings, prices sorted."""
+    """One side of a book: numeric price -> [price, size] original strings, the prices sorted and,
+    in the same order, the ``"price:size"`` texts the checksum covers."""
 
-    __slots__ = ("keys", "levels", "descending")
+    __slots__ = ("keys", "levels", "texts", "descending")
 
     def __init__(self, descending: bool) -> None:
         self.keys: list[float] = []  # ascending
         self.levels: dict[float, list] = {}
+        self.texts: list[str] = []  # texts[i]: the level at keys[i]
         self.descending = descending
 
     def clear(self) -> None:
         self.keys = []
         self.levels = {}
+        self.texts = []
 
-    def set(self, price: str, size: str) -> None:
-        k = float(price)
+    def set(self, price: str, size: str, k: float | None = None) -> None:
+        """Set the level at ``price`` (``k``: its numeric value, when the caller has it) to ``size``
+        (zero removes it)."""
+        if k is None:
+            k = float(price)
         levels = self.levels
         if float(size) == 0.0:
             if k in levels:
                 del levels[k]
-                keys = self.keys
-                del keys[bisect_left(keys, k)]
+                i = bisect_left(self.keys, k)
+                del self.keys[i], self.texts[i]
         else:
-            if k not in levels:
-                insort(self.keys, k)
+            i = bisect_left(self.keys, k)
+            if k in levels:
+                self.texts[i] = f"{price}:{size}"
+            else:
+                self.keys.insert(i, k)
+                self.texts.insert(i, f"{price}:{size}")
             levels[k] = [price, size]
+
+    def top_texts(self, n: int) -> list[str]:
+        """The ``"price:size"`` texts of the best ``n`` levels, best first."""
+        return self.texts[: -n - 1 : -1] if self.descending else self.texts[:n]
 
     def top(self, n: int | None = None) -> list:
         """Best first, at most ``n`` (all when None)."""
@@ -273,11 +290,21 @@ class InstrumentState:
         self.corrupt_next = False
 
     def checksum(self) -> int:
-        return bitget_checksum(self.bids.top(CHECKSUM_LEVELS), self.asks.top(CHECKSUM_LEVELS))
+        """``bitget_checksum`` of the top 25 a side (from the kept ``"price:size"`` texts)."""
+        return checksum_of_texts(self.bids.top_texts(CHECKSUM_LEVELS), self.asks.top_texts(CHECKSUM_LEVELS))
 
 
-def _sorted_levels(levels: list, descending: bool) -> list:
-    return sorted(levels, key=lambda lv: float(lv[0]), reverse=descending)
+def _apply_side(side: _Side, levels: list, descending: bool) -> list:
+    """``side.set`` each ``[price, size]`` of an update; returns the levels sorted best first
+    (stable: equal prices keep their order)."""
+    keyed = []
+    for lv in levels:
+        p, s = lv
+        k = float(p)
+        side.set(p, s, k)
+        keyed.append((k, lv))
+    keyed.sort(key=itemgetter(0), reverse=descending)
+    return [lv for _k, lv in keyed]
 
 
 def corrupt_checksum(checksum: int) -> int:
@@ -360,10 +387,13 @@ class VenueMarket:
             st.ready = True
         elif not st.ready:
             return None
-        for p, s in ev.bids:
-            bids_s.set(p, s)
-        for p, s in ev.asks:
-            asks_s.set(p, s)
+        if ev.snapshot:
+            for p, s in ev.bids:
+                bids_s.set(p, s)
+            for p, s in ev.asks:
+                asks_s.set(p, s)
+        else:
+            bids, asks = _apply_side(bids_s, ev.bids, True), _apply_side(asks_s, ev.asks, False)
         st.ts_ms = ev.ts_ms
         seq = st.seq + 1
         corrupted = False
@@ -385,8 +415,6 @@ class VenueMarket:
             self.checksum_faults += 1
         if ev.snapshot:
             bids, asks = bids_s.top(), asks_s.top()
-        else:
-            bids, asks = _sorted_levels(ev.bids, True), _sorted_levels(ev.asks, False)
         push_ts = ev.ts_ms if ev.push_ts_ms is None else ev.push_ts_ms
         return BookChange(ev.inst_id, ev.snapshot, bids, asks, checksum, seq, ev.ts_ms, push_ts, corrupted)
 

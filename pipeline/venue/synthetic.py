@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+TEXT_CACHE_SIZE = 65_536  # rendered prices / sizes kept per market (then the cache starts over)
+
+
 @dataclass(frozen=True)
 class SyntheticParams:
     """Knobs of the model (defaults give a liquid, slowly trending book)."""
@@ -91,6 +94,10 @@ class SyntheticMarket:
         self.lot_size = lot_size
         self._price_decimals = max(0, -int(math.floor(math.log10(tick_size) + 1e-9)))
         self._size_decimals = max(0, -int(math.floor(math.log10(lot_size) + 1e-9)))
+        self._price_format = f"{{:.{self._price_decimals}f}}".format
+        self._size_format = f"{{:.{self._size_decimals}f}}".format
+        self._price_texts: dict[int, str] = {}  # ticks -> price_str (prices repeat near the touch)
+        self._size_texts: dict[int, str] = {}  # lots -> size_str
         self.rng = np.random.default_rng(seed)
         self.pressure = 0.0
         self._history: list[float] = [0.0] * (params.lag_steps + 1)
@@ -116,10 +123,20 @@ class SyntheticMarket:
         return (self.best_bid() + self.best_ask()) / 2
 
     def price_str(self, ticks: int) -> str:
-        return f"{ticks * self.tick_size:.{self._price_decimals}f}"
+        text = self._price_texts.get(ticks)
+        if text is None:
+            if len(self._price_texts) >= TEXT_CACHE_SIZE:
+                self._price_texts.clear()
+            text = self._price_texts[ticks] = self._price_format(ticks * self.tick_size)
+        return text
 
     def size_str(self, lots: int) -> str:
-        return f"{lots * self.lot_size:.{self._size_decimals}f}"
+        text = self._size_texts.get(lots)
+        if text is None:
+            if len(self._size_texts) >= TEXT_CACHE_SIZE:
+                self._size_texts.clear()
+            text = self._size_texts[lots] = self._size_format(lots * self.lot_size)
+        return text
 
     def levels(self, n: int | None = None) -> tuple[list[list[str]], list[list[str]]]:
         """(bids best first, asks best first) as ``[price, size]`` string pairs, at most ``n`` a side."""
@@ -138,51 +155,74 @@ class SyntheticMarket:
             book[price] = lots
             changed[price] = lots
 
+    # hot path: the synthetic market is the offline evaluation's and the venue's source; one step
+    # draws ~100 numbers, so the cancels take theirs in one batch (the same stream: see _cancel)
     def step(self) -> StepResult:
         """Advance one step; returns the changed levels and the trades."""
         p_ = self.params
         rng = self.rng
+        random, bids, asks = rng.random, self.bids, self.asks
         out = StepResult()
-        self.pressure = float(np.clip(p_.phi * self.pressure + p_.sigma * rng.standard_normal(), -1.0, 1.0))
-        self._history.append(self.pressure)
+        changed_bids, changed_asks = out.changed_bids, out.changed_asks
+        x = p_.phi * self.pressure + p_.sigma * rng.standard_normal()
+        pressure = self.pressure = -1.0 if x < -1.0 else 1.0 if x > 1.0 else float(x)
+        self._history.append(pressure)
         lagged = self._history.pop(0)
         # limit orders near the touch, sizes skewed by the current pressure
         for _ in range(p_.lo_per_step):
-            is_bid = rng.random() < 0.5
+            is_bid = random() < 0.5
             dist = int(rng.geometric(0.35))  # 1, 2, 3... ticks behind the touch
-            scale = 1 + self.pressure * p_.skew if is_bid else 1 - self.pressure * p_.skew
+            scale = 1 + pressure * p_.skew if is_bid else 1 - pressure * p_.skew
             lots = max(1, int(rng.exponential(p_.lo_lots_mean) * max(scale, 0.05)))
             if is_bid:  # from just inside the spread down; never at or above the best ask
-                price = self.best_ask() - dist
-                self._set(self.bids, out.changed_bids, price, self.bids.get(price, 0) + lots)
+                price = min(asks) - dist
+                bids[price] = changed_bids[price] = bids.get(price, 0) + lots
             else:
-                price = self.best_bid() + dist
-                self._set(self.asks, out.changed_asks, price, self.asks.get(price, 0) + lots)
+                price = max(bids) + dist
+                asks[price] = changed_asks[price] = asks.get(price, 0) + lots
         # market order following the lagged pressure
-        if rng.random() < p_.mo_prob:
-            buy = rng.random() < (1 + lagged) / 2
+        if random() < p_.mo_prob:
+            buy = random() < (1 + lagged) / 2
             lots = max(1, int(rng.exponential(p_.mo_lots_mean)))
-            book, changed = (self.asks, out.changed_asks) if buy else (self.bids, out.changed_bids)
+            book, changed = (asks, changed_asks) if buy else (bids, changed_bids)
+            side = "buy" if buy else "sell"
             while lots > 0 and len(book) > 1:
                 price = min(book) if buy else max(book)
                 take = min(lots, book[price])
                 self._trade_id += 1
-                out.trades.append(Trade(price, take, "buy" if buy else "sell", self._trade_id))
+                out.trades.append(Trade(price, take, side, self._trade_id))
                 self._set(book, changed, price, book[price] - take)
                 lots -= take
         # cancels
-        for book, changed in ((self.bids, out.changed_bids), (self.asks, out.changed_asks)):
-            for price in list(book):
-                if len(book) > 2 and rng.random() < p_.cancel_frac:
-                    self._set(book, changed, price, book[price] - max(1, book[price] // 3))
+        self._cancel(bids, changed_bids)
+        self._cancel(asks, changed_asks)
         # keep depth bounded and refill thin sides far from the touch
-        self._trim(self.bids, out.changed_bids, reverse=True)
-        self._trim(self.asks, out.changed_asks, reverse=False)
+        self._trim(bids, changed_bids, reverse=True)
+        self._trim(asks, changed_asks, reverse=False)
         if p_.jump_prob and self._jump_rng.random() < p_.jump_prob:
             k = int(self._jump_rng.integers(1, int(p_.jump_ticks) + 1))
             self.shift(k if self._jump_rng.random() < 0.5 else -k, out)
         self.steps += 1
         return out
+
+    def _cancel(self, book: dict[int, int], changed: dict[int, int]) -> None:
+        """Each level, in the book's order, loses a third of its size (at least a lot) with
+        probability ``cancel_frac``, one uniform draw per level while the side has more than two
+        levels. A level is removed only when it holds one lot, so when fewer than all but two
+        levels hold one lot, every level draws: the draws are taken in one batch (the same numbers
+        in the same order as one at a time)."""
+        frac = self.params.cancel_frac
+        sizes = list(book.values())
+        if len(sizes) - sizes.count(1) > 2:
+            prices = list(book)
+            for k in (self.rng.random(len(prices)) < frac).nonzero()[0].tolist():
+                price = prices[k]
+                self._set(book, changed, price, book[price] - max(1, book[price] // 3))
+            return
+        random = self.rng.random
+        for price in list(book):
+            if len(book) > 2 and random() < frac:
+                self._set(book, changed, price, book[price] - max(1, book[price] // 3))
 
     def shift(self, ticks: int, out: StepResult | None = None) -> StepResult:
         """Shift the whole book by ``ticks`` (a price jump; every level keeps its size) and record
@@ -205,7 +245,12 @@ class SyntheticMarket:
 
     def _trim(self, book: dict[int, int], changed: dict[int, int], reverse: bool) -> None:
         n = self.params.depth_levels
-        if len(book) > n:
+        extra = len(book) - n
+        if extra == 1:  # the common case: one level too many, the worst one goes
+            price = min(book) if reverse else max(book)
+            del book[price]
+            changed[price] = 0
+        elif extra > 1:
             for price in sorted(book, reverse=reverse)[n:]:
                 self._set(book, changed, price, 0)
         while len(book) < n // 2:

@@ -183,3 +183,31 @@ def test_any_update_sequence_verifies_in_bitget_books(updates):
     b = books.book("books", "BTCUSDT")
     bids, asks = m.levels("BTCUSDT")
     assert [list(x) for x in b.bids()] == bids and [list(x) for x in b.asks()] == asks
+
+
+def test_the_synthetic_market_s_frames_are_pinned():
+    """Every frame the venue publishes for a seeded synthetic market (updates of 1-3 steps, a
+    corrupt checksum and a seq jump every 50 steps, then the snapshots), as bytes: the SHA-256 is
+    what the implementation before the books kept their checksum texts (and the synthetic market
+    drew its cancels in batches) published."""
+    import hashlib
+
+    from pipeline.venue.sources import InstrumentSpec, SyntheticSource
+
+    specs = [InstrumentSpec("BTCUSDT", 0.1, 0.0001), InstrumentSpec("ETHUSDT", 0.01, 0.001)]
+    src = SyntheticSource(specs, seed=11, start_ms=1_700_000_000_000)
+    venue = VenueMarket([s.symbol for s in specs])
+    h = hashlib.sha256()
+    pending = list(src.initial_events())
+    for step in range(301):
+        if step:
+            pending = src.take(1 + step % 3)
+            if step % 50 == 0:
+                venue.corrupt_next_checksum("ETHUSDT")
+                venue.skip_seq(1, "BTCUSDT")
+        for ev in pending:
+            h.update(venue.books_frame(venue.apply_book(ev)) if isinstance(ev, BookEvent)
+                     else venue.trades_frame(venue.apply_trades(ev)))
+    for s in specs:
+        h.update(venue.books_snapshot_frame(s.symbol) + venue.depth_frame(s.symbol, "books15"))
+    assert h.hexdigest() == "f024b53be4290814c42d0ff03c3ebd11787876d82d10fe2c3074825440f745fa"

@@ -3,7 +3,10 @@ relation (book imbalance now leads the mid move later)."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
+import pytest
 
 from pipeline.venue.synthetic import SyntheticMarket, SyntheticParams
 
@@ -64,3 +67,71 @@ def test_the_mid_moves_within_a_500_ms_horizon_most_of_the_time():
     _, mids, _ = _run(5, 5_000)
     moved = (mids[25:] != mids[:-25]).mean()
     assert moved > 0.5, f"the mid moved in only {moved:.0%} of 500 ms windows"
+
+
+# ------------------------------------------------------------------------------------- the stream
+def test_the_seeded_stream_is_pinned():
+    """The venue's market and the model's training data are this stream: the values below are what
+    the one-draw-at-a-time implementation gave (before the cancels drew in batches)."""
+    m = SyntheticMarket(7, tick_size=0.1, lot_size=0.001)
+    for _ in range(2000):
+        r = m.step()
+    assert m.levels(3) == ([["49993.3", "0.200"], ["49993.2", "0.140"], ["49993.1", "0.154"]],
+                           [["49993.4", "0.044"], ["49993.5", "0.082"], ["49993.6", "0.061"]])
+    assert (m._trade_id, m.pressure, len(m.bids), len(m.asks)) == (2380, 0.14146851305432231, 35, 29)
+    assert sorted(r.changed_bids.items())[:3] == [(499843, 113), (499926, 19), (499930, 53)]
+    thin = SyntheticMarket(8, tick_size=0.1, lot_size=0.001,
+                           params=SyntheticParams(jump_prob=0.2, jump_ticks=3, depth_levels=6, cancel_frac=0.4))
+    for _ in range(500):
+        thin.step()
+    assert thin.levels(2) == ([["49996.7", "0.024"], ["49996.6", "0.065"]],
+                              [["49996.9", "0.005"], ["49999.0", "0.021"]])
+    assert (thin._trade_id, thin.jumps, thin.pressure) == (800, 100, -0.1937741770393554)
+
+
+def _cancel_one_draw_per_level(book: dict, changed: dict, rng, frac: float) -> None:
+    """The cancels as the model states them: per level, in the book's order, one draw while the side
+    has more than two levels; a hit takes a third of the size (at least one lot; none left: removed)."""
+    for price in list(book):
+        if len(book) > 2 and rng.random() < frac:
+            lots = book[price] - max(1, book[price] // 3)
+            if lots <= 0:
+                del book[price]
+                changed[price] = 0
+            else:
+                book[price] = lots
+                changed[price] = lots
+
+
+@pytest.mark.parametrize("sizes", [
+    [5, 1, 30, 2, 1, 9, 4, 100, 1, 3] * 4,  # deep: every level draws (one batch)
+    [4, 9, 7],  # three levels, none of one lot: every level draws
+    [1, 1, 7],  # removing a one-lot level leaves two: the draws stop there
+    [1, 8, 1, 1],
+    [2, 1, 1, 1, 1, 5],
+])
+@pytest.mark.parametrize("frac", [0.03, 0.5, 0.95])
+def test_cancels_use_the_same_draws_as_one_draw_per_level(sizes, frac):
+    m = SyntheticMarket(3, tick_size=0.1, lot_size=0.001, params=SyntheticParams(cancel_frac=frac))
+    for _ in range(5):
+        m.step()
+    book = {100 + 2 * k: s for k, s in enumerate(sizes)}
+    ref_book, ref_rng = dict(book), copy.deepcopy(m.rng)
+    changed: dict = {}
+    ref_changed: dict = {}
+    m._cancel(book, changed)
+    _cancel_one_draw_per_level(ref_book, ref_changed, ref_rng, frac)
+    assert list(book.items()) == list(ref_book.items())
+    assert list(changed.items()) == list(ref_changed.items())
+    assert m.rng.bit_generator.state == ref_rng.bit_generator.state  # as many numbers drawn
+
+
+def test_rendered_texts_are_the_formatted_numbers_whatever_the_cache(monkeypatch):
+    from pipeline.venue import synthetic
+
+    monkeypatch.setattr(synthetic, "TEXT_CACHE_SIZE", 2)
+    m = SyntheticMarket(0, tick_size=0.01, lot_size=0.001)
+    assert [m.price_str(t) for t in (1, 12345, 1, 7, 12345, 500000)] == ["0.01", "123.45", "0.01", "0.07", "123.45",
+                                                                        "5000.00"]
+    assert [m.size_str(n) for n in (1500, 3, 1500, 20)] == ["1.500", "0.003", "1.500", "0.020"]
+    assert len(m._price_texts) <= 2 and len(m._size_texts) <= 2

@@ -1,0 +1,403 @@
+"""``make evaluate``: are the decisions any good? Variants side by side on one replayed market, offline,
+deterministic (``pipeline.trading.evaluation``).
+
+    python -m bench.evaluate [--capture FILE ...] [--itch FILE] [--variant NAME=CONFIG ...] [--quick]
+                             [--out DIR] [--seed N] [--maker-fee-bps X --taker-fee-bps Y] [--latency-us N]
+
+No source: the paper venue's synthetic market (seed ``--seed``, ``--steps`` steps of 20 ms; ``--quick``
+a smoke-sized run). ``--capture``: Bitget capture files (one market, merged in time); ``--itch``: an ITCH
+5.0 BinaryFILE (one more market). Variants: ``model``, ``hold``, ``imbalance`` and the ``--variant``
+ones (``pipeline.trading.evaluation.variants``).
+
+Every market is replayed once; its features are computed once (the synthetic market: each
+instrument replayed and its features computed in a process of its own, ``--workers``); each
+variant's decisions run over all rows at once, then its simulation (risk gateway, order latency, the
+paper venue's matching engine with queue positions and fees) and its metrics; the fast-path-only
+variants side by side in processes of their own. The results do not depend on the processes.
+Defaults: fees ``pipeline.venue.fees.DEFAULT_EVALUATION_FEES`` (Bitget spot standard tier, the
+module names its sources); order latency the tick -> order sent p50 of the latest committed
+pipeline bench report (``default_latency``), the same latency for the EXEC_REPORTs back.
+
+Output in ``--out`` (default ``bench/results/<UTC>-evaluate/``): ``results.json`` (byte-identical for
+the same inputs and seed, but for a slow-path variant's row: its LLM generation times are
+measured), ``timings.json`` (wall times and updates/s per stage: not deterministic), ``report.md``
+(the table, sources, bad input, fees, latency, speed per stage with the verdicts against the
+30,000 updates/s target, and what the table says), PNG plots
+(equity, drawdown, IC by horizon) when matplotlib is installed. Exit status 2 on a bad request (named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter
+from functools import partial
+from pathlib import Path
+from typing import NamedTuple
+
+from bench.evaluate_report import plots, report_markdown, table_text
+from pipeline.trading.evaluation import decisions as D
+from pipeline.trading.evaluation.replay import (EvaluationError, Tape, capture_tape, check_finite_tape, itch_tape,
+                                               synthetic_parts)
+from pipeline.trading.evaluation.simulator import SimParams, default_capital, eval_limits, run_variant
+from pipeline.trading.evaluation.variants import DEFAULT_CONFIG, REPO, PipelineConfig, decisions_for, variant_list
+from pipeline.trading.messages import Kind
+
+REPORTS = REPO / "bench" / "reports"
+#: the fallback order latency when no pipeline report says one: the tick -> order sent p50 of
+#: bench/reports/20261201T120159Z-pipeline.md (fast path, 1,000 updates/s)
+FALLBACK_LATENCY_US = 1137.0
+FALLBACK_LATENCY_SOURCE = "bench/reports/20261201T120159Z-pipeline.md (constant FALLBACK_LATENCY_US)"
+STEPS = 90_000  # synthetic steps of a default run (20 ms each: 30 minutes of market time)
+QUICK_STEPS = 1_500  # --quick: 30 s of market time
+_LATENCY_LINE = re.compile(r"^- Tick to order request sent, fast path[^\n]*?: p50 ([0-9][0-9,.]*) µs", re.M)
+
+
+def default_latency(reports: Path = REPORTS) -> tuple[float, str]:
+    """(µs, source): the tick -> order sent p50 of the newest ``*-pipeline.md`` report that states one
+    (names sort by their UTC timestamp), else ``FALLBACK_LATENCY_US``."""
+    for path in sorted(reports.glob("*-pipeline.md"), reverse=True):
+        m = _LATENCY_LINE.search(path.read_text(encoding="utf-8", errors="replace"))
+        if m:
+            where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+            return float(m.group(1).replace(",", "")), f"{where} (tick -> order request sent, fast path, p50)"
+    return FALLBACK_LATENCY_US, FALLBACK_LATENCY_SOURCE
+
+
+def _rel(p: Path | str) -> str:
+    p = Path(p).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.evaluate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--capture", nargs="+", action="extend", default=[], metavar="FILE",
+                    help="Bitget capture file(s) in the cryptofeed line format (one market, merged in time)")
+    ap.add_argument("--itch", metavar="FILE", help="an ITCH 5.0 BinaryFILE (.gz too)")
+    ap.add_argument("--itch-symbols", default="", help="comma-separated stocks of the ITCH file (default: all)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=CONFIG",
+                    help="a variant (key=value list, or a preset name: model, hold, imbalance, model+llm)")
+    ap.add_argument("--quick", action="store_true", help=f"smoke-sized synthetic market ({QUICK_STEPS} steps)")
+    ap.add_argument("--steps", type=int, default=None, help=f"synthetic steps of 20 ms (default {STEPS})")
+    ap.add_argument("--seed", type=int, default=1, help="the synthetic market's seed (default 1)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="processes for the work that runs side by side: the synthetic market's instruments (one "
+                         "each) and the fast-path-only variants (one each) (default: the CPUs); the results are "
+                         "the same whatever the number")
+    ap.add_argument("--out", type=Path, default=None, help="output directory (default bench/results/<UTC>-evaluate)")
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                    help="the pipeline config (default configs/default.toml)")
+    ap.add_argument("--maker-fee-bps", type=float, default=None)
+    ap.add_argument("--taker-fee-bps", type=float, default=None)
+    ap.add_argument("--latency-us", type=float, default=None, help="order latency, decision -> exchange")
+    ap.add_argument("--exec-latency-us", type=float, default=None, help="exchange -> gateway (default: --latency-us)")
+    ap.add_argument("--no-queue", action="store_true", help="resting orders fill from the first trade at their price")
+    ap.add_argument("--capital", type=float, default=None,
+                    help="the drawdown's capital (default: the largest positions' value)")
+    ap.add_argument("--no-plots", action="store_true")
+    return ap.parse_args(argv)
+
+
+def sim_params(args: argparse.Namespace) -> tuple[SimParams, dict]:
+    """The simulation's parameters and their description (values and sources) for the outputs.
+
+    Raises:
+        EvaluationError: only one of the two fees given, a fee the schedule refuses, a negative latency.
+    """
+    from pipeline.venue.fees import DEFAULT_EVALUATION_FEES, FeeSchedule
+
+    if (args.maker_fee_bps is None) != (args.taker_fee_bps is None):
+        raise EvaluationError("give both --maker-fee-bps and --taker-fee-bps, or neither")
+    if args.maker_fee_bps is None:
+        fees = DEFAULT_EVALUATION_FEES
+        fee_src = "pipeline.venue.fees.DEFAULT_EVALUATION_FEES (Bitget spot, standard tier)"
+    else:
+        try:
+            fees = FeeSchedule(maker_bps=args.maker_fee_bps, taker_bps=args.taker_fee_bps)
+        except ValueError as exc:
+            raise EvaluationError(f"fees: {exc}") from None
+        fee_src = "command line"
+    if args.latency_us is None:
+        lat_us, lat_src = default_latency()
+    else:
+        lat_us, lat_src = args.latency_us, "command line"
+    exec_us = lat_us if args.exec_latency_us is None else args.exec_latency_us
+    if lat_us < 0 or exec_us < 0:
+        raise EvaluationError(f"latencies must be >= 0 µs, got {lat_us} and {exec_us}")
+    if args.capital is not None and not args.capital > 0:
+        raise EvaluationError(f"--capital must be > 0, got {args.capital}")
+    p = SimParams(order_latency_ns=int(round(lat_us * 1000)), exec_latency_ns=int(round(exec_us * 1000)), fees=fees,
+                  queue_model=not args.no_queue, capital=args.capital)
+    desc = {"maker_fee_bps": fees.maker_bps, "taker_fee_bps": fees.taker_bps, "fees_source": fee_src,
+            "order_latency_us": lat_us, "exec_latency_us": exec_us, "latency_source": lat_src,
+            "queue_model": p.queue_model}
+    return p, desc
+
+
+class Market(NamedTuple):
+    """A replayed market: its tape, its BOOK count, its feature table when the replay computed it
+    (the synthetic market's processes do, one instrument each; None: ``evaluate_market`` computes
+    it) and the replay's timings (wall seconds, rates: not results)."""
+
+    tape: Tape
+    books: int
+    table: D.FeatureTable | None
+    timings: dict
+
+
+def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig) -> Market:
+    """The synthetic market replayed one instrument per process, each process computing its
+    instrument's features too (``synthetic_parts``, ``features_of_instrument``).
+
+    Raises:
+        EvaluationError: no instrument in the config, feature params the stage refuses, what the venue refuses.
+    """
+    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else STEPS)
+    if not cfg.instruments:
+        raise EvaluationError(f"config {cfg.source!r} has no instruments for the synthetic market")
+    workers = min(_workers(args), len(cfg.instruments))
+    params = D.feature_params(cfg.instruments, cfg.feature_params)
+    t0 = time.perf_counter()
+    sp = synthetic_parts(cfg.instruments, seed=args.seed, steps=steps, workers=workers,
+                         per_instrument=partial(D.features_of_instrument, params))
+    table = D.merge_features(sp.parts)
+    wall = time.perf_counter() - t0
+    books = Counter(e.instrument_id for e in sp.tape.events if e.kind == Kind.BOOK)
+    n = sum(books.values())
+    per = [{"symbol": p.instrument.symbol, "books": books[p.instrument.id], "replay_s": p.replay_s,
+            "features_s": p.result_s, "replay_updates_per_s": _rate(books[p.instrument.id], p.replay_s),
+            "features_updates_per_s": _rate(books[p.instrument.id], p.result_s)} for p in sp.parts]
+    return Market(sp.tape, n, table, {"replay_s": wall, "replay_updates_per_s": _rate(n, wall),
+                                   "features_in_replay": True, "processes": sp.processes, "per_instrument": per})
+
+
+def _rate(n: int, seconds: float | None) -> float | None:
+    return n / seconds if seconds else None
+
+
+def build_markets(args: argparse.Namespace, cfg: PipelineConfig) -> list[Market]:
+    """Each market replayed, with the seconds it took.
+
+    Raises:
+        EvaluationError: a source that cannot be read or holds no book.
+    """
+    out = []
+    if args.capture:
+        t0 = time.perf_counter()
+        tape = capture_tape(args.capture)
+        out.append(Market(tape, tape.books, None, {"replay_s": time.perf_counter() - t0}))
+    if args.itch:
+        t0 = time.perf_counter()
+        syms = [s for s in args.itch_symbols.split(",") if s] or None
+        tape = itch_tape(args.itch, symbols=syms)
+        out.append(Market(tape, tape.books, None, {"replay_s": time.perf_counter() - t0}))
+    if not out:
+        out.append(_synthetic_market(args, cfg))
+    for m in out:
+        check_finite_tape(m.tape)
+        m.timings.setdefault("replay_updates_per_s", _rate(m.books, m.timings["replay_s"]))
+    return out
+
+
+class _Context(NamedTuple):
+    """What every variant of one market reads (shared, never changed by a variant)."""
+
+    tape: Tape
+    books: int
+    table: D.FeatureTable
+    marks: object
+    cfg: PipelineConfig
+    sim: SimParams
+    seed: int
+    models: dict  # model path -> loaded model, per process
+
+
+class _VariantOut(NamedTuple):
+    """One variant's row of results.json, its timings and its equity curve."""
+
+    row: dict
+    timings: dict
+    equity: object
+
+
+def _run_spec(ctx: _Context, spec) -> _VariantOut:
+    """One variant over the market (its decisions, simulation and metrics).
+
+    Raises:
+        EvaluationError: its model, limits or slow path cannot be set up (named).
+    """
+    tape, table, books = ctx.tape, ctx.table, ctx.books
+    t1 = time.perf_counter()
+    d = decisions_for(spec, table, ctx.models)
+    decide_s = time.perf_counter() - t1
+    limits = eval_limits(ctx.cfg.risk_limits, tape.instruments, spec.lean_lots)
+    slow = None
+    if spec.llm:
+        from pipeline.trading.evaluation.slowpath import SlowPath
+
+        slow = SlowPath.load(spec.llm_model, ctx.cfg.llm_params, tape.instruments, table, d, seed=ctx.seed)
+    res = run_variant(tape, table, ctx.marks, d, limits, ctx.sim, slow)
+    describe = d.describe + (f"; slow path {spec.llm_model} (LLM hub in-process, seed {ctx.seed}; its generation "
+                             "times are measured, so this row may differ between runs)" if spec.llm else "")
+    row = {"name": spec.name, "describe": describe, "fast_only": spec.fast_only, "lean_lots": spec.lean_lots,
+           **res.metrics, "updates": books, "counts": res.counts,
+           "final_positions": {str(k): v for k, v in res.positions.items()}}
+    own = decide_s + res.sim_s + res.metrics_s
+    tim = {"decide_s": decide_s, "sim_s": res.sim_s, "metrics_s": res.metrics_s, "fast_only": spec.fast_only,
+           "sim_updates_per_s": _rate(books, res.sim_s), "variant_updates_per_s": _rate(books, own),
+           **res.extra_timings}
+    return _VariantOut(row, tim, res.equity)
+
+
+_FORKED: dict = {}  # in a variant worker process: the market's _Context and the specs (set by _forked)
+
+
+def _forked(ctx: _Context, specs: list) -> None:
+    """A variant worker's initializer: forked, it is handed the parent's objects as they are (nothing pickled)."""
+    _FORKED.update(ctx=ctx, specs=specs)
+
+
+def _run_forked(k: int) -> _VariantOut:
+    return _run_spec(_FORKED["ctx"], _FORKED["specs"][k])
+
+
+def _run_variants(ctx: _Context, specs: list, workers: int) -> list[_VariantOut]:
+    """Every variant's outcome, in ``specs``' order: the fast-path-only ones in ``workers`` forked
+    processes when there are two or more of them and ``workers`` > 1 (each variant's work is its
+    own: the same results), the slow-path ones here, one after the other (their generation times
+    are measured, so they do not share the CPU with other variants).
+
+    Raises:
+        EvaluationError: as ``_run_spec`` (the first variant in ``specs``' order that fails).
+    """
+    fast = [k for k, spec in enumerate(specs) if spec.fast_only]
+    outs: dict[int, _VariantOut] = {}
+    if workers > 1 and len(fast) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(workers, len(fast)), mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_forked, initargs=(ctx, specs)) as pool:
+            # always-HOLD never trades: the cheapest, so the last to start (the others spread first)
+            first = sorted(fast, key=lambda k: specs[k].kind == "rule" and specs[k].rule == "hold")
+            futures = {k: pool.submit(_run_forked, k) for k in first}
+            for k in fast:
+                outs[k] = futures[k].result()
+    for k, spec in enumerate(specs):
+        if k not in outs:
+            outs[k] = _run_spec(ctx, spec)
+    return [outs[k] for k in range(len(specs))]
+
+
+def evaluate_market(market: Market, cfg: PipelineConfig, specs: list, sim: SimParams, seed: int,
+                    workers: int = 1) -> tuple[dict, dict, dict]:
+    """One market: (its results.json entry, its timings, its curves for the plots); the variants
+    as ``_run_variants`` runs them.
+
+    Raises:
+        EvaluationError: a variant's model, limits or slow path cannot be set up (named).
+    """
+    tape, books = market.tape, market.books
+    t0 = time.perf_counter()
+    table = market.table
+    if table is None:
+        table = D.compute_features(tape, D.feature_params(tape.instruments, cfg.feature_params))
+    marks = D.marks_of(table)
+    features_s = time.perf_counter() - t0
+    shared_s = market.timings["replay_s"] + features_s
+    capital = sim.capital
+    if capital is None:
+        capital = default_capital(tape.instruments, eval_limits(cfg.risk_limits, tape.instruments, 0), marks)
+    sim = SimParams(**{**{f: getattr(sim, f) for f in sim.__struct_fields__}, "capital": capital})
+    t1 = time.perf_counter()
+    outs = _run_variants(_Context(tape, books, table, marks, cfg, sim, seed, {}), specs, workers)
+    variants_s = time.perf_counter() - t1
+    timings = {}
+    for spec, out in zip(specs, outs):
+        own = out.timings["decide_s"] + out.timings["sim_s"] + out.timings["metrics_s"]
+        timings[spec.name] = {**out.timings, "updates_per_s": _rate(books, shared_s + own)}
+    entry = {"source": tape.source, "instruments": [{"id": i.id, "symbol": i.symbol, "tick_size": i.tick_size,
+                                                     "lot_size": i.lot_size} for i in tape.instruments],
+             "books": books, "trades": len(tape.events) - books, "rows": len(table),
+             "span_s": tape.span_ns / 1e9, "bad_input": dict(sorted(tape.bad.items())),
+             "feature_rejections": dict(sorted(table.rejected.items())), "counts": dict(sorted(tape.counts.items())),
+             "capital": capital, "variants": [out.row for out in outs]}
+    here = market.table is None  # the features computed here (else by the replay's processes: only the marks)
+    tim = {"features_s": features_s if here else None,
+           "features_updates_per_s": _rate(books, features_s) if here else None,
+           "marks_s": None if here else features_s, "variants_s": variants_s,
+           "variant_processes": _variant_processes(specs, workers), "variants": timings}
+    return entry, tim, {"equity": {spec.name: out.equity for spec, out in zip(specs, outs)}, "marks": marks}
+
+
+def _variant_processes(specs: list, workers: int) -> int:
+    """The processes ``_run_variants`` runs the fast-path-only variants in (1: this one)."""
+    n = sum(1 for spec in specs if spec.fast_only)
+    return min(workers, n) if workers > 1 and n > 1 else 1
+
+
+def _workers(args: argparse.Namespace) -> int:
+    """``--workers``, or the CPUs.
+
+    Raises:
+        EvaluationError: fewer than 1.
+    """
+    n = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if n < 1:
+        raise EvaluationError(f"--workers must be >= 1, got {n}")
+    return n
+
+
+def run(args: argparse.Namespace) -> tuple[dict, dict, list]:
+    """The whole evaluation: (results, timings, per-market curves).
+
+    Raises:
+        EvaluationError: anything the request gets wrong (named).
+    """
+    t0 = time.perf_counter()
+    cfg = PipelineConfig.load(args.config)
+    specs = variant_list(args.variant, cfg)
+    sim, sim_desc = sim_params(args)
+    markets = build_markets(args, cfg)
+    results = {"config": _rel(args.config), "thresholds": {**cfg.thresholds, "source": cfg.thresholds_source},
+               "seed": args.seed, "quick": bool(args.quick), **sim_desc,
+               "horizons_ms": [h // 1_000_000 for h in sim.horizons_ns], "markets": []}
+    timings: dict = {"markets": []}
+    curves = []
+    for market in markets:
+        entry, tim, cur = evaluate_market(market, cfg, specs, sim, args.seed, _workers(args))
+        results["markets"].append(entry)
+        timings["markets"].append({"source": market.tape.source, **market.timings, **tim})
+        curves.append(cur)
+    total = time.perf_counter() - t0
+    books = sum(m.books for m in markets)
+    timings.update(total_s=total, books=books, updates_per_s_end_to_end=_rate(books, total))
+    return results, timings, curves
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.report import start
+
+    args = parse_args(argv)
+    try:
+        results, timings, curves = run(args)
+    except EvaluationError as exc:
+        print(f"evaluate: {exc}", file=sys.stderr)
+        return 2
+    out, machine = start("evaluate", args.out)
+    timings["machine"] = machine
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    made = [] if args.no_plots else plots(out, results, curves)
+    (out / "report.md").write_text(report_markdown(results, timings, made))
+    print(table_text(results, timings))
+    print(f"\nwritten: {_rel(out)}/ (results.json, timings.json, report.md{''.join(', ' + m for m in made)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""``bench.evaluate``'s outputs for people: the side-by-side table (terminal and markdown), report.md
+with what the table says in plain words, and the PNG plots (equity, drawdown, IC by horizon)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.trading.evaluation.metrics import drawdown
+
+TARGET_UPDATES_PER_S = 30_000  # issue #22: the fast-path-only variants, offline, on this machine
+
+
+def _f(v, fmt: str = "{:.4g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _ic(v: dict, h: int):
+    return v["ic"].get(h, v["ic"].get(str(h)))
+
+
+def _rows(market: dict, horizons: list[int]) -> tuple[list[str], list[list[str]]]:
+    head = ["variant", "net P&L", "gross P&L", "fees", "trades", "round trips", "win rate", "max DD", "Sharpe/h",
+            *[f"IC {h} ms" for h in horizons], "alpha decay", "stability", "risk-adj. lift", "verdicts AD/WR/DD"]
+    rows = []
+    for v in market["variants"]:
+        vd = v["verdicts"]
+        rows.append([v["name"], _f(v["net_pnl"], "{:.6f}"), _f(v["gross_pnl"], "{:.6f}"), _f(v["fees"], "{:.6f}"),
+                     str(v["trades"]), str(v["round_trips"]), _f(v["win_rate"], "{:.3f}"),
+                     _f(v["max_drawdown"], "{:.4f}"), _f(v["sharpe"], "{:.2f}"),
+                     *[_f(_ic(v, h), "{:.3f}") for h in horizons], _f(v["alpha_decay"], "{:.3f}"),
+                     _f(v["stability_score"], "{:.3f}"), _f(v["risk_adjusted_lift"], "{:.2f}"),
+                     f"{vd['alpha_decay']}/{vd['win_rate']}/{vd['max_drawdown']}"])
+    return head, rows
+
+
+def table_markdown(market: dict, horizons: list[int]) -> str:
+    head, rows = _rows(market, horizons)
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _rate(v) -> str:
+    return _f(v, "{:,.0f}")
+
+
+def _span(values: list) -> str:
+    """``a-b`` of the values that are known (one value: itself)."""
+    vs = [v for v in values if v is not None]
+    if not vs:
+        return "-"
+    lo, hi = min(vs), max(vs)
+    return _rate(lo) if round(lo) == round(hi) else f"{_rate(lo)}-{_rate(hi)}"
+
+
+def _verdict(values: list) -> str:
+    vs = [v for v in values if v is not None]
+    return "met" if vs and min(vs) >= TARGET_UPDATES_PER_S else "MISSED"
+
+
+def _speed_lines(market_timings: dict, books: int) -> list[str]:
+    """Per stage: the market's replay (with the features when its processes computed them), the
+    features otherwise, each variant's own work; then the target's verdicts for the fast-path-only
+    variants: their own work, and a run of one of them end to end on this market."""
+    mt = market_timings
+    if mt.get("features_in_replay"):
+        per = mt["per_instrument"]
+        out = [f"- market replay + features, {books:,} book updates in {mt['processes']} process(es), one instrument "
+               f"each: {mt['replay_s']:.2f} s wall, {_rate(mt['replay_updates_per_s'])} updates/s; per process: replay "
+               f"(venue frames, the feed's decoder and book building) {_span([p['replay_updates_per_s'] for p in per])}"
+               f" updates/s, features {_span([p['features_updates_per_s'] for p in per])} updates/s"]
+    else:
+        out = [f"- market replay (book building as the feed runs it): {mt['replay_s']:.2f} s, "
+               f"{_rate(mt['replay_updates_per_s'])} updates/s",
+               f"- features (once per market, shared by every variant): {mt['features_s']:.2f} s, "
+               f"{_rate(mt['features_updates_per_s'])} updates/s"]
+    for name, t in mt["variants"].items():
+        out.append(f"- {name}: decisions {t['decide_s']:.3f} s, simulation {t['sim_s']:.3f} s "
+                   f"({_rate(t['sim_updates_per_s'])} updates/s), metrics {t['metrics_s']:.3f} s: "
+                   f"{_rate(t['variant_updates_per_s'])} updates/s" + (
+                       f"; LLM generations {t['generations']}, measured {t['gen_s']:.2f} s" if "gen_s" in t else ""))
+    fast = [t for t in mt["variants"].values() if t.get("fast_only")]
+    if "variants_s" in mt:
+        out.append(f"- the variants together: {mt['variants_s']:.2f} s wall ({len(fast)} fast-path-only in "
+                   f"{mt['variant_processes']} process(es), the others one after the other)")
+    if fast:
+        own = [t["variant_updates_per_s"] for t in fast]
+        whole = [t["updates_per_s"] for t in fast]
+        out.append(f"- target >= {TARGET_UPDATES_PER_S:,} book updates/s (issue #22) for the fast-path-only "
+                   f"variants: their own work (decisions, simulation, metrics) {_span(own)} updates/s: "
+                   f"{_verdict(own)}; one of them end to end on this market (the replay and features above plus "
+                   f"its own work) {_span(whole)} updates/s: {_verdict(whole)}")
+    return out
+
+
+def _end_to_end(timings: dict) -> str:
+    rate = timings["updates_per_s_end_to_end"]
+    return (f"end to end (this run: every market, every variant, metrics): {timings['total_s']:.1f} s for "
+            f"{timings['books']:,} book updates, {_rate(rate)} updates/s: {_verdict([rate])} against "
+            f"{TARGET_UPDATES_PER_S:,}")
+
+
+def table_text(results: dict, timings: dict) -> str:
+    """The terminal's view: per market, the table and the speed."""
+    horizons = results["horizons_ms"]
+    out = []
+    for market, mt in zip(results["markets"], timings["markets"]):
+        out += [f"== {market['source']}: {market['books']} book updates over {market['span_s']:.1f} s of market time",
+                table_markdown(market, horizons), ""]
+        out += _speed_lines(mt, market["books"])
+    out.append("- " + _end_to_end(timings))
+    return "\n".join(out)
+
+
+def _by_name(market: dict) -> dict:
+    return {v["name"]: v for v in market["variants"]}
+
+
+def plain_words(market: dict) -> str:
+    """What the table says, from its numbers (no figure here that is not in the table)."""
+    vs = market["variants"]
+    if not vs:
+        return "No variant was evaluated."
+    by = _by_name(market)
+    best = max(vs, key=lambda v: v["net_pnl"])
+    said = [f"Best net P&L after fees: {best['name']} ({best['net_pnl']:.6f} quote)."]
+    hold = by.get("hold")
+    if hold is not None:
+        said.append(f"always-HOLD traded {hold['trades']} times for a net P&L of {hold['net_pnl']:.6f}: the zero line.")
+    for name in [v["name"] for v in vs if v["name"] != "hold"]:
+        v = by[name]
+        if not v["trades"]:
+            said.append(f"{name} never traded (its decisions never became a filled order).")
+            continue
+        edge = "a positive gross edge" if v["gross_pnl"] > 0 else "no gross edge (gross P&L <= 0)"
+        eaten = ""
+        if v["gross_pnl"] > 0 and v["net_pnl"] <= 0:
+            eaten = f"; fees ({v['fees']:.6f}) eat all of it"
+        elif v["gross_pnl"] > 0:
+            eaten = f"; fees take {v['fees'] / v['gross_pnl']:.0%} of it"
+        ic = [x for x in v["ic"].values() if x is not None]
+        ic_txt = (f"its signal's IC ranges {min(ic):.3f} to {max(ic):.3f} over the horizons" if ic
+                  else "its signal's IC is undefined (too few pairs or a constant signal)")
+        said.append(f"{name}: {v['trades']} fills, {v['round_trips']} round trips, {edge} ({v['gross_pnl']:.6f})"
+                    f"{eaten}; win rate {_f(v['win_rate'], '{:.3f}')}, max drawdown {v['max_drawdown']:.4f}; "
+                    f"{ic_txt}; verdicts alpha decay {v['verdicts']['alpha_decay']}, win rate "
+                    f"{v['verdicts']['win_rate']}, drawdown {v['verdicts']['max_drawdown']}.")
+    model, imb = by.get("model"), by.get("imbalance")
+    if model is not None and imb is not None:
+        cmp = "beats" if model["net_pnl"] > imb["net_pnl"] else "does not beat"
+        said.append(f"The default model {cmp} the imbalance rule on net P&L after fees "
+                    f"({model['net_pnl']:.6f} vs {imb['net_pnl']:.6f}).")
+    return " ".join(said)
+
+
+def report_markdown(results: dict, timings: dict, plots: list[str]) -> str:
+    horizons = results["horizons_ms"]
+    th = results["thresholds"]
+    md = ["# Strategy evaluation (`python -m bench.evaluate`)", "",
+          f"Config {results['config']}; the fast stage's thresholds buy {th['buy']:g}, sell {th['sell']:g}, emergency "
+          f"{th['emergency']:g} ({th['source']}). Seed {results['seed']}{', quick run' if results['quick'] else ''}.",
+          "",
+          f"Fees: maker {results['maker_fee_bps']:g} bps, taker {results['taker_fee_bps']:g} bps "
+          f"({results['fees_source']}). Order latency {results['order_latency_us']:g} µs decision -> exchange, "
+          f"{results['exec_latency_us']:g} µs exchange -> gateway ({results['latency_source']}). Queue model "
+          f"{'on' if results['queue_model'] else 'off'} (pipeline.venue.queue). IC horizons {horizons} ms.", ""]
+    for market, mt in zip(results["markets"], timings["markets"]):
+        md += [f"## {market['source']}", "",
+               f"{market['books']} book updates and {market['trades']} trades over {market['span_s']:.1f} s of market "
+               f"time; {market['rows']} feature rows. Instruments: "
+               + ", ".join(f"{i['symbol']} (tick {i['tick_size']:g}, lot {i['lot_size']:g})"
+                           for i in market["instruments"])
+               + f". Drawdown capital {market['capital']:.2f} quote.", "",
+               f"Bad input (counted, not fatal): {market['bad_input'] or 'none'}; feature rejections: "
+               f"{market['feature_rejections'] or 'none'}; source counts: {market['counts']}.", "",
+               table_markdown(market, horizons), "", plain_words(market), "", "Variants:", ""]
+        for v in market["variants"]:
+            md.append(f"- {v['name']}: {v['describe']}; lean_lots {v['lean_lots']}; labels {v['counts']['labels']}; "
+                      f"gateway {v['counts']['gateway']}; exchange {v['counts']['exchange']}"
+                      + (f"; LLM {v['counts']['llm']}" if "llm" in v["counts"] else ""))
+        md += ["", "Speed (this run, this machine; timings.json):", ""] + _speed_lines(mt, market["books"])
+        md.append("")
+    md.append(_end_to_end(timings)[0].upper() + _end_to_end(timings)[1:] + ".")
+    if "machine" in timings:
+        from bench.report import machine_line
+
+        md.append(machine_line(timings["machine"]))
+    if plots:
+        md += ["", "Plots: " + ", ".join(f"![{p}]({p})" for p in plots)]
+    return "\n".join(md) + "\n"
+
+
+# ------------------------------------------------------------------------------------- plots
+def _short(source: str) -> str:
+    """A source's description up to its first parenthesis or comma (a plot title's width)."""
+    for sep in (" (", ","):
+        source = source.split(sep, 1)[0]
+    return source
+
+
+def plots(out_dir: Path, results: dict, curves: list[dict]) -> list[str]:
+    """Equity, drawdown and IC-by-horizon PNGs per market; [] when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    for k, (market, cur) in enumerate(zip(results["markets"], curves)):
+        sfx = f"-{k + 1}" if len(curves) > 1 else ""
+        cap = market["capital"]
+        fig_e, ax_e = plt.subplots(figsize=(8, 4.5))
+        fig_d, ax_d = plt.subplots(figsize=(8, 4.5))
+        for name, eq in cur["equity"].items():
+            if eq.ts_ns.size == 0:
+                continue
+            t = (eq.ts_ns - eq.ts_ns[0]) / 1e9
+            line, = ax_e.plot(t, eq.net, label=f"{name} net")
+            ax_e.plot(t, eq.gross, linestyle=":", color=line.get_color(), label=f"{name} gross")
+            ax_d.plot(t, drawdown(eq.net, cap), label=name)
+        for ax, fig, title, ylabel, name in ((ax_e, fig_e, "Equity (mark to market)", "P&L (quote)", "equity"),
+                                             (ax_d, fig_d, "Drawdown", "(peak - net) / (capital + peak)", "drawdown")):
+            ax.set_title(f"{title}: {_short(market['source'])}", fontsize=9)
+            ax.set_xlabel("market time (s)")
+            ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out_dir / f"{name}{sfx}.png", dpi=110)
+            plt.close(fig)
+            made.append(f"{name}{sfx}.png")
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        hs = results["horizons_ms"]
+        for v in market["variants"]:
+            ys = [_ic(v, h) for h in hs]
+            if any(y is not None for y in ys):
+                ax.plot(hs, [np.nan if y is None else y for y in ys], marker="o", label=v["name"])
+        ax.set_xscale("log")
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.set_title(f"Signal IC by horizon (alpha decay): {_short(market['source'])}", fontsize=9)
+        ax.set_xlabel("horizon (ms)")
+        ax.set_ylabel("Spearman IC with the forward mid return")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / f"alpha_decay{sfx}.png", dpi=110)
+        plt.close(fig)
+        made.append(f"alpha_decay{sfx}.png")
+    return made

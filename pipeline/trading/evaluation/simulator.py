@@ -1,0 +1,247 @@
+"""One variant's run over a replayed market on simulated time, sans-I/O: its fast-path decisions
+(``decisions``) through the risk gateway the risk process runs (``pipeline.trading.risk.RiskGateway``,
+its clock the simulated time), its ORDERs to the simulated exchange (``exchange``) after the order
+latency, the EXEC_REPORTs back to the gateway after the report latency; the metrics at the end.
+
+Timeline. The tape's events in order; between two of them, every scheduled item due before the next
+one's time, in time order (ties in scheduling order): an ORDER reaching the exchange (it sees the book
+as of its arrival: the market events up to that time are applied first), an EXEC_REPORT reaching the
+gateway, an INSTRUCTION of the slow path reaching the gateway. At a BOOK: the exchange's book changes
+(queue positions move, crossing fills), then the row's SIGNAL (the FEATURES header of that BOOK, the
+variant's label and probabilities, packed as ``procs.fast`` packs it) goes to ``on_signal`` with the
+BOOK's time as its origin; a TRADE reaches the exchange (fills of resting orders). An order decided at
+``t`` (any gateway event with a ``cmd``: OrderApproved, CancelSent, CancelAllSent) reaches the
+exchange at ``t + order_latency_ns``; its reports reach the gateway ``exec_latency_ns`` after they
+happen. After the last market event the items still scheduled run against the last book.
+
+Start: ``start()`` and an empty SYNC_DONE, so the gateway is synced and flat (what the sender reports
+for a new account). Limits: the risk process's table with this variant's ``lean_lots``; per-instrument
+tables get a ``"*"`` default (their smallest value) so a capture's instruments are covered, and lose
+the symbols the market does not have.
+
+Results: ``metrics.summarize`` over the exchange's fills and the shared marks, the signal's IC per
+instrument pooled (``decisions.value``), plus the run's counts (labels, gateway events by type,
+denials by reason, exchange outcomes). ``capital`` (the drawdown's denominator) defaults to
+``default_capital``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from pipeline.runtime.errors import ConfigError
+from pipeline.trading.evaluation.decisions import Decisions, FeatureTable, label_counts
+from pipeline.trading.evaluation.exchange import SimulatedExchange
+from pipeline.trading.evaluation.metrics import DEFAULT_HORIZONS_NS, Equity, MarkSeries, equity_curve, summarize
+from pipeline.trading.evaluation.replay import EvaluationError, Tape, TapeInstrument
+from pipeline.trading.messages import (EXEC_STRUCT, FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
+                                       ExecType, Kind, Label, OrderCmd)
+from pipeline.trading.risk import OrderDenied, RiskGateway, RiskLimits, decode_limits, encode_order, resolve_limits
+from pipeline.venue.fees import FeeSchedule
+
+_PER_INSTRUMENT = ("max_position_lots", "max_order_lots", "max_child_lots")
+#: what a timeline item is: an ORDER reaching the exchange, an EXEC_REPORT or an INSTRUCTION reaching the
+#: gateway, a wake-up of the slow path
+ORDER_DUE, EXEC_DUE, INSTRUCTION_DUE, WAKE_DUE = 0, 1, 2, 3
+_BOOK = int(Kind.BOOK)
+_HOLD = int(Label.HOLD)
+
+
+class SimParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How orders meet the market: latencies (ns), fees (None: none), the queue model, the drawdown's
+    capital (None: ``default_capital``), the IC horizons (ns)."""
+
+    order_latency_ns: int
+    exec_latency_ns: int
+    fees: FeeSchedule | None
+    queue_model: bool = True
+    capital: float | None = None
+    horizons_ns: tuple[int, ...] = DEFAULT_HORIZONS_NS
+
+
+def eval_limits(table: dict, instruments: Sequence[TapeInstrument], lean_lots: int) -> RiskLimits:
+    """The risk process's limits table for these instruments (see the module docstring).
+
+    Raises:
+        EvaluationError: a table the gateway refuses (the field named).
+    """
+    t = dict(table)
+    symbols = {i.symbol for i in instruments}
+    for key in _PER_INSTRUMENT:
+        v = t.get(key)
+        if isinstance(v, dict):
+            vals = [x for x in v.values() if isinstance(x, (int, float))]
+            kept = {s: x for s, x in v.items() if s in symbols or s == "*"}
+            if "*" not in kept and vals:
+                kept["*"] = min(vals)
+            t[key] = kept
+    if isinstance(t.get("allowed"), list):
+        t["allowed"] = [s for s in t["allowed"] if s in symbols]
+    t["lean_lots"] = int(lean_lots)
+    try:
+        limits = decode_limits(t)
+        resolve_limits(instruments, limits)
+    except ConfigError as exc:
+        raise EvaluationError(str(exc)) from None
+    return limits
+
+
+def default_capital(instruments: Sequence[TapeInstrument], limits: RiskLimits, marks: MarkSeries) -> float:
+    """The drawdown's capital: what the largest positions the gateway allows (``max_position_lots``
+    of each instrument) are worth at each one's first mark, summed; 1.0 when that is 0 (no mark)."""
+    specs = resolve_limits(instruments, limits)
+    total = 0.0
+    for ins in instruments:
+        mids = marks.mid.get(ins.id)
+        if mids is not None and mids.size:
+            total += specs[ins.id].max_position_lots * ins.lot_size * float(mids[0])
+    return total if total > 0 else 1.0
+
+
+@dataclass
+class VariantResult:
+    """One variant's outcome: the metrics (``summarize``'s keys), the counts, its equity curve and the
+    wall times of its simulation and of its metrics (seconds; not part of any deterministic output)."""
+
+    metrics: dict
+    counts: dict
+    equity: Equity
+    positions: dict[int, float]
+    sim_s: float = 0.0
+    extra_timings: dict = field(default_factory=dict)
+    metrics_s: float = 0.0
+
+
+class VariantRun:
+    """One variant over one market (see the module docstring); ``marks``: the market's
+    (``decisions.marks_of``, shared by every variant). ``slow``: the slow path
+    (``slowpath.SlowPath``) or None for fast path only."""
+
+    def __init__(self, tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
+                 params: SimParams, slow=None):
+        if len(decisions.labels) != len(table):
+            raise EvaluationError(f"{len(decisions.labels)} decisions for {len(table)} feature rows")
+        self.tape, self.table, self.marks, self.d, self.p = tape, table, marks, decisions, params
+        self.now = tape.events[0].ts_ns if tape.events else 0
+        clock = lambda: self.now  # noqa: E731
+        self.gw = RiskGateway(tape.instruments, limits, clock)
+        self.ex = SimulatedExchange(tape.instruments, clock, fees=params.fees, queue_model=params.queue_model)
+        self.heap: list = []
+        self.seq = 0
+        self.counts: dict[str, int] = {}
+        self.slow = slow
+        if slow is not None:
+            slow.attach(self)
+        self.gw.start()
+        self.gw.on_exec(EXEC_STRUCT.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0))
+
+    # ------------------------------------------------------------------------------- scheduling
+    def schedule(self, t_ns: int, what: int, payload) -> None:
+        """Put an item on the timeline at ``t_ns`` (ties keep scheduling order)."""
+        self.seq += 1
+        heapq.heappush(self.heap, (t_ns, self.seq, what, payload))
+
+    def handle(self, events: list) -> None:
+        """The gateway's events: counted; those with an ORDER leave for the exchange."""
+        counts, now, lat = self.counts, self.now, self.p.order_latency_ns
+        for ev in events:
+            name = type(ev).__name__
+            counts[name] = counts.get(name, 0) + 1
+            if type(ev) is OrderDenied:
+                key = "deny_" + ev.code.lower()
+                counts[key] = counts.get(key, 0) + 1
+            if ev.cmd and ev.cmd != OrderCmd.SYNC:
+                self.schedule(now + lat, ORDER_DUE, encode_order(ev))
+
+    def _exec_reports(self, reports: list[bytes]) -> None:
+        t = self.now + self.p.exec_latency_ns
+        for r in reports:
+            self.schedule(t, EXEC_DUE, r)
+
+    def _due(self, item) -> None:
+        t, _seq, what, payload = item
+        self.now = t
+        if what == ORDER_DUE:
+            self._exec_reports(self.ex.on_order(payload))
+        elif what == EXEC_DUE:
+            self.handle(self.gw.on_exec(payload))
+        elif what == INSTRUCTION_DUE:
+            self.handle(self.gw.on_instruction(payload))
+        else:
+            self.slow.wake(t)
+
+    # ------------------------------------------------------------------------------- the run
+    # hot path: one loop over every market event of the tape (the evaluation's updates/s is this loop's
+    # speed); split into helpers it would pay a call and the re-binding of its locals per event
+    def _loop(self) -> None:
+        events, heap, ex, gw, slow = self.tape.events, self.heap, self.ex, self.gw, self.slow
+        rows = self.table.rows
+        row_of = np.full(len(events), -1, np.int64)
+        row_of[self.table.event_index] = np.arange(len(self.table))
+        row_of = row_of.tolist()
+        labels = self.d.labels.tolist()
+        probs = self.d.probs.tolist()
+        flags = np.where(rows["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0).tolist()
+        seqs, exch = rows["book_seq"].tolist(), rows["exch_ts_ns"].tolist()
+        mids, spreads = rows["ref_mid"].tolist(), rows["ref_spread"].tolist()
+        pack, pop, on_signal = SIGNAL_STRUCT.pack, heapq.heappop, gw.on_signal
+        on_book, on_trade = ex.on_book, ex.on_trade
+        due, handle, reports = self._due, self.handle, self._exec_reports
+        for k, (t, kind, iid, payload) in enumerate(events):
+            while heap and heap[0][0] < t:
+                due(pop(heap))
+            self.now = t
+            if kind == _BOOK:
+                rep = on_book(iid, payload)
+                if rep:
+                    reports(rep)
+                r = row_of[k]
+                if r >= 0:
+                    lab = labels[r]
+                    p0, p1, p2, p3 = probs[r]
+                    evs = on_signal(pack(iid, lab, flags[r], seqs[r], exch[r], mids[r], spreads[r], p0, p1, p2, p3), t)
+                    if evs:
+                        handle(evs)
+                    if slow is not None and lab != _HOLD:
+                        slow.offer(r, t)
+            else:
+                rep = on_trade(iid, payload)
+                if rep:
+                    reports(rep)
+        while heap:
+            due(pop(heap))
+
+    def run(self) -> VariantResult:
+        """Replay the whole tape, then the metrics (module docstring)."""
+        t0 = time.perf_counter()
+        self._loop()
+        sim_s = time.perf_counter() - t0
+        marks = self.marks
+        limits = self.gw.limits
+        capital = self.p.capital
+        if capital is None:
+            capital = default_capital(self.tape.instruments, limits, marks)
+        iid = self.table.instrument_id
+        signals = {i: (self.table.ts_ns[iid == i], self.d.value[iid == i]) for i in sorted(marks.ts_ns)}
+        fills = self.ex.fills
+        m = summarize(fills, marks, capital=capital, signals=signals, horizons_ns=self.p.horizons_ns)
+        counts = {"labels": label_counts(self.d), "gateway": dict(sorted(self.counts.items())),
+                  "exchange": dict(self.ex.counts)}
+        if self.slow is not None:
+            counts["llm"] = self.slow.counts()
+        positions = {i: float(b.position) for i, b in sorted(self.gw.books.items())}
+        equity = equity_curve(fills, marks)
+        return VariantResult(m, counts, equity, positions, sim_s, self.slow.timings() if self.slow is not None else {},
+                             time.perf_counter() - t0 - sim_s)
+
+
+def run_variant(tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
+                params: SimParams, slow=None) -> VariantResult:
+    """One variant's ``VariantRun`` (``marks``: the market's, ``decisions.marks_of``); its result."""
+    return VariantRun(tape, table, marks, decisions, limits, params, slow).run()

@@ -1,0 +1,144 @@
+"""The fast path's inputs and decisions in the evaluation: features once per market as the stage
+computes them, rejections counted, the rules' and the model's labels by hand."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from pipeline.trading.evaluation.decisions import (FeatureTable, OnnxModel, compute_features, feature_params,
+                                                  features_of_instrument, hold_decisions, imbalance_decisions,
+                                                  label_counts, marks_of, merge_features, model_decisions)
+from pipeline.trading.evaluation.replay import EvaluationError, InstrumentPart, MarketEvent, Tape, TapeInstrument
+from pipeline.trading.features import F_IMBALANCE_1, F_IMBALANCE_5, FeatureParams, FeatureState, compute
+from pipeline.trading.messages import FEATURES_DTYPE, TRADE_STRUCT, Kind, Label
+from pipeline.trading.model.card import hand_made_card, write_card
+from tests.pipeline.trading.evaluation.test_simulator import INS, MS, T0, book, trade
+
+
+def test_features_are_the_stage_s_and_rejections_are_counted():
+    events = [book(T0, 100.0, 5, 100.2, 4, 1),
+              MarketEvent(T0 + MS, Kind.TRADE, 1, TRADE_STRUCT.pack(1, 9, 1, T0 + MS, 100.1, 1.0)),  # bad side
+              book(T0 + 2 * MS, 100.1, 5, 100.1, 4, 2),  # locked
+              book(T0 + 3 * MS, 100.1, 2, 100.3, 6, 3)]
+    tape = Tape((INS,), events)
+    table = compute_features(tape)
+    assert table.rejected == {"trade_bad_side": 1, "book_crossed_book": 1}
+    assert table.event_index.tolist() == [0, 3] and table.ts_ns.tolist() == [T0, T0 + 3 * MS]
+    st = FeatureState(1, 0.1, FeatureParams(vpin_bucket_volume=1000.0))  # the stage's: 1000 lots of 1.0
+    want = np.zeros(1, FEATURES_DTYPE)
+    for e in (events[0], events[3]):
+        compute(st, e.payload, want, e.ts_ns)
+    assert table.rows[-1].tobytes() == want.tobytes()
+    marks = marks_of(table)
+    assert marks.ts_ns[1].tolist() == [T0, T0 + 3 * MS] and marks.mid[1].tolist() == pytest.approx([100.1, 100.2])
+
+
+def _table(values: dict[int, list[float]]) -> FeatureTable:
+    n = len(next(iter(values.values())))
+    rows = np.zeros(n, FEATURES_DTYPE)
+    for slot, v in values.items():
+        rows["features"][:, slot] = v
+    return FeatureTable(rows, np.arange(n), np.arange(n) * MS)
+
+
+def test_rules_by_hand():
+    t = _table({F_IMBALANCE_5: [0.5, -0.3, 0.1, 0.2], F_IMBALANCE_1: [-0.9, 0.9, 0.0, 0.0]})
+    d = imbalance_decisions(t, 5, 0.2)
+    assert d.labels.tolist() == [Label.LEAN_BUY, Label.LEAN_SELL, Label.HOLD, Label.HOLD]  # 0.2 is not > 0.2
+    assert d.value.tolist() == pytest.approx([0.5, -0.3, 0.1, 0.2])
+    assert imbalance_decisions(t, 1, 0.0).labels.tolist() == [Label.LEAN_SELL, Label.LEAN_BUY, Label.HOLD, Label.HOLD]
+    h = hold_decisions(t)
+    assert label_counts(h) == {"HOLD": 4, "LEAN_BUY": 0, "LEAN_SELL": 0, "EMERGENCY": 0} and not h.value.any()
+    with pytest.raises(EvaluationError, match="depth must be one of"):
+        imbalance_decisions(t, 2, 0.1)
+
+
+def _softmax_model(path, width: int, bias: list[float], card: bool = True) -> None:
+    """A model whose probabilities are softmax(bias + x[0] * (0, 1, -1, 0)) (feature 0 moves buy / sell)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.zeros((width, 4), np.float32)
+    w[0] = [0.0, 1.0, -1.0, 0.0]
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["z"]), helper.make_node("Add", ["z", "b"], ["l"]),
+         helper.make_node("Softmax", ["l"], ["y"], axis=-1)], "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(bias, np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    if card:
+        write_card(path, hand_made_card("hand-set", "a test model"))
+
+
+def test_model_labels_are_the_fast_stage_rule(tmp_path):
+    p = tmp_path / "m.onnx"
+    _softmax_model(p, 128, [0.0, 0.0, 0.0, -10.0])
+    t = _table({0: [3.0, -3.0, 0.0]})
+    d = model_decisions(t, OnnxModel(p), 0.5, 0.5, 0.5)
+    e3 = np.exp(3.0)
+    pb = e3 / (1 + e3 + np.exp(-3.0) + np.exp(-10.0))  # P(buy) of the first row: 0.9502
+    assert d.probs[0, Label.LEAN_BUY] == pytest.approx(pb, rel=1e-5)
+    # row 0: P(buy) 0.95 >= 0.5; row 1: P(sell) 0.95; row 2: every P(.) about 1/3 < 0.5: HOLD
+    assert d.labels.tolist() == [Label.LEAN_BUY, Label.LEAN_SELL, Label.HOLD]
+    assert d.value[0] == pytest.approx(pb - np.exp(-3.0) / (1 + e3 + np.exp(-3.0) + np.exp(-10.0)), rel=1e-5)
+    assert model_decisions(t, OnnxModel(p), 0.96, 0.96, 0.5).labels.tolist() == [Label.HOLD] * 3
+    assert model_decisions(t, OnnxModel(p), 0.95, 0.96, 0.5).labels.tolist() == [Label.LEAN_BUY, Label.HOLD, Label.HOLD]
+
+
+def test_a_model_that_does_not_fit_the_layout_is_named(tmp_path):
+    p = tmp_path / "wide.onnx"
+    _softmax_model(p, 130, [0, 0, 0, 0])
+    with pytest.raises(EvaluationError, match=r"wide.onnx' maps \['N', 130\] -> \['N', 4\]; the feature layout needs"):
+        OnnxModel(p)
+    with pytest.raises(EvaluationError, match="does not exist"):
+        OnnxModel(tmp_path / "none.onnx")
+    bare = tmp_path / "bare.onnx"
+    _softmax_model(bare, 128, [0, 0, 0, 0], card=False)
+    with pytest.raises(EvaluationError, match="bare.onnx' has no model card"):
+        OnnxModel(bare)
+    old = tmp_path / "old.onnx"
+    _softmax_model(old, 128, [0, 0, 0, 0], card=False)
+    write_card(old, {**hand_made_card("hand-set", "trained for another layout"), "feature_layout_version": 0})
+    with pytest.raises(EvaluationError, match="old.onnx'.* says feature layout version 0, but this pipeline computes"):
+        OnnxModel(old)
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(EvaluationError, match="onnxruntime cannot load it"):
+        OnnxModel(junk)
+
+
+def _of(iid: int, ev: MarketEvent) -> MarketEvent:
+    """``ev`` as instrument ``iid``'s (its payload's instrument id too)."""
+    p = bytearray(ev.payload)
+    struct.pack_into("<H", p, 0, iid)
+    return MarketEvent(ev.ts_ns, ev.kind, iid, bytes(p))
+
+
+def test_features_per_instrument_merged_are_the_whole_tape_s():
+    other = TapeInstrument(id=2, symbol="XYZUSDT", tick_size=0.01, lot_size=1.0)
+    bad_trade = MarketEvent(T0 + MS, Kind.TRADE, 1, TRADE_STRUCT.pack(1, 9, 1, T0 + MS, 100.1, 1.0))
+    events = [book(T0, 100.0, 5, 100.2, 4, 1), _of(2, book(T0, 20.0, 3, 20.02, 9, 1)), bad_trade,
+              _of(2, trade(T0 + MS, 20.01, 2.0, 7)), _of(2, book(T0 + MS, 20.01, 3, 20.02, 8, 2)),
+              book(T0 + 2 * MS, 100.1, 5, 100.1, 4, 2),  # locked: rejected
+              _of(2, book(T0 + 2 * MS, 20.01, 1, 20.01, 8, 3)),  # locked: rejected
+              book(T0 + 3 * MS, 100.1, 2, 100.3, 6, 3), _of(2, book(T0 + 3 * MS, 20.0, 4, 20.03, 1, 4))]
+    tape = Tape((INS, other), events)
+    params = feature_params(tape.instruments)
+    parts = []
+    for ins in reversed(tape.instruments):  # any order of parts
+        mine = [k for k, e in enumerate(events) if e.instrument_id == ins.id]
+        sub = [events[k] for k in mine]
+        parts.append(InstrumentPart(ins, np.array(mine), features_of_instrument(params, ins, sub), 0.0, 0.0))
+    whole = compute_features(tape, params)
+    merged = merge_features(parts)
+    assert merged.event_index.tolist() == whole.event_index.tolist() == [0, 1, 4, 7, 8]
+    assert merged.ts_ns.tolist() == whole.ts_ns.tolist() == [T0, T0, T0 + MS, T0 + 3 * MS, T0 + 3 * MS]
+    assert merged.rows.tobytes() == whole.rows.tobytes()
+    assert merged.rows["instrument_id"].tolist() == [1, 2, 2, 1, 2]
+    assert merged.rejected == whole.rejected == {"book_crossed_book": 2, "trade_bad_side": 1}
