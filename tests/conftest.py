@@ -106,7 +106,8 @@ def pipe(tmp_path):
 
 @pytest.fixture
 def capture_path():
-    """The real Bitget v1 capture (686 lines); the test is skipped when it is not there."""
+    """The real Bitget v1 capture (686 lines), which the project's shared data dir provides beside the
+    repository: its absence fails the test (it is data the suite needs, not an optional dependency)."""
     if not CAPTURE_PATH.is_file():
-        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
+        pytest.fail(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
     return CAPTURE_PATH

@@ -208,8 +208,7 @@ def test_the_shipped_model_runs_or_is_refused_by_name(tmp_path, capsys):
     from pipeline.trading.model.card import card_path
 
     shipped = REPO / PipelineConfig.load().model_path
-    if not shipped.is_file():
-        pytest.skip("no generated model (make model)")
+    assert shipped.is_file(), f"{shipped} missing: `make test` makes it (`make model`)"
     code = E.main([*QUICK, "--steps", "100", "--out", str(tmp_path)])
     if card_path(shipped).is_file():
         assert code == 0

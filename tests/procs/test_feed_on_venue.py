@@ -4,7 +4,6 @@ non-zero checksums verified and one BOOK per depth push."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +14,9 @@ from procs.feed import BitgetFeedAgent
 from tests.support.context import feed_context as make_ctx
 from tests.support.wait import pump, wait_until
 
-CAPTURE = Path(__file__).resolve().parents[3] / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
-
-
-@pytest.mark.skipif(not CAPTURE.exists(), reason="the shared Bitget capture is not beside the repository")
 @pytest.mark.timeout(60)
-def test_feed_verifies_every_checksum_of_the_capture_replayed_by_the_venue():
-    source = ReplaySource.from_capture(CAPTURE)
+def test_feed_verifies_every_checksum_of_the_capture_replayed_by_the_venue(capture_path):
+    source = ReplaySource.from_capture(capture_path)
     insts = sorted(source.inst_ids)
     server = VenueServer(source, port=0, speed=0, start_paused=True)
     thread = VenueThread(server)

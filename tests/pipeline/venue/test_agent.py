@@ -72,9 +72,7 @@ def test_agent_refuses_unknown_params(tmp_path):
         VenueAgent().on_start(venue_context(tmp_path, "prot = 1"))
 
 
-def test_agent_replays_a_capture(tmp_path):
-    if not CAPTURE_PATH.is_file():
-        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH}")
+def test_agent_replays_a_capture(tmp_path, capture_path):
     ctx = venue_context(tmp_path, f'source = "replay", capture = "{CAPTURE_PATH}", speed = 100.0, loop = true, '
                          f'port_file = "{tmp_path / "p"}"')
     agent = VenueAgent()

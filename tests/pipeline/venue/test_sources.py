@@ -93,9 +93,7 @@ def test_replay_source_reports_where_a_capture_is_bad(tmp_path):
         ReplaySource.from_capture(tmp_path / "missing")
 
 
-def test_the_shared_capture_loads():
-    if not CAPTURE_PATH.is_file():
-        pytest.skip(f"shared Bitget capture not found at {CAPTURE_PATH}")
+def test_the_shared_capture_loads(capture_path):
     src = ReplaySource.from_capture(CAPTURE_PATH)
     books = [e for _, evs in src.frames for e in evs if isinstance(e, BookEvent)]
     assert len(books) == 443 and sum(e.snapshot for e in books) == 8 and len(src.inst_ids) == 8

@@ -108,8 +108,7 @@ def test_key_file_readable_by_others_fails_up_at_once_naming_the_file_and_the_mo
 def test_a_restart_that_cannot_succeed_goes_fatal_at_once_and_halts(pipe):
     """Up with a good model; the model is then removed and the stage restarted: one failed start,
     FATAL with the path as its last error, trading halted, the others untouched."""
-    if not FAST_MODEL.is_file():
-        pytest.skip(f"{FAST_MODEL} missing (`make model`)")
+    assert FAST_MODEL.is_file(), f"{FAST_MODEL} missing: `make test` makes it (`make model`)"
     model = pipe.tmp / "fast.onnx"
     shutil.copyfile(FAST_MODEL, model)
     out = pipe.tmp / "control.txt"

@@ -112,12 +112,8 @@ def test_capture_bad_input_is_counted_not_fatal(tmp_path):
     assert tape.events[3].ts_ns == 10_800_000_000  # the receive time of the 8th received frame (10.0 + 8 x 0.1 s)
 
 
-def test_capture_shared_file_replays(tmp_path):
-    from pipeline.trading.model.capture import CAPTURE
-
-    if not CAPTURE.exists():
-        pytest.skip("the shared capture is not here")
-    tape = capture_tape([CAPTURE])
+def test_capture_shared_file_replays(tmp_path, capture_path):
+    tape = capture_tape([capture_path])
     assert len(tape.instruments) == 8 and tape.books > 400 and not tape.bad
     # v1 frames carry no seq: each instrument's BOOKs are numbered 1, 2, ... as the paper venue numbers them
     seqs: dict[int, list[int]] = {}

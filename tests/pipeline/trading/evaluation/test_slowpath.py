@@ -65,12 +65,10 @@ def test_conflation_and_the_minimum_gap():
 def test_the_tiny_gguf_in_process():
     """The real hub (the generated stand-in, seed fixed): every generation ends in an INSTRUCTION or a
     counted rejection, and takes measured time."""
-    pytest.importorskip("llama_cpp")
     from pipeline.trading.evaluation.variants import REPO
 
     gguf = REPO / "models" / "generated" / "tiny.gguf"
-    if not gguf.is_file():
-        pytest.skip("no generated tiny model (make model)")
+    assert gguf.is_file(), f"{gguf} missing: `make test` makes it (`make model`)"
     tape = Tape((INS,), [book(T0 + k * 10 * MS, 100.0, 5, 100.2, 5, k + 1) for k in range(30)])
     table = compute_features(tape)
     labels = np.full(len(table), Label.LEAN_BUY, np.uint8)

@@ -12,7 +12,6 @@ from pipeline.trading.bitget.capture import RECV, format_line
 from pipeline.trading.model.capture import capture_series, grid_tick
 from pipeline.trading.model.data import TrainParams, build_dataset
 from tests.support.frames import RefBook, ladder, trades_text
-from tests.support.paths import CAPTURE_PATH
 
 
 def test_the_grid_tick_is_the_smallest_gap_between_prices():
@@ -60,10 +59,9 @@ def test_a_malformed_capture_line_is_an_error_naming_it(tmp_path):
         capture_series(bad)
 
 
-@pytest.mark.skipif(not CAPTURE_PATH.is_file(), reason="the shared capture is not there")
-def test_the_shared_capture_replays_but_is_too_short_to_train_on():
+def test_the_shared_capture_replays_but_is_too_short_to_train_on(capture_path):
     """8 instruments, ~30 s: a few hundred rows, and only three of them see the mid move within 500 ms."""
-    series, info = capture_series(CAPTURE_PATH)
+    series, info = capture_series(capture_path)
     assert info["instruments"] == len(series) == 8 and info["depth_pushes"] == {"EMITTED": 443}
     assert info["rows"] == 435 and info["sha256"].startswith("bcdd126a0b38")
     ds = build_dataset(series, TrainParams())
