@@ -227,13 +227,12 @@ class RiskAgent(Agent):
         return total
 
     def _publish_pnl(self) -> None:
-        """``pnl_<id>`` per instrument: its realized P&L plus ``position * (mid - avg_px)`` where the
-        gateway knows both (``Ledger.pnl``'s rule), rounded to cents; the next refresh is due a
-        heartbeat interval after the latest message time."""
+        """``pnl_<id>`` per instrument: its realized P&L plus ``Book.unrealized_pnl`` (the rule
+        ``Ledger.pnl`` sums), rounded to cents; the next refresh is due a heartbeat interval after the
+        latest message time."""
         st, realized = self.stats, self._realized
         for key, iid, bk in self._pnl_keys:
-            u = bk.position * (bk.mid - bk.avg_px) if bk.position and bk.mid > 0 and bk.avg_px > 0 else 0.0
-            st[key] = round(realized[iid] + u, 2)
+            st[key] = round(realized[iid] + bk.unrealized_pnl(), 2)
         self._pnl_due_ns = self._ts + self._pnl_every_ns
 
     # ---------------------------------------------------------------------------------------- output

@@ -56,6 +56,13 @@ class Book:
     def sigma(self) -> float:
         return math.sqrt(self.var)
 
+    def unrealized_pnl(self) -> float:
+        """``position * (mid - avg_px)`` in quote currency at the latest ref_mid; 0 while the position,
+        the mid or the entry price is unknown (a position set to the venue's counts from the first mid)."""
+        if self.position and self.mid > 0 and self.avg_px > 0:
+            return self.position * (self.mid - self.avg_px)
+        return 0.0
+
     def open_sizes(self) -> tuple[float, float]:
         """(open buy size, open sell size), base units, every open order (cancelling included)."""
         b = s = 0.0
@@ -144,11 +151,7 @@ class Ledger:
         """Realized + unrealized PnL (quote currency); unrealized at the latest ref_mid (entry price
         if no mid yet; a position whose entry is not known, one set to the venue's, counts from the
         first mid after it)."""
-        u = 0.0
-        for bk in self.books.values():
-            if bk.position and bk.mid > 0 and bk.avg_px > 0:
-                u += bk.position * (bk.mid - bk.avg_px)
-        return self.realized_pnl + u
+        return self.realized_pnl + sum(bk.unrealized_pnl() for bk in self.books.values())
 
     def reset_daily_pnl(self) -> None:
         """Start a new trading day: realized PnL back to 0."""

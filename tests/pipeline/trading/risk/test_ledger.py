@@ -48,6 +48,17 @@ def test_a_fill_keeps_the_average_entry_and_realizes_what_it_closes():
     assert led.pnl() == 0.0
 
 
+def test_unrealized_pnl_is_position_times_mid_minus_entry_and_zero_while_either_is_unknown():
+    bk = _ledger().books[1]
+    assert bk.unrealized_pnl() == 0.0  # flat
+    bk.position, bk.avg_px = -2.0, 105.0
+    assert bk.unrealized_pnl() == 0.0  # no mid yet
+    bk.mid = 104.0
+    assert bk.unrealized_pnl() == 2.0  # short 2 from 105, mid 104
+    bk.avg_px = 0.0  # a position set to the venue's, entry unknown
+    assert bk.unrealized_pnl() == 0.0
+
+
 def test_a_state_report_replaces_positions_and_open_orders_and_keeps_realized_pnl():
     led = _ledger()
     led.realized_pnl = 7.0
