@@ -22,7 +22,8 @@ from that stamp and from the origin stamp (taken before the write, which a sourc
 20 ms does cold: ~20 µs here), matched per SIGNAL (``from_ring``).
 
 (c) the sender's journal: one intent record appended and fsync'd, one every 5 ms, in the run
-directory (the disk the pipeline's journal is on): the floor under every new order's send.
+directory (the disk the pipeline's journal is on): the fsync alone, which the sender now runs after the
+send, on the journal's own thread (``journal_sync = "after_send"``).
 
 Writes ``bench/results/<UTC timestamp>-risk/results.json`` and ``report.md``; prints the table.
 Targets: decision per order p99 <= 20 µs; EMERGENCY-in to cancel-request-sent p50 <= 100 µs.
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             ("risk decision, denied (max position)", res["denied"], ""),
             ("SIGNAL update (reference, sigma), no working orders", res["signal"], ""),
             ("(c) sender journal: one intent record appended and fsync'd (one every 5 ms, on the run directory's "
-             "disk): the floor under every new order's send", res["journal"], "")]
+             "disk): the fsync alone (now after the send)", res["journal"], "")]
     md = [f"# Risk decision benchmark {machine['date']}", "", report.machine_line(machine),
           f"{n} iterations each (first tenth dropped as warm-up); time.perf_counter_ns around the pure call.", "",
           "| measured | p50 | p99 | verdict |", "|---|---|---|---|"]

@@ -6,13 +6,15 @@ wires the cores of ``pipeline.trading.sender``, which hold the logic:
 
 - ``admission``: a NEW's duplicate check, validation and journaled intent (a repeated ``order_id`` is
   answered DUPLICATE, never sent again, never with a fill);
-- ``groupcommit``: the intents of one batch of ORDERs fsync'd once, before any of them is sent;
+- ``groupcommit``: the journal's records made durable by one fsync, after the requests have gone out,
+  within a bounded window (or, ``journal_sync = "before_send"``, a batch's intents before it is sent);
 - ``outbox``: the FIFO of commands waiting to start (rate limit, retries' back-off, the ordering rules);
 - ``inflight``: place and cancel requests in flight, one per order connection, answers read as they come;
 - ``answers``: those answers classified, retried, journaled and reported;
 - ``lane``: fill polls, the periodic poll and order queries, one request at a time on their own connection;
 - ``queries``: what those requests learn (unknown outcomes resolved, fills journaled and reported);
 - ``reconcile``: start-up and periodic checks of the account and the positions, the state report;
+- ``recovery``: at start, the orders the venue holds that the journal lost (a machine crash's window);
 - ``ledger``: the journal (``pipeline.trading.journal``) and the order state replayed from it;
 - ``reports``: EXEC_REPORTs written without ever waiting for room;
 - ``client``, ``connection``, ``ratelimit``: the requests' exchange, the sockets, the token bucket.
@@ -21,9 +23,11 @@ Input ring ``orders`` (ORDER, ``pipeline.trading.messages.ORDER_DTYPE``); output
 ``EXEC_DTYPE``). The ``ts_origin_ns`` of a report is the ORDER's for a direct answer, the clock's for
 what the sender learns by itself (polled fills, reconciliation).
 
-Per order (``clientOid = client_oid(order_id)``): NEW -> intent journaled and fsync'd, then
-place-order; the answer journaled and reported (ACKED, REJECTED with its reason, UNKNOWN then queried
-every ``poll_interval_ms`` until the venue knows it: never resent under a new id). CANCEL by
+Per order (``clientOid = client_oid(order_id)``): NEW -> intent journaled (written, not yet fsync'd),
+place-order sent, the intent fsync'd with the records around it by the group commit (begun at most
+``sync_window_us`` after the oldest un-fsync'd record, or once ``sync_max_records`` wait, on the
+journal's own thread); the answer journaled and reported (ACKED, REJECTED with its reason, UNKNOWN then
+queried every ``poll_interval_ms`` until the venue knows it: never resent under a new id). CANCEL by
 clientOid -> the fills before it reported first, then CANCELLED; CANCEL_ALL (instrument 0: every
 configured instrument) -> each of ours it names CANCELLED. While orders work, every
 ``poll_interval_ms``: unfilled-orders, then the new fills (FILLED, ``fill_id`` = trade id). SYNC -> the
@@ -37,8 +41,9 @@ requests, and reads each answer when it arrives (a zero-timeout select; unanswer
 waiting; only reconciliation waits for its answers. While requests are in flight the idle wait on the
 ring is at most ``INFLIGHT_NAP_NS``. An ORDER's batch is committed on the ring once its requests have
 started: a crash after that finds the order through its journaled intent (reconciliation), not
-through the ring. NEW orders of one batch go first: a cancel's round trip must not delay an order
-decided on the same tick. The ring is read only while the outbox is shorter than ``ctx.batch``.
+through the ring, or, when a machine crash took the intent, through the venue (``recovery``). NEW
+orders of one batch go first: a cancel's round trip must not delay an order decided on the same tick.
+The ring is read only while the outbox is shorter than ``ctx.batch``.
 
 Params: ``input`` ("orders"), ``output`` ("exec"), ``journal_path`` ("<run_dir>/<name>.journal"),
 ``venue_port_file`` ("<run_dir>/venue.rest.port") or ``base_url`` ("https://api.bitget.com" for the live
@@ -48,14 +53,22 @@ exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; 
 (50), ``rate_limit_per_s`` (10; burst of the same size), ``max_retries`` (3), ``retry_backoff_ms`` (20),
 ``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (order connections: 4; 1..16),
 ``account_check_ms`` (1000; 0 = only at start: how often the running sender checks the venue's
-account id and compares positions with balances), ``crash_after`` ("" | "journal" | "send" | "ack";
-tests only, effective only when the environment has ``SHMPIPE_TEST_CRASH=1``: SIGKILL itself once at
-that point of a place; the marker file "<journal>.crashed" makes it once).
+account id and compares positions with balances), ``journal_sync`` ("after_send": intents fsync'd by
+the group commit after their requests; "before_send": a batch's intents fsync'd before any of it is
+sent), ``sync_window_us`` (2000; 0..100000: the group commit's window), ``sync_max_records`` (64;
+1..4096: so many un-fsync'd records close the window early), ``crash_after`` ("" | "journal" | "send"
+| "ack" | "sync"; tests only, effective only when the environment has ``SHMPIPE_TEST_CRASH=1``:
+SIGKILL itself once at that point of a place (the intent written; the request sent; its answer read;
+the fsync that made it durable); the marker file "<journal>.crashed" makes it once) and
+``crash_mode`` ("process", or "machine": first cut the journal back to its last fsync'd length, as a
+machine crash would leave it).
 
 Counters (``ctx.stats``): sent, acked, rejected, fills, cancels, unknown, retries, dups, rl (rate
-limited after retries), rl_wait (waits for a token), jbytes, rec_ms, rec_n, torn, polls, http_err,
-malformed, never_sent, out_drops, journal_errors, jdoubt (1 while the journal is in doubt: no new order
-is sent), open (orders not terminal); when they happen: errors, held_max, acct_changed, pdiff_<id>.
+limited after retries), rl_wait (waits for a token), jbytes, jsynced (the journal's bytes made durable),
+rec_ms, rec_n, torn, polls, http_err, malformed, never_sent, out_drops, journal_errors, jdoubt (1 while
+the journal is in doubt: no new order is sent), open (orders not terminal); when they happen: errors,
+held_max, acct_changed, pdiff_<id>, adopted, adopt_skipped, jstalls (fsyncs that ran past the stall
+limit), jstalled (NEWs answered HALTED meanwhile).
 """
 
 from __future__ import annotations
@@ -91,6 +104,7 @@ from pipeline.trading.sender.outbox import Outbox, OutboxItem
 from pipeline.trading.sender.queries import VenueQueries
 from pipeline.trading.sender.ratelimit import TokenBucket
 from pipeline.trading.sender.reconcile import Reconciler, base_coins
+from pipeline.trading.sender.recovery import WindowRecovery
 from pipeline.trading.sender.reports import ExecReporter
 
 CRASH_ENV = "SHMPIPE_TEST_CRASH"
@@ -116,9 +130,13 @@ class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     max_retries: int = 3
     retry_backoff_ms: int = 20
     reconcile_grace_ms: int = 0
-    crash_after: Literal["", "journal", "send", "ack"] = ""
+    crash_after: Literal["", "journal", "send", "ack", "sync"] = ""
+    crash_mode: Literal["process", "machine"] = "process"
     connections: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONNECTIONS)] = 4
     account_check_ms: Annotated[int, msgspec.Meta(ge=0)] = 1000
+    journal_sync: Literal["after_send", "before_send"] = "after_send"
+    sync_window_us: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 2000
+    sync_max_records: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
 
 
 def _wall_ms() -> int:
@@ -174,8 +192,8 @@ class SenderAgent(Agent):
         pool = [HttpTransport(address, p.timeout_ms / 1000.0, tls) for _ in range(p.connections)]
         self.lane = Lane(HttpTransport(address, p.timeout_ms / 1000.0, tls), self.client, self.timeout_ns, stats,
                          ctx.log)
-        self.ledger = OrderLedger(Journal(p.journal_path or run_dir / f"{ctx.name}.journal"), stats, ctx.log,
-                                  ctx.clock)
+        self.ledger = OrderLedger(Journal(p.journal_path or run_dir / f"{ctx.name}.journal", fsync_thread=True),
+                                  stats, ctx.log, ctx.clock)
         now = ctx.clock()
         bucket = TokenBucket(p.rate_limit_per_s, max(1.0, p.rate_limit_per_s), now)
         self._wire(p, pool, bucket, coins, now)
@@ -189,7 +207,7 @@ class SenderAgent(Agent):
         stats.update(sent=0, acked=0, rejected=0, fills=0, cancels=0, unknown=0, retries=0, dups=0, rl=0,
                      rl_wait=0, jbytes=journal.bytes, rec_ms=0, rec_n=0, torn=state.torn, polls=0,
                      http_err=0, malformed=0, never_sent=0, out_drops=0, open=len(self.ledger.open), journal_errors=0,
-                     jdoubt=0)
+                     jdoubt=0, jsynced=journal.synced_bytes)
         if p.crash_after and not self.crash_armed:
             ctx.log.warning("sender_crash_param_ignored", crash_after=p.crash_after, env=CRASH_ENV)
         ctx.log.info("sender_ready", journal=str(journal.path), records=state.records,
@@ -203,8 +221,10 @@ class SenderAgent(Agent):
         poll_ns = max(1, p.poll_interval_ms) * _NS_PER_MS
         self.queries = VenueQueries(ledger, lane, report, self.creds, _wall_ms, clock, stats, log, poll_ns=poll_ns,
                                     grace_ms=p.reconcile_grace_ms or 2 * p.timeout_ms, batch=ctx.batch, now_ns=now)
-        self.reconciler = Reconciler(ledger, self.queries, lane, client, report, self.creds, self.instruments, coins,
-                                     _wall_ms, clock, stats, log, retry_backoff_ms=p.retry_backoff_ms,
+        recovery = WindowRecovery(ledger, self.creds, self.instruments, _wall_ms, stats, log)
+        self.reconciler = Reconciler(ledger, self.queries, recovery, lane, client, report, self.creds,
+                                     self.instruments, coins, _wall_ms, clock, stats, log,
+                                     retry_backoff_ms=p.retry_backoff_ms,
                                      account_check_ns=p.account_check_ms * _NS_PER_MS, now_ns=now)
         self.requests = InFlightRequests(pool, client, ledger, self.creds, self.instruments, _wall_ms, self.timeout_ns,
                                          stats, self._crash)
@@ -213,13 +233,16 @@ class SenderAgent(Agent):
         self.requests.on_answer = OrderAnswers(ledger, self.queries, lane, report, self.outbox.requeue, clock, stats,
                                                log, self._crash, max_retries=p.max_retries,
                                                retry_backoff_ms=p.retry_backoff_ms, poll_ns=poll_ns).on_answer
-        group = GroupCommit(ledger, self.outbox.drop_new, report, ctx.mark, stats, log)
+        self.group = group = GroupCommit(ledger, self.outbox, report, ctx.mark, stats, log, self._crash,
+                                         window_ns=p.sync_window_us * 1000, max_records=p.sync_max_records)
         admission = NewOrderAdmission(ledger, group, self.outbox, self.requests, self.queries.owed, report,
                                       self.instruments, _wall_ms, clock, ctx.mark, stats, log)
-        # the per-message path: ORDER read -> admitted -> queued -> intents committed -> request started
+        # the per-message path: ORDER read -> admitted -> queued -> request started; the intents'
+        # fsync after it (the group commit's tick), or before it with journal_sync = "before_send"
         self._admit_new = admission.admit
         self._queue = self.outbox.items.append
-        self._commit_intents = group.commit
+        self._sync_before_send = group.before_send if p.journal_sync == "before_send" else None
+        self._sync_tick = group.tick
         self._run_outbox = self.outbox.run
         self._read_answers = self.requests.read_answers
         self._run_lane = lane.run
@@ -251,6 +274,8 @@ class SenderAgent(Agent):
             conn.close()
         for sock in self._warm_pair or ():
             sock.close()
+        if not self.group.commit(sent=True):  # logged; the next start's open() fsyncs what is in the file
+            self.ctx.log.warning("sender_journal_not_synced_at_close", doubt=self.ledger.journal.doubt)
         self.ledger.journal.close()
 
     # ------------------------------------------------------------------------------------ duty cycle
@@ -261,7 +286,7 @@ class SenderAgent(Agent):
         reconciler = self.reconciler
         if reconciler.reconciling:
             if now < reconciler.due_ns:
-                return 0
+                return self._sync_tick(now)
             return 1 if reconciler.attempt(now) else flushed
         work = flushed + self._read_answers(now)
         work += self._run_lane(now)
@@ -290,7 +315,8 @@ class SenderAgent(Agent):
                         self.stats["errors"] = self.stats.get("errors", 0) + 1
                         self.ctx.log.error("sender_order_failed", error=f"{type(exc).__name__}: {exc}"[:300])
                 batch.clear()
-                self._commit_intents()  # one fsync for the batch's new orders, before any of them is sent
+                if self._sync_before_send is not None:
+                    self._sync_before_send()  # one fsync for the batch's new orders, before any of them is sent
                 work += self._run_outbox(self.ctx.clock())
                 if read_batch is not None:
                     self.inp.commit()  # a crash before this line sees the whole batch again
@@ -302,7 +328,7 @@ class SenderAgent(Agent):
         if reconciler.account_check_ns and now >= reconciler.next_account_check_ns:
             reconciler.queue_account_check(now)
         work += self._run_lane(now)
-        return work
+        return work + self._sync_tick(now)  # the group commit, after this cycle's requests have gone out
 
     def keep_warm(self) -> None:
         """Runner hook (``keep_warm_us``, while idle): the cancel-all and place paths up to the bytes
@@ -333,9 +359,9 @@ class SenderAgent(Agent):
     def wait_for_work(self, timeout_ns: int) -> bool:
         """The runner's park when idle: on the ``orders`` ring (its blocking wait, where the transport
         has one), but never past the sender's own next timed work: a retry or rate-limit token due, a
-        reconciliation attempt, the next fill poll while orders work, an unknown outcome to query;
-        and for at most ``INFLIGHT_NAP_NS`` while an answer (a query's included) is awaited or a lane
-        job is queued (the ring's wait cannot also watch the sockets)."""
+        reconciliation attempt, the next fill poll while orders work, an unknown outcome to query, the
+        group commit's next step; and for at most ``INFLIGHT_NAP_NS`` while an answer (a query's
+        included) is awaited or a lane job is queued (the ring's wait cannot also watch the sockets)."""
         now = self.ctx.clock()
         due = now + timeout_ns
         if self.requests.inflight or self.lane.busy or self.reporter.held:
@@ -352,6 +378,9 @@ class SenderAgent(Agent):
             due = min(due, owed_due)
         if self.ledger.open:
             due = min(due, self.queries.next_poll_ns)
+        sync_due = self.group.due_ns(now)
+        if sync_due is not None:
+            due = min(due, sync_due)
         left = due - now
         if left <= 0:
             return True
@@ -400,9 +429,16 @@ class SenderAgent(Agent):
 
     # ------------------------------------------------------------------------------------ test hook
     def _crash(self, point: str) -> None:
-        """SIGKILL this process at ``point`` of a place, once (``crash_after``; tests only)."""
+        """SIGKILL this process at ``point`` of a place, once (``crash_after``; tests only); with
+        ``crash_mode = "machine"`` the journal is first cut back to its last fsync'd length, which is
+        what a machine crash at that point leaves on the disk."""
         if self.crash_armed and self.p.crash_after == point and not self.crash_marker.exists():
-            self.crash_marker.write_text(point)
+            if self.p.crash_mode == "machine":
+                journal = self.ledger.journal
+                os.truncate(journal.path, journal.synced_bytes)
+                self.crash_marker.write_text(f"{point} {journal.synced_bytes} {journal.bytes}")
+            else:
+                self.crash_marker.write_text(point)
             os.kill(os.getpid(), signal.SIGKILL)
 
     # ------------------------------------------------------------------------------------ views (tests, status)

@@ -24,6 +24,19 @@ mid). Positions are compared in whole lots (``whole_lots``): the venue's from it
   the position tracked by its FillApplied / Synced lines), and the venue's |position| never above its
   |position| at detection plus the orders open then (resting orders may still fill).
 
+- ``machine_crash_sender``: orders flowing (at least ``MIN_PLACED`` placed and a fill); then, ``crashes``
+  times (1; full: 3), the sender is restarted with its test hook armed (``SHMPIPE_TEST_CRASH=1``,
+  ``crash_after = "send"``, ``crash_mode = "machine"``): at its first place, once the request has left,
+  it cuts its journal back to the last fsync'd length (what a machine crash leaves on the disk: the
+  group commit's window, which then always holds the intent of that order, now at the venue) and
+  SIGKILLs itself; the supervisor restarts it, and the ORDER, not yet committed on the ring, comes again
+  (a sender that did not find the order at the venue would send it again: the venue would refuse it,
+  43118, counted as a duplicate). After 2 s more flow, a
+  ``halt`` and settling: every crash cut a non-empty window, the restarted sender adopted at least one
+  order from the venue, no clientOid was refused as a duplicate, no order lost (every order the venue
+  placed is in the journal with its venue id, none unresolved), every venue fill journaled, and the
+  venue's, the journal's and the gateway's positions equal in whole lots.
+
 Each takes ``account_check_ms`` (the sender's; None = its default, 1000): 0 turns the running sender's
 account checks off, the sabotage the tests use to show each scenario FAILs when detection is missing.
 ``disk_full_journal`` also takes ``sabotage_adjust_lots`` (a position moved behind the back while the
@@ -34,6 +47,8 @@ from __future__ import annotations
 
 import errno
 import http.client
+import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -43,7 +58,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.chaos.flow import FLOW_MODEL, FLOW_WAIT_S, orders_flow, quiesce, whole_lots
+from bench.chaos.flow import FLOW_MODEL, FLOW_WAIT_S, orders_flow, quiesce, reconcile, whole_lots
 from bench.chaos.harness import INCONCLUSIVE, Row, judged_row, soft_wait
 from bench.chaos.rewrite import sender_params
 from bench.pipeline_config import KEY
@@ -360,3 +375,84 @@ def position_behind_back(P, quick: bool, *, account_check_ms: int | None = None)
                  "prefix": p.prefix},
     )
 
+
+
+CRASH_ENV = "SHMPIPE_TEST_CRASH"  # procs.sender's: arms its test-only crash hook
+
+
+def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_module: str = "") -> Row:
+    """See the module docstring. ``sender_module``: the sender's module replaced (the tests' sabotage)."""
+    n = crashes or (1 if quick else 3)
+
+    def hook(text: str) -> str:
+        text = orders_flow(text)
+        if sender_module:
+            text = text.replace('module = "procs.sender:SenderAgent"', f'module = "{sender_module}"', 1)
+        return text
+
+    old_env = os.environ.get(CRASH_ENV)
+    os.environ[CRASH_ENV] = "1"  # the stages inherit it; the hook fires only once crash_after is set
+    try:
+        with P(rate=1_000, name="machine_crash_sender", text_hook=hook, model=FLOW_MODEL) as p:
+            soft_wait(p, lambda: p.stage("venue").get("orders_placed", 0) >= MIN_PLACED
+                      and p.stage("sender").get("fills", 0) >= 1, FLOW_WAIT_S)
+            placed0 = p.stage("venue").get("orders_placed", 0)
+            marker = p.tmp / "run" / "sender.journal.crashed"
+            cuts: list[int] = []
+            p.cfg_path.write_text(_arm(p.cfg_path.read_text()))  # read by the sender's next start
+            for _ in range(n):
+                marker.unlink(missing_ok=True)
+                _restart_and_resync(p, "sender")
+                if soft_wait(p, marker.exists, 20.0):
+                    _point, synced, written = marker.read_text().split()
+                    cuts.append(int(written) - int(synced))
+                    p.wait(lambda: p.proc("sender")["state"] == "RUNNING", 30, "sender RUNNING after its crash", 0.05)
+                    p.wait(lambda: p.stage("risk").get("synced") == 1, 30, "risk synced again", 0.05)
+            time.sleep(2.0)
+            settled = quiesce(p)
+            led = reconcile(p)
+            log = p.logs() / "sender.log"
+            adopted = log.read_text(errors="replace").count("sender_order_adopted") if log.exists() else 0
+            restarts = p.proc("sender")["restarts"]
+    finally:
+        if old_env is None:
+            os.environ.pop(CRASH_ENV, None)
+        else:
+            os.environ[CRASH_ENV] = old_env
+    lost = abs(led["venue_placed"] - led["journal_acked"]) + led["unresolved"]
+    checks = {f"enough flow (>= {MIN_PLACED} orders placed before)": placed0 >= MIN_PLACED,
+              f"{n} machine crash(es), each cutting a non-empty window": len(cuts) == n and all(c > 0 for c in cuts),
+              "the restarted sender adopted orders the venue holds": adopted >= 1,
+              "settled after halt": settled,
+              "0 duplicated (no clientOid refused by the venue), 0 lost, 0 unresolved":
+                  led["dup_coid"] == 0 and lost == 0 and led["coids_unique"],
+              "every venue fill journaled": led["journal_fills"] == led["venue_fills"],
+              "positions equal in whole lots (venue, journal, risk)": led["position_diff_lots"] == 0}
+    pos = "; ".join(f"{s}: venue {v['venue']:g} journal {v['journal']:g} risk {v['risk']:g}"
+                    for s, v in led["positions"].items())
+    return judged_row(
+        "machine_crash_sender", checks,
+        injected=(f"after {placed0} orders placed: {n} x the sender restarted with its crash hook armed (crash_after "
+                  f"send, crash_mode machine): journal cut to its last fsync'd length, SIGKILL"
+                  + (f"; SABOTAGE: sender module {sender_module}" if sender_module else "")),
+        did=(f"windows cut {cuts} bytes; sender restarts {restarts}; orders adopted from the venue {adopted}; "
+             f"{led['journal_orders']} orders journaled, {led['journal_acked']} with a venue id, venue placed "
+             f"{led['venue_placed']}; fills {led['journal_fills']} journaled, {led['venue_fills']} at the venue; "
+             f"duplicate clientOids refused {led['dup_coid']}; unresolved {led['unresolved']}; {pos}"),
+        figure=(f"adopted {adopted}; duplicated {led['dup_coid']}, lost {lost}; position diff "
+                f"{led['position_diff_lots']} lots"),
+        details={"ledger": led, "cuts": cuts, "restarts": restarts, "prefix": p.prefix},
+    )
+
+
+def _arm(text: str) -> str:
+    """The config text with the sender's crash hook armed (``crash_after = "send"``, machine mode), whatever
+    its module.
+
+    Raises:
+        ValueError: no sender params in the text."""
+    new, k = re.subn(r'(name = "sender"\nmodule = "[^"]+"\n(?:[^\n]*\n)*?params = \{ )',
+                     r'\1crash_after = "send", crash_mode = "machine", ', text, count=1)
+    if k != 1:
+        raise ValueError("the sender's params not found in the config text")
+    return new

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import http.server
+import os
 import shutil
 import socket
 import ssl
@@ -349,6 +350,7 @@ def test_a_fresh_start_reconciles_then_reports_flat_positions_and_sync_done(tmp_
 
 def test_keep_warm_signs_and_encodes_but_sends_journals_and_reports_nothing(tmp_path, venue):
     h = start(tmp_path, venue)
+    h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
     before = (list(venue.requests), (tmp_path / "sender.journal").read_bytes(), list(h.port.msgs), dict(h.ctx.stats))
     for _ in range(20):
         h.agent.keep_warm()
@@ -427,7 +429,7 @@ def test_no_order_is_read_while_the_venue_cannot_be_reached(tmp_path, venue):
     assert h.agent.reconciling and h.inp.pos == 0 and not h.port.msgs and h.ctx.stats["http_err"] >= 1
 
 
-def test_place_intent_is_journaled_and_fsynced_before_the_venue_sees_it_then_acked(tmp_path, venue):
+def test_place_intent_is_journaled_before_the_venue_sees_it_then_acked(tmp_path, venue):
     h = start(tmp_path, venue)
     seen = []
     venue.on_place = lambda coid: seen.append(coid.encode() in (tmp_path / "sender.journal").read_bytes())
@@ -441,43 +443,140 @@ def test_place_intent_is_journaled_and_fsynced_before_the_venue_sees_it_then_ack
     assert h.ctx.stats["sent"] == 1 and h.ctx.stats["acked"] == 1
 
 
-def test_the_sender_fsyncs_the_intent_before_the_place_request_and_journals_the_ack_after(tmp_path, venue):
-    """Only intents are fsync'd: the ack is written (it survives the process) and becomes durable with
-    the next intent's fsync, which flushes the file up to it."""
-    h = start(tmp_path, venue)
-    calls = []
+def record_io(h, calls: list, times: list | None = None) -> None:
+    """Note in ``calls`` each journal write ("write <type>"), fsync ("fsync") and request written to an
+    order connection ("request <endpoint>"), in the order the sender does them (and in ``times`` when
+    each was done, monotonic ns)."""
+    def note(what: str) -> None:
+        calls.append(what)
+        if times is not None:
+            times.append(time.monotonic_ns())
+
     j = h.agent.journal
     write, fsync = j._write, j._fsync
-    j._write = lambda fd, b: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b))[1]
-    j._fsync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
-    venue.on_place = lambda coid: calls.append("venue place")
+    j._write = lambda fd, b: (note("write " + orjson.loads(b[9:])["t"]), write(fd, b))[1]
+    j._fsync = lambda fd: (note("fsync"), fsync(fd))[1]
+    for conn in h.agent.pool:
+        def send(req, _send=conn.send):
+            note("request " + req.target.rsplit("/", 1)[-1])
+            return _send(req)
+        conn.send = send
+
+
+def test_before_send_the_sender_fsyncs_the_intent_before_the_place_request_and_journals_the_ack_after(
+        tmp_path, venue):
+    """``journal_sync = "before_send"``: the intent is written and fsync'd, then the request goes out;
+    the ack is written after its answer (and made durable by the group commit's window)."""
+    h = start(tmp_path, venue, journal_sync="before_send")
+    calls = []
+    record_io(h, calls)
     h.send(order(oid=13))
     h.wait_for(ExecType.ACKED, 13)
-    assert calls == ["write intent", "fsync", "venue place", "write ack"]
+    assert calls[:4] == ["write intent", "fsync", "request place-order", "write ack"]
+    h.pump(lambda: not h.agent.journal.unsynced, what="the ack fsync'd")
+    assert calls[4:] == ["fsync"]
     h.send(order(oid=14))
     h.wait_for(ExecType.ACKED, 14)
-    assert calls[4:] == ["write intent", "fsync", "venue place", "write ack"]
+    assert calls[5:9] == ["write intent", "fsync", "request place-order", "write ack"]
 
 
-def test_a_burst_of_new_orders_pays_one_fsync_and_goes_out_together_one_connection_each(tmp_path, venue):
-    """Group commit and one round: the four intents are written, fsync'd once, then the four
-    place-order requests are all at the venue at the same time (a barrier there releases only when
-    four are waiting: a sender that waited for each answer before the next request would break it)."""
-    h = start(tmp_path, venue, connections=4)
+def test_after_send_the_intent_is_written_then_the_request_goes_out_then_one_fsync_makes_it_durable(
+        tmp_path, venue):
+    """The default ordering: no fsync between the ORDER and its request; the group commit fsyncs
+    after it: not before sync_window_us has passed since the intent was written (with a window of 0:
+    at the end of the duty cycle that sent it)."""
+    for window_us, name in ((0, "w0"), (20_000, "w20000")):
+        h = start(tmp_path / name, venue, sync_window_us=window_us)
+        h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
+        calls, times = [], []
+        record_io(h, calls, times)
+        h.send(order(oid=15 + window_us))
+        h.wait_for(ExecType.ACKED, 15 + window_us)
+        h.pump(lambda: not h.agent.journal.unsynced, what="the intent and the ack fsync'd")
+        assert calls[:2] == ["write intent", "request place-order"], calls
+        first = calls.index("fsync")
+        assert first >= 2 and calls[-1] == "fsync" and times[first] - times[0] >= window_us * 1000
+        assert h.agent.journal.synced_bytes == (tmp_path / name / "sender.journal").stat().st_size
+
+
+def test_an_fsync_in_progress_holds_no_order_the_next_one_is_sent_while_the_disk_works(tmp_path, venue):
+    """The group commit's fsync runs on the journal's own thread: while a slow disk holds it (300 ms
+    here), the sender reads the next ORDER and sends it; its intent waits for the next fsync."""
+    h = start(tmp_path, venue, sync_window_us=0)
+    h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
     calls = []
+    record_io(h, calls)
     j = h.agent.journal
-    write, fsync = j._write, j._fsync
-    j._write = lambda fd, b: (calls.append("write " + orjson.loads(b[9:])["t"]), write(fd, b))[1]
-    j._fsync = lambda fd: (calls.append("fsync"), fsync(fd))[1]
-    barrier = threading.Barrier(4, timeout=2.0)
-    venue.gate = lambda endpoint: endpoint == "place-order" and barrier.wait()
-    for oid in (51, 52, 53, 54):
-        h.send(order(oid=oid, iid=1 + oid % 2))
-    for oid in (51, 52, 53, 54):
-        h.wait_for(ExecType.ACKED, oid)
-    assert not barrier.broken and sorted(venue.placed) == [client_oid(i) for i in (51, 52, 53, 54)]
-    assert calls == ["write intent"] * 4 + ["fsync"] + ["write ack"] * 4
-    assert h.ctx.stats["sent"] == 4 and h.ctx.stats["acked"] == 4 and h.ctx.stats["http_err"] == 0
+    fsync = j._fsync
+
+    def slow(fd):
+        calls.append("slow fsync begins")
+        time.sleep(0.3)
+        fsync(fd)
+        calls.append("slow fsync ends")
+
+    j._fsync = slow
+    h.send(order(oid=301))
+    h.pump(lambda: "slow fsync begins" in calls, what="the fsync after the first order")
+    h.send(order(oid=302, iid=2))
+    h.wait_for(ExecType.ACKED, 302)
+    h.pump(lambda: not h.agent.journal.unsynced, timeout=5.0, what="both intents fsync'd")
+    assert calls.index("request place-order", calls.index("slow fsync begins")) < calls.index("slow fsync ends")
+    assert sorted(venue.placed) == [client_oid(301), client_oid(302)]
+
+
+def test_a_disk_that_does_not_answer_the_fsync_stops_new_orders_until_it_does(tmp_path, venue):
+    """An fsync still running after STALL_NS (the disk hangs): the next new order is answered REJECTED
+    (HALTED) and not sent, so orders cannot run ever further ahead of the disk; once the fsync returns,
+    orders flow again."""
+    from pipeline.trading.sender.groupcommit import STALL_NS
+
+    h = start(tmp_path, venue, sync_window_us=0)
+    h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
+    j = h.agent.journal
+    fsync, release = j._fsync, threading.Event()
+    j._fsync = lambda fd: (release.wait(10.0), fsync(fd))
+    h.send(order(oid=311))
+    h.wait_for(ExecType.ACKED, 311)
+    h.settle(STALL_NS / 1e9 + 0.1)
+    h.send(order(oid=312))
+    (r, _), = h.wait_for(ExecType.REJECTED, 312)
+    assert int(r["reason"]) == ExecReason.HALTED and client_oid(312) not in venue.placed
+    assert h.ctx.stats["jstalls"] == 1 and h.ctx.stats["jstalled"] == 1 and h.log.named("sender_journal_stalled")
+    release.set()
+    h.pump(lambda: not h.agent.journal.unsynced, what="the fsync returned")
+    h.send(order(oid=313))
+    h.wait_for(ExecType.ACKED, 313)
+    assert venue.placed == [client_oid(311), client_oid(313)]
+
+
+def test_a_burst_of_new_orders_goes_out_together_one_connection_each_before_one_fsync(tmp_path, venue):
+    """Group commit and one round: the four intents are written, the four place-order requests are all
+    at the venue at the same time (a barrier there releases only when four are waiting: a sender that
+    waited for each answer before the next request would break it), and one fsync after them makes
+    the four intents durable (``before_send``: one fsync before them)."""
+    for mode in ("after_send", "before_send"):
+        h = start(tmp_path / mode, venue, connections=4, journal_sync=mode)
+        h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
+        calls = []
+        record_io(h, calls)
+        barrier = threading.Barrier(4, timeout=2.0)
+        venue.gate = lambda endpoint: endpoint == "place-order" and barrier.wait()
+        oids = (51, 52, 53, 54) if mode == "after_send" else (151, 152, 153, 154)
+        for oid in oids:
+            h.send(order(oid=oid, iid=1 + oid % 2))
+        for oid in oids:
+            h.wait_for(ExecType.ACKED, oid)
+        assert not barrier.broken and sorted(venue.placed[-4:]) == [client_oid(i) for i in oids]
+        first_fsync = calls.index("fsync")
+        if mode == "after_send":
+            assert calls[:8] == ["write intent"] * 4 + ["request place-order"] * 4 and first_fsync >= 8
+        else:
+            assert calls[:9] == ["write intent"] * 4 + ["fsync"] + ["request place-order"] * 4
+        h.pump(lambda: not h.agent.journal.unsynced, what="the acks fsync'd")
+        assert calls.count("write intent") == 4 and calls.count("write ack") == 4
+        assert h.ctx.stats["sent"] == 4 and h.ctx.stats["acked"] == 4 and h.ctx.stats["http_err"] == 0
+        venue.gate = None
 
 
 def test_with_one_order_connection_the_same_burst_goes_out_one_place_at_a_time(tmp_path, venue):
@@ -616,10 +715,12 @@ def test_a_stop_reads_the_answers_still_in_flight_before_closing(tmp_path, venue
 
 
 @pytest.mark.parametrize("oids", [(15,), (71, 72)])
-def test_intents_that_cannot_be_made_durable_are_not_sent_and_each_is_answered_rejected(tmp_path, venue, oids):
-    """One new order, or a burst sharing one fsync: when the fsync fails none is sent, each is answered
-    REJECTED (HALTED) with its own origin time, counted and logged; the journal says never sent."""
-    h = start(tmp_path, venue)
+def test_before_send_intents_that_cannot_be_made_durable_are_not_sent_and_each_is_answered_rejected(
+        tmp_path, venue, oids):
+    """``journal_sync = "before_send"``: one new order, or a burst sharing one fsync: when the fsync
+    fails none is sent, each is answered REJECTED (HALTED) with its own origin time, counted and
+    logged; the journal says never sent."""
+    h = start(tmp_path, venue, journal_sync="before_send")
     j = h.agent.journal
     fsync = j._fsync
 
@@ -649,12 +750,145 @@ def test_intents_that_cannot_be_made_durable_are_not_sent_and_each_is_answered_r
     assert [st.orders[oid].status for oid in oids] == ["never_sent"] * len(oids) and st.orders[16].status == "live"
 
 
+def test_after_send_a_failed_fsync_halts_new_orders_keeps_tracking_those_sent_and_recovers(tmp_path, venue):
+    """The default ordering: the order is out before its fsync fails. It is not taken back: its answer,
+    fill and cancel are reported and kept in memory; the failure is counted and logged with its id;
+    while the journal is in doubt every new order is answered REJECTED (HALTED) and not sent (a
+    cancel still goes out); once fsync works again the group commit recovers the journal (the tail
+    the failed fsync covered written again, then the kept records) and orders flow again."""
+    h = start(tmp_path, venue, sync_window_us=0)
+    h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
+    j = h.agent.journal
+    path, fsync, synced = tmp_path / "sender.journal", j._fsync, j.synced_bytes
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    j._fsync = broken
+    h.send(order(oid=15, price=100.0, size=0.02))
+    h.wait_for(ExecType.ACKED, 15)
+    h.pump(lambda: h.ctx.stats["jdoubt"] == 1, what="the failed fsync")
+    assert venue.placed == [client_oid(15)] and h.ctx.stats["journal_errors"] >= 1
+    (failed,) = [e for e in h.log.named("sender_journal_failed") if e.get("record") == "fsync"]
+    assert failed["sent"] == [15] and failed["not_sent"] == [] and "Input/output error" in failed["error"]
+    os.truncate(path, synced)  # what the kernel may do with the pages of a failed fsync: they never reach the disk
+    h.send(order(oid=17))  # while the journal is in doubt nothing new is sent
+    (r, _), = h.wait_for(ExecType.REJECTED, 17)
+    assert int(r["reason"]) == ExecReason.HALTED and client_oid(17) not in venue.placed
+    venue.fill(client_oid(15), 0.01, 100.0)
+    h.wait_for(ExecType.FILLED, 15)
+    h.send(order(OrderCmd.CANCEL, oid=15))  # reducing risk needs no intent: it goes out
+    h.wait_for(ExecType.CANCELLED, 15)
+    assert venue.orders[client_oid(15)]["status"] == "cancelled" and h.ctx.stats["jdoubt"] == 1
+    j._fsync = fsync  # the disk is back: the tick's retry (every RETRY_NS) recovers the journal
+    h.pump(lambda: h.ctx.stats["jdoubt"] == 0, what="the journal recovered")
+    assert h.log.named("sender_journal_recovered")
+    h.send(order(oid=16))
+    h.wait_for(ExecType.ACKED, 16)
+    assert venue.placed == [client_oid(15), client_oid(16)]
+    h.pump(lambda: not h.agent.journal.unsynced, what="the last records fsync'd")
+    st = Journal(path).open()  # what a restart would find
+    assert st.orders[15].status == "cancelled" and st.orders[15].filled == pytest.approx(0.01)
+    assert 17 not in st.orders and st.orders[16].status == "live" and st.torn == 0
+    assert st.position(1).qty == pytest.approx(venue.position("BTCUSDT"))
+
+
+def machine_crash(h, tmp_path: Path, synced: int) -> None:
+    """The sender's machine goes down: nothing is closed or flushed, and the journal keeps only what
+    was fsync'd (its length ``synced``)."""
+    for conn in (*h.agent.pool, h.agent.lane.conn):
+        conn.close()
+    h.agent.journal.close()
+    os.truncate(tmp_path / "sender.journal", synced)
+
+
+def lost_window(tmp_path, venue):
+    """Four orders sent after the journal's last fsync (GTC 201; 202 filled; 203 an IOC that found
+    nothing; 204 partly filled, then cancelled), then a machine crash that loses their intents while
+    the venue holds them; the sender restarted on the cut journal. Returns (the new harness, the four
+    ORDER payloads)."""
+    h = start(tmp_path, venue, sync_window_us=100_000)
+    h.pump(lambda: not h.agent.journal.unsynced, what="the reconciliation's records fsync'd")
+    synced = h.agent.journal.synced_bytes
+    payloads = {oid: order(oid=oid, price=100.0 + oid % 10, size=0.02, iid=1 if oid != 204 else 2)
+                for oid in (201, 202, 203, 204)}
+    for payload in payloads.values():
+        h.send(payload)
+    for oid in payloads:
+        h.wait_for(ExecType.ACKED, oid)
+    assert h.agent.journal.synced_bytes == synced  # the window (100 ms) has not closed yet
+    machine_crash(h, tmp_path, synced)
+    venue.fill(client_oid(202), 0.02, 102.0)  # while the machine is down
+    venue.fill(client_oid(204), 0.01, 104.0)
+    with venue.lock:
+        venue.orders[client_oid(203)]["status"] = "cancelled"  # the IOC found nothing
+        venue.orders[client_oid(204)]["status"] = "cancelled"
+    h2 = Harness(tmp_path, venue.url)
+    h2.synced()
+    return h2, payloads
+
+
+def test_a_machine_crash_loses_the_window_and_reconciliation_adopts_every_order_the_venue_has(tmp_path, venue):
+    """The journal cut to its last fsync'd length while the venue holds the window's orders: the
+    restarted sender finds the open one (unfilled-orders) and those with fills (fills after the last
+    trade id, then orderInfo), journals them, and its positions equal the venue's, with no mismatch;
+    the IOC that found nothing holds no position and is not found (see the next test)."""
+    h2, _ = lost_window(tmp_path, venue)
+    assert h2.ctx.stats["adopted"] == 3 and not h2.reports(ExecType.POSITION_MISMATCH)
+    found = {e["order_id"]: e["found_by"] for e in h2.log.named("sender_order_adopted")}
+    assert found == {201: "open", 202: "filled", 204: "filled"}
+    for iid, sym in ((1, "BTCUSDT"), (2, "ETHUSDT")):
+        (pos,) = [r for r, _ in h2.reports(ExecType.POSITION) if int(r["instrument_id"]) == iid]
+        assert float(pos["size"]) == pytest.approx(venue.position(sym)) != 0.0
+    assert [int(r["order_id"]) for r, _ in h2.reports(ExecType.OPEN_ORDER)] == [201]
+    assert sorted(int(r["order_id"]) for r, _ in h2.reports(ExecType.FILLED)) == [202, 204]
+    h2.pump(lambda: not h2.agent.journal.unsynced, what="the adoption fsync'd")
+    st = Journal(tmp_path / "sender.journal").open()
+    assert {oid: st.orders[oid].status for oid in (201, 202, 204)} == {201: "live", 202: "filled", 204: "cancelled"}
+    assert 203 not in st.orders and st.orders[201].vid == venue.orders[client_oid(201)]["orderId"]
+    assert sorted(venue.placed) == [client_oid(i) for i in (201, 202, 203, 204)]  # nothing sent twice
+    assert venue.requests.count(("POST", "place-order")) == 4
+
+
+def test_the_venues_duplicate_client_oid_rule_is_the_last_line_of_defence(tmp_path, venue):
+    """After the same machine crash the four ORDERs come again (as from a ring that outlived the crash):
+    the three adopted ones are answered DUPLICATE and not sent; the one nothing could find (the IOC
+    that ended without a fill) is sent, the venue refuses its clientOid (43118) and places nothing,
+    and the sender then asks the venue about it and reports what it is; every order is at the venue
+    once and the positions still equal."""
+    h2, payloads = lost_window(tmp_path, venue)
+    for payload in payloads.values():
+        h2.send(payload)
+    (c, _), = h2.wait_for(ExecType.CANCELLED, 203)
+    assert float(c["leaves"]) == 0.0
+    dups = [int(r["order_id"]) for r, _ in h2.reports() if int(r["reason"]) == ExecReason.DUPLICATE]
+    assert sorted(dups) == [201, 202, 204]
+    assert sorted(venue.placed) == [client_oid(i) for i in (201, 202, 203, 204)]
+    assert venue.processed.count(("place-order", client_oid(203))) == 2  # the second refused with 43118
+    assert venue.requests.count(("POST", "place-order")) == 5 and not h2.reports(ExecType.REJECTED, 203)
+    h2.send(order(OrderCmd.SYNC, oid=0, iid=0))
+    h2.synced(2)
+    for iid, sym in ((1, "BTCUSDT"), (2, "ETHUSDT")):
+        pos = [r for r, _ in h2.reports(ExecType.POSITION) if int(r["instrument_id"]) == iid][-1]
+        assert float(pos["size"]) == pytest.approx(venue.position(sym))
+
+
 def test_connections_outside_1_to_16_fail_the_start(tmp_path, venue):
     from pipeline.runtime.errors import ConfigError
 
     for bad in (0, 17):
         with pytest.raises(ConfigError, match="connections"):
             Harness(tmp_path, venue.url, {"connections": bad})
+
+
+@pytest.mark.parametrize("field, bad", [("sync_window_us", -1), ("sync_window_us", 100_001),
+                                        ("sync_max_records", 0), ("sync_max_records", 4097),
+                                        ("journal_sync", "never"), ("crash_mode", "power")])
+def test_a_group_commit_param_out_of_range_fails_the_start_naming_it(tmp_path, venue, field, bad):
+    from pipeline.runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        Harness(tmp_path, venue.url, {field: bad})
 
 
 def test_fills_are_polled_journaled_and_reported_with_leaves_then_the_position(tmp_path, venue):
@@ -1086,10 +1320,10 @@ def test_no_key_material_in_logs_stats_journal_or_reports(tmp_path, venue):
 
 
 # ===================================================================================== crash tests (real processes)
-def crash_config(venue, tmp_path, crash_after: str) -> str:
+def crash_config(venue, tmp_path, crash_after: str, crash_mode: str = "process") -> str:
     params = (f'base_url = "{venue.url}", key_file = "{key_file(tmp_path)}", '
               f'journal_path = "{tmp_path}/sender.journal", crash_after = "{crash_after}", timeout_ms = 1000, '
-              f'poll_interval_ms = 5, reconcile_grace_ms = 200')
+              f'poll_interval_ms = 5, reconcile_grace_ms = 200, crash_mode = "{crash_mode}"')
     return (ring("orders", payload=48) + ring("exec", payload=56)
             + process("sender", "procs.sender:SenderAgent", inputs=["orders"], outputs=["exec"], extra=BACK_OFF,
                       params=params) + INSTRUMENTS)
@@ -1109,9 +1343,11 @@ class ExecReader:
         return [r for r in self.drain() if r["exec_type"] == etype and (oid is None or int(r["order_id"]) == oid)]
 
 
-@pytest.mark.parametrize("crash_after", ["journal", "send", "ack"])
+@pytest.mark.parametrize("crash_after", ["journal", "send", "ack", "sync"])
 def test_sigkill_around_the_send_leaves_no_duplicate_and_the_position_matches_the_venue(pipe, venue, tmp_path,
                                                                                         monkeypatch, crash_after):
+    """SIGKILL at each point of a place: the intent written (not sent), the request sent (not yet
+    fsync'd), its answer read (not journaled), the group commit's fsync done."""
     monkeypatch.setenv(CRASH_ENV, "1")
     pipe.write_config(crash_config(venue, tmp_path, crash_after))
     pipe.up()
@@ -1127,7 +1363,7 @@ def test_sigkill_around_the_send_leaves_no_duplicate_and_the_position_matches_th
         assert (tmp_path / "sender.journal.crashed").read_text() == crash_after
         assert pipe.pids()["sender"] != first_pid
         coid = client_oid(oid)
-        if crash_after == "ack":
+        if crash_after in ("ack", "sync"):
             # the answer is read after the ORDER's batch was committed (the request was in flight): the
             # ORDER is not seen again; the restarted sender learns the order's state from the venue
             # while reconciling its journaled intent, and reports it
@@ -1158,6 +1394,55 @@ def test_sigkill_around_the_send_leaves_no_duplicate_and_the_position_matches_th
         execs.close()
     logs = (pipe.log_dir / "sender.log").read_text()
     assert all(s not in logs for s in (KEY, SECRET, PASS))
+
+
+@pytest.mark.parametrize("crash_after", ["journal", "send", "ack", "sync"])
+def test_a_machine_crash_at_each_point_loses_at_most_the_window_and_nothing_is_lost_or_placed_twice(
+        pipe, venue, tmp_path, monkeypatch, crash_after):
+    """The sender's test hook cuts its journal back to the last fsync'd length, then SIGKILLs itself:
+    what a machine crash at that point leaves on the disk (the orders ring outlives it here, so an
+    ORDER not yet committed comes again). After the restart: the order is at the venue at most once
+    (never when no request had left), the sender knows it (a fill of it is reported), and the
+    position it reports is the venue's, with no mismatch."""
+    monkeypatch.setenv(CRASH_ENV, "1")
+    pipe.write_config(crash_config(venue, tmp_path, crash_after, "machine"))
+    pipe.up()
+    first_pid = pipe.pids()["sender"]
+    orders = Ring.attach(pipe.cfg.segment_name("orders"))
+    execs = Ring.attach(pipe.cfg.segment_name("exec"))
+    try:
+        w, rd = orders.writer(), ExecReader(execs.reader())
+        wait_until(lambda: rd.find(ExecType.SYNC_DONE), 10, what="the first state report")
+        oid = 0x4321
+        coid = client_oid(oid)
+        w.write(Kind.ORDER, order(oid=oid, price=100.0, size=0.02), time.monotonic_ns())
+        wait_until(lambda: len(rd.find(ExecType.SYNC_DONE)) >= 2, 20, what="the state report after the restart")
+        point, synced, written = (tmp_path / "sender.journal.crashed").read_text().split()
+        assert point == crash_after and pipe.pids()["sender"] != first_pid
+        durable = (tmp_path / "sender.journal").read_bytes()[:int(synced)]  # what the crash left, as it was
+        assert int(synced) <= int(written)
+        if crash_after in ("journal", "send"):  # the intent was in the window the crash lost
+            assert coid.encode() not in durable
+        elif crash_after == "sync":  # the fsync that covered the intent had returned
+            assert coid.encode() in durable
+        # an ORDER not committed comes again: sent now if its request had not left, else DUPLICATE
+        wait_until(lambda: coid in venue.orders, 10, what="the order at the venue")
+        assert venue.placed == [coid] and venue.requests.count(("POST", "place-order")) == 1
+        venue.fill(coid, 0.02, 100.0)
+        wait_until(lambda: rd.find(ExecType.FILLED, oid), 10, what="its fill, reported")
+        w.write(Kind.ORDER, order(OrderCmd.SYNC, oid=0, iid=0), time.monotonic_ns())
+        wait_until(lambda: len(rd.find(ExecType.SYNC_DONE)) >= 3, 10, what="the SYNC answer")
+        pos = [r for r in rd.find(ExecType.POSITION) if int(r["instrument_id"]) == 1][-1]
+        assert float(pos["size"]) == pytest.approx(venue.position("BTCUSDT")) == pytest.approx(0.02)
+        assert not rd.find(ExecType.POSITION_MISMATCH) and len(rd.find(ExecType.FILLED, oid)) == 1
+        assert venue.placed == [coid] and venue.requests.count(("POST", "place-order")) == 1
+        assert pipe.down() == 0
+    finally:
+        orders.close()
+        execs.close()
+    assert Journal(tmp_path / "sender.journal").open().orders[oid].status == "filled"
+    adopted = "sender_order_adopted" in (pipe.log_dir / "sender.log").read_text()
+    assert adopted == (crash_after == "send") or crash_after == "ack"  # "ack": adopted when the window was lost
 
 
 # ===================================================================================== the real paper venue

@@ -10,6 +10,9 @@
 - its price or size does not fit the instrument's tick and lot: REJECTED MALFORMED.
 - its intent cannot be written (or the journal is in doubt and cannot recover): not durable, so not
   sent: REJECTED HALTED, ``journal_errors`` counted, ``sender_journal_failed`` logged.
+- the group commit's fsync has run longer than its limit (``GroupCommit.stalled``: the disk is not
+  answering): not sent, so that no order runs far ahead of the disk: REJECTED HALTED, counted in
+  ``jstalled``.
 
 Otherwise the intent is written (made durable by ``GroupCommit.commit`` with the batch's others)
 and the place-order body made once, for the request (``InFlightRequests``).
@@ -29,9 +32,9 @@ from pipeline.trading.sender.groupcommit import PendingIntent
 class NewOrderAdmission:
     """Admits NEW orders (see the module docstring).
 
-    Collaborators: ``ledger`` (``OrderLedger``), ``group`` (``GroupCommit``), ``outbox`` and
-    ``requests`` (``Outbox``, ``InFlightRequests``: whether a NEW is still queued or in flight),
-    ``owed`` (``VenueQueries.owed``), ``report`` (``ExecReporter.report``), ``mark``
+    Collaborators: ``ledger`` (``OrderLedger``), ``group`` (``GroupCommit``: ``pending``, ``stalled``),
+    ``outbox`` and ``requests`` (``Outbox``, ``InFlightRequests``: whether a NEW is still queued or in
+    flight), ``owed`` (``VenueQueries.owed``), ``report`` (``ExecReporter.report``), ``mark``
     (``AgentContext.mark``).
     """
 
@@ -63,6 +66,11 @@ class NewOrderAdmission:
             self._report_duplicate(ts, prev)
             if prev.status in (PENDING, UNKNOWN) and not (self.outbox.has_new(oid) or self.requests.has_new(oid)):
                 self.owed.setdefault(oid, self.clock())
+            return False
+        if self.group.stalled(self.clock()):
+            self.stats["jstalled"] = self.stats.get("jstalled", 0) + 1
+            self.report(ts, ExecType.REJECTED, None, reason=ExecReason.HALTED, iid=iid, order_id=oid,
+                        side=o.side, price=o.price, size=o.size)
             return False
         inst = self.instruments[iid]
         coid = client_oid(oid)

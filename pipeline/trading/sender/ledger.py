@@ -6,11 +6,12 @@
 ``bodies`` (an admitted order's place-order body, until answered) and ``last_trade_id`` (the last
 venue trade id seen). ``record`` is the only way a record reaches the journal while running.
 
-Durability (``record``): a record is written, not fsync'd. Intents are made durable together by
-``GroupCommit.commit`` before any of them is sent; every other record (it survives this process
-dying) becomes durable with the next commit's fsync, which flushes the file up to it. A machine crash
-can lose only that un-fsync'd tail, and it holds no intent that was sent: what it knew (acks, fills,
-cancels) is recovered by querying the venue on restart.
+Durability (``record``): a record is written, not fsync'd: it survives this process dying (it is in
+the page cache). ``GroupCommit`` makes records durable together, by one fsync, within a bounded
+window of the oldest un-fsync'd one (``unsynced_since_ns``: when the journal's tail began). A machine
+crash can lose only that un-fsync'd tail; what it held (intents of orders already sent, acks, fills,
+cancels) is recovered from the venue on restart (``pipeline.trading.sender.recovery``, then the
+reconciliation's queries).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class OrderLedger:
         self.origin_ts: dict[int, int] = {}  # order id -> the NEW's ts_origin_ns (this process's orders)
         self.bodies: dict[int, str] = {}  # order id -> its place-order body, from admission until answered
         self.last_trade_id = self.state.last_trade_id
+        self.unsynced_since_ns = 0  # when the oldest record not yet fsync'd was written (the journal has a tail)
 
     def record(self, rec: dict) -> None:
         """Journal one record, written, not fsync'd (see the module docstring), and bring ``open`` and
@@ -53,8 +55,11 @@ class OrderLedger:
 
         Raises:
             OSError: an intent's write failed (nothing applied; it must not be sent)."""
+        journal = self.journal
         try:
-            self.stats["jbytes"] += self.journal.append(rec, sync=False)
+            self.stats["jbytes"] += journal.append(rec, sync=False)
+            if journal.unsynced == 1:  # the first record of a new tail: the group commit's window starts
+                self.unsynced_since_ns = self.clock()
         except OSError as exc:
             if rec["t"] == "intent":
                 raise
@@ -86,16 +91,17 @@ class OrderLedger:
         return [o for o in map(self.orders.get, sorted(self.open)) if o.status in WORKING]
 
     def set_aside(self, old_account: str, wall_ms: int) -> Path:
-        """Rename the journal aside (``<journal>.<old_account>.<wall_ms>``) and begin a fresh one: no
-        order, no position, no trade id; returns the path set aside.
+        """Make the journal durable, rename it aside (``<journal>.<old_account>.<wall_ms>``) and begin a
+        fresh one: no order, no position, no trade id; returns the path set aside.
 
         Raises:
-            OSError: the rename or the new journal failed."""
+            OSError: the fsync, the rename or the new journal failed."""
         path = self.journal.path
         aside = path.with_name(f"{path.name}.{old_account}.{wall_ms}")
+        self.journal.sync()
         self.journal.close()
         os.replace(path, aside)
-        self.journal = Journal(path)
+        self.journal = Journal(path, fsync_thread=self.journal.fsync_thread)
         self.state = self.journal.open()
         self.orders = self.state.orders
         self.open.clear()

@@ -106,6 +106,10 @@ class Outbox:
         """Whether a NEW of order ``oid`` waits here."""
         return any(it.cmd is OrderCmd.NEW and it.order.order_id == oid for it in self.items)
 
+    def never_tried(self, oid: int) -> bool:
+        """Whether a NEW of order ``oid`` waits here and was never sent (not a retry)."""
+        return any(it.cmd is OrderCmd.NEW and it.order.order_id == oid and not it.attempts for it in self.items)
+
     def drop_new(self, oids: set[int]) -> None:
         """Remove the NEWs of ``oids`` (intents that could not be made durable), keeping the rest in order."""
         kept = [it for it in self.items if not (it.cmd is OrderCmd.NEW and it.order.order_id in oids)]

@@ -160,7 +160,7 @@ class VenueQueries:
                 fills = rest.parse_fills(res.data)
             except ValueError:
                 return
-            self.ingest(fills, None)
+            self.ingest(fills, None, advance=False)  # one order's fills: others' may lie before them
             if len(fills) < FILL_PAGE:
                 return
             after = fills[-1].tradeId
@@ -200,12 +200,14 @@ class VenueQueries:
             if len(fills) < FILL_PAGE or ledger.last_trade_id == before:
                 return True
 
-    def ingest(self, fills: list[rest.VenueFill], ts: int | None) -> None:
+    def ingest(self, fills: list[rest.VenueFill], ts: int | None, *, advance: bool = True) -> None:
         """Journal and report each fill of ours not seen before (FILLED with origin ``ts``, the clock's
-        when None); an order first learned of by its fill is ACKED first. Advances the last trade id."""
+        when None); an order first learned of by its fill is ACKED first. Advances the last trade id
+        (the fills poll's cursor) unless ``advance`` is False (one order's fills: another order's fill
+        with a lower trade id may not have been polled yet)."""
         ledger = self.ledger
         for f in fills:
-            if f.tradeId > ledger.last_trade_id:
+            if advance and f.tradeId > ledger.last_trade_id:
                 ledger.last_trade_id = f.tradeId
             oid = order_id_from_client_oid(f.clientOid)
             o = ledger.orders.get(oid) if oid is not None else None

@@ -7,15 +7,18 @@ After a (re)start, before any ORDER is read (``Reconciler.attempt``, retried eve
    another one means the venue was reset to a new account: the journal is set aside and a fresh one
    begun (``OrderLedger.set_aside``), so no old order or fill is replayed into the new account, and
    every state report from then on ends with SYNC_DONE reason ACCOUNT_CHANGED;
-2. every non-terminal journaled order is queried (``VenueQueries.query_gen``; an intent the venue
+2. the orders the venue holds that the journal lost (a machine crash's un-fsync'd window) are found
+   and adopted (``WindowRecovery.adopt_gen``: the venue's open orders, and the orders behind the fills
+   after the journal's last trade id);
+3. every non-terminal journaled order is queried (``VenueQueries.query_gen``; an intent the venue
    does not know past the grace becomes ``never_sent``);
-3. the fills after the last journaled trade id are fetched and journaled;
-4. each instrument's journaled position is compared, in whole lots, with the venue's balance of its
+4. the fills after the last journaled trade id are fetched and journaled;
+5. each instrument's journaled position is compared, in whole lots, with the venue's balance of its
    base coin (account/assets), read between two fill polls that agree: a difference is journaled
    (``adjust``: the journal takes the venue's position), counted (``pdiff_<id>``), logged
    (``sender_position_mismatch``) and carried by every state report as POSITION_MISMATCH (the risk
    gateway then reduces until an operator resumes);
-5. the state report goes out unsolicited (``report_state``).
+6. the state report goes out unsolicited (``report_state``).
 
 A live spot account that holds base coins the pipeline did not buy reads as a difference: trading
 then only reduces.
@@ -72,16 +75,17 @@ class Reconciler:
     """Start-up reconciliation, the running account checks and the state report (see the module
     docstring).
 
-    Collaborators: ``ledger`` (``OrderLedger``), ``queries`` (``VenueQueries``), ``lane`` (``Lane``:
-    ``run_sync`` at start, jobs while running), ``client`` (``VenueClient``: the last transport
-    failure, for the logs), ``report`` (``ExecReporter.report``).
+    Collaborators: ``ledger`` (``OrderLedger``), ``queries`` (``VenueQueries``), ``recovery``
+    (``WindowRecovery``), ``lane`` (``Lane``: ``run_sync`` at start, jobs while running), ``client``
+    (``VenueClient``: the last transport failure, for the logs), ``report`` (``ExecReporter.report``).
     """
 
-    def __init__(self, ledger, queries, lane, client, report: Callable, creds, instruments: dict,
+    def __init__(self, ledger, queries, recovery, lane, client, report: Callable, creds, instruments: dict,
                  coins: dict[int, str], wall_ms: Callable[[], int], clock: Callable[[], int], stats: dict, log, *,
                  retry_backoff_ms: int, account_check_ns: int, now_ns: int):
         self.ledger = ledger
         self.queries = queries
+        self.recovery = recovery
         self.lane = lane
         self.client = client
         self.report = report
@@ -111,6 +115,8 @@ class Reconciler:
         ts = now
         run_sync = self.lane.run_sync
         ok = run_sync(self._account_gen())
+        if ok:
+            ok = run_sync(self.recovery.adopt_gen())
         for o in self.ledger.open_orders() if ok else ():
             if o.terminal:
                 continue

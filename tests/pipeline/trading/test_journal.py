@@ -1,6 +1,7 @@
 """The order journal (pipeline/trading/journal.py): records survive a reopen, a torn tail is detected, ignored
-and truncated, every record is fsync'd right after its write, and the replay rebuilds order states and
-positions from the fills."""
+and truncated, a record is fsync'd right after its write or, written without, by the next ``sync`` (a group
+commit; after a failed fsync the tail is written again), and the replay rebuilds order states and positions
+from the fills."""
 
 from __future__ import annotations
 
@@ -296,3 +297,116 @@ def test_on_a_real_full_tmpfs_every_record_that_was_appended_replays_after_space
         assert st.torn == 0 and sorted(st.orders) == ok and len(ok) >= 10 and partial["n"] >= 1
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)
+
+
+# ------------------------------------------------------------------------------ group commit: write now, fsync later
+def test_records_written_without_sync_wait_in_the_tail_until_one_fsync_makes_them_all_durable(tmp_path):
+    fsyncs = []
+    j = Journal(tmp_path / "s.journal", fsync=lambda fd: (fsyncs.append(fd), os.fsync(fd))[1])
+    j.open()
+    for oid in (1, 2, 3):
+        j.append(intent(oid), sync=False)
+    size = (tmp_path / "s.journal").stat().st_size
+    assert (j.unsynced, j.synced_bytes, j.bytes, fsyncs) == (3, 0, size, [])
+    assert set(Journal(tmp_path / "s.journal").open().orders) == {1, 2, 3}  # in the file (the page cache) already
+    j.sync()
+    assert (j.unsynced, j.synced_bytes, len(fsyncs)) == (0, size, 1)
+
+
+def test_open_fsyncs_what_it_replayed_so_a_killed_writers_records_are_durable_first(tmp_path, monkeypatch):
+    from pipeline.trading import journal as journal_module
+
+    path = tmp_path / "s.journal"
+    path.write_bytes(encode_record(intent(1)))  # left by a process killed before its fsync
+    fsyncs = []
+    real = journal_module.os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: (fsyncs.append(fd), real(fd))[1])
+    j = Journal(path)
+    j.open()
+    assert len(fsyncs) == 1 and j.synced_bytes == j.bytes == path.stat().st_size and j.unsynced == 0
+
+
+def test_after_a_failed_fsync_recovery_writes_the_tail_again_from_the_last_synced_length(tmp_path):
+    """The kernel may drop the pages a failed fsync could not write: recovery does not trust them, it
+    cuts the file back to the last fsync'd length and writes the tail again from memory."""
+    path = tmp_path / "s.journal"
+    fail = {"on": False}
+
+    def fsync(fd):
+        if fail["on"]:
+            raise OSError(5, "Input/output error")
+        os.fsync(fd)
+
+    j = Journal(path, fsync=fsync)
+    j.open()
+    j.append(intent(1))  # fsync'd
+    synced = j.synced_bytes
+    j.append(intent(2), sync=False)
+    j.append(intent(3), sync=False)
+    fail["on"] = True
+    with pytest.raises(OSError):
+        j.sync()
+    assert j.in_doubt and "fsync" in j.doubt and j.unsynced == 2
+    os.truncate(path, synced)  # the tail's pages lost
+    with pytest.raises(OSError):  # nothing new while the disk fails
+        j.append(intent(4), sync=False)
+    fail["on"] = False
+    j.append(intent(5), sync=False)  # recovers first: the tail again, then the new record
+    assert not j.in_doubt and j.synced_bytes == j.bytes - len(encode_record(intent(5)))
+    st = Journal(path).open()
+    assert sorted(st.orders) == [1, 2, 3, 5] and st.torn == 0
+
+
+def test_a_record_kept_while_in_doubt_is_written_after_the_tail_it_follows(tmp_path):
+    path = tmp_path / "s.journal"
+    fail = {"on": False}
+
+    def fsync(fd):
+        if fail["on"]:
+            raise OSError(5, "Input/output error")
+        os.fsync(fd)
+
+    j = Journal(path, fsync=fsync)
+    j.open()
+    j.append(intent(1), sync=False)
+    fail["on"] = True
+    with pytest.raises(OSError):
+        j.sync()
+    j.keep({"t": "ack", "oid": 1, "vid": "v1"})
+    fail["on"] = False
+    j.sync()  # a journal in doubt: recovered
+    assert not j.in_doubt and j.synced_bytes == j.bytes == path.stat().st_size
+    st = Journal(path).open()
+    assert st.orders[1].status == LIVE and st.records == 2
+
+
+def test_an_fsync_begun_on_the_journals_thread_does_not_hold_the_writer_and_covers_what_was_written_before_it(
+        tmp_path):
+    import threading
+
+    release, fail = threading.Event(), {"on": False}
+
+    def fsync(fd):
+        release.wait(5.0)
+        if fail["on"]:
+            raise OSError(5, "Input/output error")
+        os.fsync(fd)
+
+    j = Journal(tmp_path / "s.journal", fsync=fsync, fsync_thread=True)
+    j.open()
+    j.append(intent(1), sync=False)
+    covered = j.bytes
+    assert j.start_sync() and j.syncing and not j.start_sync()  # one at a time
+    j.append(intent(2), sync=False)  # written while the disk works
+    assert j.sync_outcome() is None and j.synced_bytes == 0
+    release.set()
+    assert j.sync_outcome(wait=True) == "" and not j.syncing
+    assert (j.synced_bytes, j.unsynced) == (covered, 1)  # the record written meanwhile waits for the next
+    fail["on"] = True
+    assert j.start_sync() and j.sync_outcome(wait=True) == "fsync: Input/output error" and j.in_doubt
+    assert not j.start_sync()  # in doubt: recover, not start_sync
+    fail["on"] = False
+    j.recover()
+    assert not j.in_doubt and j.synced_bytes == j.bytes and j.unsynced == 0
+    j.close()
+    assert sorted(Journal(tmp_path / "s.journal").open().orders) == [1, 2]

@@ -11,8 +11,8 @@ from pipeline.trading.sender.admission import NewOrderAdmission
 from tests.support.sender import INSTRUMENTS, Reports, intent, order
 
 
-def admission_of(ledger, stats, log, queued=(), flying=()):
-    reports, group, owed = Reports(), SimpleNamespace(pending=[]), {}
+def admission_of(ledger, stats, log, queued=(), flying=(), stalled=False):
+    reports, group, owed = Reports(), SimpleNamespace(pending=[], stalled=lambda now: stalled), {}
     adm = NewOrderAdmission(ledger, group, SimpleNamespace(has_new=lambda oid: oid in queued),
                             SimpleNamespace(has_new=lambda oid: oid in flying), owed, reports, INSTRUMENTS,
                             lambda: 1_700_000_000_000, lambda: 9_000, lambda code, ts: None, stats, log)
@@ -61,3 +61,11 @@ def test_an_order_off_the_tick_is_malformed_and_one_whose_intent_cannot_be_writt
     assert [(etype, oid, kw["reason"]) for _, etype, oid, kw in reports.calls] == [
         (ExecType.REJECTED, 4, ExecReason.MALFORMED), (ExecType.REJECTED, 5, ExecReason.HALTED)]
     assert not ledger.orders and not group.pending and stats["malformed"] == 1 and stats["journal_errors"] == 1
+
+
+def test_while_the_group_commits_fsync_is_stalled_a_new_is_halted_and_nothing_is_journaled(ledger, stats, log):
+    adm, reports, group, _ = admission_of(ledger, stats, log, stalled=True)
+    assert not adm.admit(order(OrderCmd.NEW, 6).order, 1006)
+    assert [(etype, oid, kw["reason"]) for _, etype, oid, kw in reports.calls] == [
+        (ExecType.REJECTED, 6, ExecReason.HALTED)]
+    assert not ledger.orders and not group.pending and stats["jstalled"] == 1

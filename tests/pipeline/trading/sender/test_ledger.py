@@ -54,3 +54,31 @@ def test_set_aside_begins_a_fresh_journal_and_forgets_every_order(ledger, tmp_pa
     assert aside == tmp_path / "sender.journal.7001.123" and Journal(aside).open().orders[4].oid == 4
     assert (ledger.orders, ledger.open, ledger.bodies, ledger.last_trade_id) == ({}, set(), {}, 0)
     assert ledger.journal.path == tmp_path / "sender.journal" and ledger.state.records == 0
+
+
+def test_records_are_written_not_fsynced_and_the_first_of_a_tail_starts_the_group_commits_window(tmp_path, stats,
+                                                                                                   log):
+    from pipeline.trading.sender.ledger import OrderLedger
+
+    now = [100]
+    led = OrderLedger(Journal(tmp_path / "sender.journal"), stats, log, lambda: now[0])
+    fsyncs = []
+    led.journal._fsync = lambda fd: fsyncs.append(fd)
+    led.record(intent(1))
+    now[0] = 200
+    led.record({"t": "ack", "oid": 1, "vid": "v1"})
+    assert led.unsynced_since_ns == 100 and led.journal.unsynced == 2 and not fsyncs
+    led.journal.sync()
+    now[0] = 300
+    led.record({"t": "cancel", "oid": 1})
+    assert led.unsynced_since_ns == 300 and len(fsyncs) == 1
+    led.journal.close()
+
+
+def test_set_aside_makes_the_old_journal_durable_first(ledger):
+    ledger.record(intent(5))
+    fsyncs = []
+    fsync = ledger.journal._fsync
+    ledger.journal._fsync = lambda fd: (fsyncs.append(fd), fsync(fd))[1]
+    ledger.set_aside("7001", 124)
+    assert len(fsyncs) == 1

@@ -90,3 +90,10 @@ def test_drop_new_removes_only_those_news_and_keeps_the_order(ledger):
     box.drop_new({2, 3})
     assert [(it.cmd, it.order.order_id) for it in box.items] == [(OrderCmd.NEW, 1), (OrderCmd.CANCEL, 2)]
     assert box.has_new(1) and not box.has_new(2)
+
+
+def test_never_tried_is_a_new_still_waiting_that_no_request_has_carried(ledger):
+    box, *_ = outbox(ledger)
+    queue(box, (OrderCmd.NEW, 1), (OrderCmd.NEW, 2), (OrderCmd.CANCEL, 3))
+    box.items[1].attempts = 1  # a retry: its request may have reached the venue
+    assert [box.never_tried(oid) for oid in (1, 2, 3, 4)] == [True, False, False, False]

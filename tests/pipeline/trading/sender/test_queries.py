@@ -57,3 +57,16 @@ def test_owed_queries_are_queued_when_due_one_at_a_time_and_owed_again_after_an_
     (_, (then,)), = lane.queued
     then()  # the query ended, the order still owed: due poll_interval later
     assert q.querying == set() and q.owed[1] == now[0] + 50
+
+
+def test_one_orders_fills_do_not_move_the_fills_polls_cursor_past_anothers_unpolled_fill(ledger, stats, log):
+    """Fills fetched for one order (an orderInfo that shows more filled) are journaled and reported, but
+    the last trade id is the fills poll's: another order's fill with a lower id is still polled."""
+    for oid in (1, 2):
+        ledger.record(intent(oid))
+    q, reports, _, _ = queries_of(ledger, stats, log)
+    q.ingest([fill(21, 2)], None, advance=False)
+    assert ledger.last_trade_id == 0 and reports.types()[-1] == (ExecType.FILLED, 2)
+    q.ingest([fill(20, 1), fill(21, 2)], None)  # the next poll: 1's fill is there, 2's is not reported twice
+    assert ledger.last_trade_id == 21 and [t for t in reports.types() if t[0] == ExecType.FILLED] == [
+        (ExecType.FILLED, 2), (ExecType.FILLED, 1)]
