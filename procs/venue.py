@@ -35,7 +35,13 @@ Config (one process entry; every param optional, unknown params fail the start):
     capture = ""                 # replay: a capture file (cryptofeed line format, v1 or v2 frames)
     speed = 1.0                  # market time per real time; 0 = as fast as the clients take it
     seed = 1                     # synthetic model seed (and the drop_prob fault's)
-    step_ms = 20                 # synthetic step (one book update per instrument per step)
+    market = "default"           # synthetic: "default" (the model's defaults: a spread of a tick or two,
+                                 # 20 ms steps) or "calibrated" (pipeline.venue.synthetic.CALIBRATED: the
+                                 # shared Bitget capture's spread, volatility, depth, trades and pace,
+                                 # 550 ms steps; python -m pipeline.venue.calibration measures both);
+                                 # another name fails the start
+    step_ms = 20                 # synthetic step (one book update per instrument per step); unset: the
+                                 # market's own (20 ms default, 550 ms calibrated)
     loop = false                 # replay: start again at the end
     delay_ms = 0.0               # faults at start (see pipeline.venue.faults): every frame's extra delay
                                  # (with delay_jitter_ms > 0: the mean of the jittered delay)
@@ -138,7 +144,7 @@ from pipeline.venue.orders import OrderEngine
 from pipeline.venue.rest import RestApi, RestServer
 from pipeline.venue.server import VenueServer
 from pipeline.venue.service import VenueThread
-from pipeline.venue.sources import instrument_specs, make_source
+from pipeline.venue.sources import MARKETS, instrument_specs, make_source
 
 FAULT_STATS = ("jitter_frames", "jumps", "disconnects", "gaps", "bad_checksums")
 MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
@@ -168,6 +174,7 @@ class VenueParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     capture: str = ""
     speed: float = 1.0
     seed: int = 1
+    market: str = "default"
     step_ms: int | None = None
     loop: bool = False
     delay_ms: float = 0.0
@@ -207,8 +214,8 @@ def parse_params(name: str, params) -> VenueParams:
 
     Raises:
         VenueConfigError: an unknown param (``<name>: unknown venue params [...]; known: [...]``), one
-            of the wrong type or out of its range (the message names the field), or only one of
-            maker_fee_bps / taker_fee_bps.
+            of the wrong type or out of its range (the message names the field), a market not in
+            ``MARKETS`` (the message names ``market``), or only one of maker_fee_bps / taker_fee_bps.
     """
     unknown = sorted(set(params) - PARAMS)
     if unknown:
@@ -217,6 +224,8 @@ def parse_params(name: str, params) -> VenueParams:
         p = parse_stage_params(name, params, VenueParams)
     except ConfigError as exc:
         raise VenueConfigError(str(exc)) from None
+    if p.market not in MARKETS:
+        raise VenueConfigError(f"{name}: market must be one of {sorted(MARKETS)}, got {p.market!r}")
     if (p.maker_fee_bps is None) != (p.taker_fee_bps is None):
         raise VenueConfigError(f"{name}: maker_fee_bps and taker_fee_bps go together: set both (fees) or "
                                f"neither (no fees)")
@@ -324,7 +333,7 @@ class VenueAgent(Agent):
         if p.source == "synthetic" and not specs:
             raise VenueError("no [[instruments]] with venue = 'paper' to make a market in")
         source = make_source(p.source, instruments=specs, capture=p.capture or None, seed=p.seed,
-                             step_ms=p.step_ms, jump_prob=p.jump_prob, jump_ticks=p.jump_ticks)
+                             step_ms=p.step_ms, jump_prob=p.jump_prob, jump_ticks=p.jump_ticks, market=p.market)
         return VenueServer(source, port=p.port, speed=p.speed, loop_replay=p.loop, delay_ms=p.delay_ms,
                            drop_prob=p.drop_prob, fault_seed=p.seed, delay_jitter_ms=p.delay_jitter_ms,
                            disconnect_every_s=p.disconnect_every_s, gap_every_s=p.gap_every_s,

@@ -18,7 +18,9 @@ Events are ``pipeline.venue.market.BookEvent`` / ``TradeEvent``. ``make_source``
 parameters (``instrument_specs``: the config instruments a synthetic source makes a market in).
 
 Synthetic: one ``SyntheticMarket`` per instrument (seeded from the venue seed and the symbol, so
-adding an instrument does not change the others), stepped every ``step_ms`` of market time; a
+adding an instrument does not change the others), all with one ``SyntheticParams`` (``MARKETS`` names
+the two a venue config picks from: "default" and "calibrated"), stepped every ``step_ms`` of market
+time; a
 step's changed levels become one update (size ``"0"`` deletes), its trades one trade event. Data
 ``ts`` is ``start_ms + steps * step_ms``. Stress fault: ``jump_prob`` / ``jump_ticks`` make each
 market's whole book jump by 1..``jump_ticks`` ticks with probability ``jump_prob`` per step (see
@@ -47,8 +49,11 @@ from pipeline.trading.bitget.errors import CaptureError
 from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT
 from pipeline.venue.errors import ReplayError, VenueError
 from pipeline.venue.market import BookEvent, TradeEvent
-from pipeline.venue.synthetic import SyntheticMarket, SyntheticParams
+from pipeline.venue.synthetic import CALIBRATED, SyntheticMarket, SyntheticParams
 
+#: the synthetic markets a venue can serve, by name (``make_source``'s ``market``): the model's
+#: defaults, or its calibration to the shared Bitget capture (``pipeline.venue.synthetic.CALIBRATED``)
+MARKETS = {"default": SyntheticParams(), "calibrated": CALIBRATED}
 V1_INST_TYPES = {"sp": INST_TYPE_SPOT, "SP": INST_TYPE_SPOT, INST_TYPE_SPOT: INST_TYPE_SPOT}
 TRADE_SIDES = frozenset({"buy", "sell"})
 
@@ -77,7 +82,8 @@ class SyntheticSource:
 
         Raises:
             VenueError: no instrument, a duplicate symbol, a tick or lot size <= 0, step_ms < 1,
-                a jump_prob outside [0, 1] or a jump_ticks < 1.
+                a jump_prob outside [0, 1], a jump_ticks < 1, or another field of ``params`` out of
+                its range (``pipeline.venue.synthetic.check_params``).
         """
         if not instruments:
             raise VenueError("the synthetic source needs at least one instrument")
@@ -407,23 +413,30 @@ def instrument_specs(instruments, venue: str | None = "paper") -> list[Instrumen
 
 def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), capture: str | Path | None = None,
                 seed: int = 1, step_ms: int | None = None, start_ms: int | None = None, jump_prob: float = 0.0,
-                jump_ticks: int = 3):
-    """A ``SyntheticSource`` (``kind`` "synthetic"; ``start_ms`` default: now, wall clock; the
-    price-jump fault ``jump_prob`` / ``jump_ticks``) or a ``ReplaySource`` of ``capture`` (``kind``
-    "replay"; no jumps).
+                jump_ticks: int = 3, market: str = "default"):
+    """A ``SyntheticSource`` (``kind`` "synthetic": the ``market`` of ``MARKETS``, whose ``step_ms``
+    applies unless ``step_ms`` is given; ``start_ms`` default: now, wall clock; the price-jump fault
+    ``jump_prob`` / ``jump_ticks``) or a ``ReplaySource`` of ``capture`` (``kind`` "replay"; no jumps,
+    market "default").
 
     Raises:
-        VenueError: an unknown kind, no instruments, no capture for a replay, an unreadable capture
-            (``ReplayError``), a bad jump value, jumps asked of a replay.
+        VenueError: an unknown kind, an unknown market (the message names ``market``), no
+            instruments, no capture for a replay, an unreadable capture (``ReplayError``), a bad jump
+            value, jumps or a market asked of a replay.
     """
+    if market not in MARKETS:
+        raise VenueError(f"market must be one of {sorted(MARKETS)}, got {market!r}")
     if kind == "synthetic":
         return SyntheticSource(instruments, seed=seed, step_ms=step_ms,
                                start_ms=int(time.time() * 1000) if start_ms is None else start_ms,
-                               jump_prob=jump_prob, jump_ticks=jump_ticks)
+                               params=MARKETS[market], jump_prob=jump_prob, jump_ticks=jump_ticks)
     if kind == "replay":
         if not capture:
             raise VenueError("source 'replay' needs a capture path")
         if jump_prob:
             raise VenueError("jump_prob is a fault of the synthetic source only (a replay's book is the capture's)")
+        if market != "default":
+            raise VenueError(f"market {market!r} is a choice of the synthetic source only (a replay's market is "
+                             f"the capture's)")
         return ReplaySource.from_capture(capture)
     raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay'")

@@ -144,3 +144,39 @@ def test_the_params_are_a_frozen_struct_that_names_a_bad_field():
                           ({"account_path": 5}, "account_path")):
         with pytest.raises(VenueConfigError, match=rf"venue: .*\$\.{field}"):
             parse_params("venue", params)
+
+
+def test_agent_serves_the_calibrated_market_when_asked(tmp_path):
+    from pipeline.venue.synthetic import CALIBRATED
+
+    ctx = venue_context(tmp_path, 'market = "calibrated", speed = 20.0')
+    agent = VenueAgent()
+    agent.on_start(ctx)
+    try:
+        src = agent.server.source
+        assert src.params == CALIBRATED and src.step_ms == 550
+        c = Client(f"ws://127.0.0.1:{read_port_file(tmp_path / 'run' / 'venue.port')}/v2/ws/public")
+        try:
+            c.subscribe(sub("books", "BTCUSDT"))
+            c.until_seq("books", "BTCUSDT", agent.server.seq("BTCUSDT") + 3)
+            assert c.ok() and c.books.checksums_verified >= 3
+        finally:
+            c.close()
+    finally:
+        agent.on_close()
+
+
+def test_agent_refuses_an_unknown_market_naming_the_field(tmp_path):
+    with pytest.raises(VenueError, match="venue: market must be one of"):  # at the params check, named
+        VenueAgent().on_start(venue_context(tmp_path, 'market = "realistic"'))
+
+
+def test_make_ups_venue_serves_the_calibrated_market_at_bitgets_spot_fees():
+    from pipeline.runtime.config import load_config
+    from pipeline.venue.fees import BITGET_SPOT_STANDARD
+    from procs.venue import fee_schedule, parse_params
+    from tests.support.paths import REPO_ROOT
+
+    p = parse_params("venue", load_config(REPO_ROOT / "configs" / "default.toml").process("venue").params)
+    assert p.market == "calibrated" and p.source == "synthetic" and p.step_ms is None  # the market's own 550 ms
+    assert fee_schedule(p) == BITGET_SPOT_STANDARD

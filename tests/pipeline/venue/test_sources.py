@@ -136,3 +136,27 @@ def test_synthetic_source_rejects_bad_instruments():
         SyntheticSource([SPECS[0], SPECS[0]], seed=1)
     with pytest.raises(VenueError):
         SyntheticSource(SPECS, seed=1, step_ms=0)
+
+
+def test_make_source_serves_the_named_market():
+    from pipeline.venue.sources import MARKETS, make_source
+    from pipeline.venue.synthetic import CALIBRATED, SyntheticParams
+
+    assert set(MARKETS) == {"default", "calibrated"}
+    default = make_source("synthetic", instruments=SPECS, seed=1, start_ms=0)
+    assert default.params == SyntheticParams() and default.step_ms == 20
+    cal = make_source("synthetic", instruments=SPECS, seed=1, start_ms=0, market="calibrated")
+    assert cal.params == CALIBRATED and cal.step_ms == CALIBRATED.step_ms == 550
+    faster = make_source("synthetic", instruments=SPECS, seed=1, start_ms=0, market="calibrated", step_ms=100)
+    assert faster.step_ms == 100, "a configured step_ms wins over the market's own"
+    bid, ask = cal.markets["BTCUSDT"].best_bid(), cal.markets["BTCUSDT"].best_ask()
+    assert ask - bid > 10, "the calibrated book starts with its wide spread"
+
+
+def test_make_source_refuses_an_unknown_market_or_one_for_a_replay(capture_path):
+    from pipeline.venue.sources import make_source
+
+    with pytest.raises(VenueError, match="market must be one of"):
+        make_source("synthetic", instruments=SPECS, market="realistic")
+    with pytest.raises(VenueError, match="market 'calibrated' is a choice of the synthetic source only"):
+        make_source("replay", capture=capture_path, market="calibrated")

@@ -135,3 +135,69 @@ def test_rendered_texts_are_the_formatted_numbers_whatever_the_cache(monkeypatch
                                                                         "5000.00"]
     assert [m.size_str(n) for n in (1500, 3, 1500, 20)] == ["1.500", "0.003", "1.500", "0.020"]
     assert len(m._price_texts) <= 2 and len(m._size_texts) <= 2
+
+
+# ------------------------------------------------------------------------------- the calibrated market
+def _run_calibrated(seed: int, steps: int):
+    from pipeline.venue.synthetic import CALIBRATED, CALIBRATED_LOT_SIZE, CALIBRATED_TICK_SIZE
+
+    m = SyntheticMarket(seed, CALIBRATED_TICK_SIZE, CALIBRATED_LOT_SIZE, CALIBRATED)
+    spreads = []
+    for _ in range(steps):
+        r = m.step()
+        assert m.best_bid() < m.best_ask(), f"crossed at step {m.steps}"
+        assert all(v > 0 for v in m.bids.values()) and all(v > 0 for v in m.asks.values())
+        for price, lots in r.changed_bids.items():
+            assert m.bids.get(price, 0) == lots
+        for price, lots in r.changed_asks.items():
+            assert m.asks.get(price, 0) == lots
+        assert len(m.bids) <= CALIBRATED.depth_levels and len(m.asks) <= CALIBRATED.depth_levels
+        spreads.append(m.best_ask() - m.best_bid())
+    return m, np.array(spreads)
+
+
+def test_the_calibrated_book_requotes_with_a_wide_spread_never_crossed():
+    m, spreads = _run_calibrated(4, 3_000)
+    assert 20 < np.median(spreads) < 150, "the requoting book keeps a spread of tens of ticks"
+    a, _ = _run_calibrated(9, 300)
+    b, _ = _run_calibrated(9, 300)
+    assert a.levels(10) == b.levels(10) and a.pressure == b.pressure
+
+
+def test_calibrated_market_orders_are_small_and_near_their_base_size():
+    from pipeline.venue.synthetic import CALIBRATED
+
+    m = SyntheticMarket(2, 0.1, 0.0001, CALIBRATED)
+    takes = [sum(t.lots for t in m.step().trades) for _ in range(4_000)]
+    sizes = [s for s in takes if s]
+    assert 0.04 < len(sizes) / len(takes) < 0.11  # mo_prob 0.075 a step
+    assert CALIBRATED.mo_lots_base <= np.median(sizes) <= CALIBRATED.mo_lots_base + 2 * CALIBRATED.mo_lots_mean
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("placement", "sideways", "placement must be one of"),
+    ("step_ms", 0, "step_ms must be >= 1"),
+    ("depth_levels", 3, "depth_levels must be >= 4"),
+    ("inside_prob", 1.5, "inside_prob must be in 0..1"),
+    ("lo_dist_p", 0.0, "lo_dist_p must be in"),
+    ("mo_lots_base", -1.0, "mo_lots_base must be >= 0"),
+    ("level_gap_ticks", 0, "level_gap_ticks must be >= 1"),
+])
+def test_bad_params_are_refused_naming_the_field(field, value, message):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=message):
+        SyntheticMarket(1, 0.1, 0.001, dataclasses.replace(SyntheticParams(), **{field: value}))
+
+
+def test_improvements_never_cross_even_a_one_tick_spread():
+    import dataclasses
+
+    from pipeline.venue.synthetic import CALIBRATED
+
+    eager = dataclasses.replace(CALIBRATED, inside_prob=1.0, inside_frac=1.0, touch_cancel_prob=0.0, mo_prob=0.0,
+                                half_spread0_ticks=1, level_gap_ticks=1)
+    m = SyntheticMarket(6, 0.1, 0.0001, eager)
+    for _ in range(50):
+        m.step()
+        assert m.best_ask() - m.best_bid() == 1, "every order improves until the spread is one tick, then joins it"
