@@ -2,12 +2,19 @@
 deterministic (``pipeline.trading.evaluation``).
 
     python -m bench.evaluate [--capture FILE ...] [--itch FILE] [--variant NAME=CONFIG ...] [--quick]
-                             [--out DIR] [--seed N] [--maker-fee-bps X --taker-fee-bps Y] [--latency-us N]
+                             [--out DIR] [--seed N | --seeds N,N,...] [--market calibrated|default]
+                             [--market-s SECONDS | --steps N]
+                             [--maker-fee-bps X --taker-fee-bps Y] [--latency-us N]
 
-No source: the paper venue's synthetic market (seed ``--seed``, ``--steps`` steps of 20 ms; ``--quick``
-a smoke-sized run). ``--capture``: Bitget capture files (one market, merged in time); ``--itch``: an ITCH
-5.0 BinaryFILE (one more market). Variants: ``model``, ``hold``, ``imbalance`` and the ``--variant``
-ones (``pipeline.trading.evaluation.variants``).
+No source: the paper venue's synthetic market (``--market``: default the one the config's venue
+process runs; seed ``--seed``, or one market per seed of ``--seeds``; ``--market-s`` seconds of
+market time, default ``MARKET_S``, or ``--steps`` steps of its pace; ``--quick`` a smoke-sized run).
+``--capture``: Bitget capture files (one market, merged in time); ``--itch``: an ITCH 5.0 BinaryFILE
+(one more market). Variants: ``variants.DEFAULT_VARIANTS`` (the directional scenario's model,
+always-HOLD, imbalance rule and random labeler; the quoting scenario's fast path on and off and its
+controls) and the ``--variant`` ones (``pipeline.trading.evaluation.variants``). With several markets
+the verdicts of ``pipeline.trading.evaluation.judgement`` (fast path on against off, paired per seed)
+are in results.json and report.md; with one they are INCONCLUSIVE by their rule.
 
 Every market is replayed once; its features are computed once (the synthetic market: each
 instrument replayed and its features computed in a process of its own, ``--workers``); each
@@ -41,19 +48,22 @@ from typing import NamedTuple
 
 from bench.evaluate_report import plots, report_markdown, table_text
 from pipeline.trading.evaluation import decisions as D
+from pipeline.trading.evaluation.harness import (FALLBACK_LATENCY_US, MarketContext, SpecOutcome, evaluate_spec,
+                                                 market_context)
+from pipeline.trading.evaluation.judgement import fast_path_verdicts
 from pipeline.trading.evaluation.replay import (EvaluationError, Tape, capture_tape, check_finite_tape, itch_tape,
                                                synthetic_parts)
-from pipeline.trading.evaluation.simulator import SimParams, default_capital, eval_limits, run_variant
-from pipeline.trading.evaluation.variants import DEFAULT_CONFIG, REPO, PipelineConfig, decisions_for, variant_list
+from pipeline.trading.evaluation.simulator import SimParams
+from pipeline.trading.evaluation.variants import (DEFAULT_CONFIG, DIRECTIONAL, DIRECTIONAL_CONTROLS, QUOTE_CONTROLS,
+                                                  QUOTE_OFF, QUOTE_ON, REPO, PipelineConfig, synthetic_params,
+                                                  variant_list)
 from pipeline.trading.messages import Kind
 
 REPORTS = REPO / "bench" / "reports"
-#: the fallback order latency when no pipeline report says one: the tick -> order sent p50 of
-#: bench/reports/20261201T120159Z-pipeline.md (fast path, 1,000 updates/s)
-FALLBACK_LATENCY_US = 1137.0
+#: the fallback order latency when no pipeline report says one (``harness.FALLBACK_LATENCY_US``)
 FALLBACK_LATENCY_SOURCE = "bench/reports/20261201T120159Z-pipeline.md (constant FALLBACK_LATENCY_US)"
-STEPS = 90_000  # synthetic steps of a default run (20 ms each: 30 minutes of market time)
-QUICK_STEPS = 1_500  # --quick: 30 s of market time
+MARKET_S = 1_800  # market time of a default synthetic run: 30 minutes (steps: this over the market's step_ms)
+QUICK_MARKET_S = 30  # --quick
 _LATENCY_LINE = re.compile(r"^- Tick to order request sent, fast path[^\n]*?: p50 ([0-9][0-9,.]*) µs", re.M)
 
 
@@ -73,6 +83,16 @@ def _rel(p: Path | str) -> str:
     return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r} is not a comma-separated list of integers") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give one or more distinct seeds")
+    return seeds
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.evaluate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--capture", nargs="+", action="extend", default=[], metavar="FILE",
@@ -81,9 +101,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--itch-symbols", default="", help="comma-separated stocks of the ITCH file (default: all)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=CONFIG",
                     help="a variant (key=value list, or a preset name: model, hold, imbalance, model+llm)")
-    ap.add_argument("--quick", action="store_true", help=f"smoke-sized synthetic market ({QUICK_STEPS} steps)")
-    ap.add_argument("--steps", type=int, default=None, help=f"synthetic steps of 20 ms (default {STEPS})")
+    ap.add_argument("--quick", action="store_true", help=f"smoke-sized synthetic market ({QUICK_MARKET_S} s)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="synthetic steps of the market's pace (default: --market-s of market time)")
+    ap.add_argument("--market-s", type=int, default=None,
+                    help=f"seconds of synthetic market time (default {MARKET_S}; --quick {QUICK_MARKET_S})")
     ap.add_argument("--seed", type=int, default=1, help="the synthetic market's seed (default 1)")
+    ap.add_argument("--seeds", type=_seed_list, default=None, metavar="N,N,...",
+                    help="one synthetic market per seed, the verdicts paired over them (instead of --seed)")
+    ap.add_argument("--market", default=None, help="the synthetic market: calibrated or default (default: the "
+                    "config's venue process's market param)")
     ap.add_argument("--workers", type=int, default=None,
                     help="processes for the work that runs side by side: the synthetic market's instruments (one "
                          "each) and the fast-path-only variants (one each) (default: the CPUs); the results are "
@@ -147,23 +174,37 @@ class Market(NamedTuple):
     books: int
     table: D.FeatureTable | None
     timings: dict
+    seed: int | None = None  # the synthetic market's seed (None: a capture or ITCH file)
+    market: str | None = None  # the synthetic market's name (variants.SYNTHETIC_MARKETS)
 
 
-def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig) -> Market:
-    """The synthetic market replayed one instrument per process, each process computing its
+def synthetic_steps(args: argparse.Namespace, step_ms: int) -> int:
+    """``--steps``, or ``--market-s`` (default ``MARKET_S``, ``QUICK_MARKET_S`` with ``--quick``) of market
+    time in steps of ``step_ms``."""
+    if args.steps is not None:
+        return args.steps
+    seconds = args.market_s if args.market_s is not None else QUICK_MARKET_S if args.quick else MARKET_S
+    return max(1, seconds * 1000 // step_ms)
+
+
+def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig, seed: int) -> Market:
+    """The synthetic market of ``seed`` replayed one instrument per process, each process computing its
     instrument's features too (``synthetic_parts``, ``features_of_instrument``).
 
     Raises:
-        EvaluationError: no instrument in the config, feature params the stage refuses, what the venue refuses.
+        EvaluationError: no instrument in the config, an unknown market, feature params the stage refuses,
+            what the venue refuses.
     """
-    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else STEPS)
+    market = args.market or cfg.market
+    params = synthetic_params(market)
+    steps = synthetic_steps(args, params.step_ms)
     if not cfg.instruments:
         raise EvaluationError(f"config {cfg.source!r} has no instruments for the synthetic market")
     workers = min(_workers(args), len(cfg.instruments))
-    params = D.feature_params(cfg.instruments, cfg.feature_params)
+    fparams = D.feature_params(cfg.instruments, cfg.feature_params)
     t0 = time.perf_counter()
-    sp = synthetic_parts(cfg.instruments, seed=args.seed, steps=steps, workers=workers,
-                         per_instrument=partial(D.features_of_instrument, params))
+    sp = synthetic_parts(cfg.instruments, seed=seed, steps=steps, workers=workers, params=params,
+                         per_instrument=partial(D.features_of_instrument, fparams))
     table = D.merge_features(sp.parts)
     wall = time.perf_counter() - t0
     books = Counter(e.instrument_id for e in sp.tape.events if e.kind == Kind.BOOK)
@@ -171,8 +212,10 @@ def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig) -> Market:
     per = [{"symbol": p.instrument.symbol, "books": books[p.instrument.id], "replay_s": p.replay_s,
             "features_s": p.result_s, "replay_updates_per_s": _rate(books[p.instrument.id], p.replay_s),
             "features_updates_per_s": _rate(books[p.instrument.id], p.result_s)} for p in sp.parts]
+    sp.tape.source += f", the {market} market (pipeline.venue.synthetic)"
     return Market(sp.tape, n, table, {"replay_s": wall, "replay_updates_per_s": _rate(n, wall),
-                                   "features_in_replay": True, "processes": sp.processes, "per_instrument": per})
+                                   "features_in_replay": True, "processes": sp.processes, "per_instrument": per},
+                  seed, market)
 
 
 def _rate(n: int, seconds: float | None) -> float | None:
@@ -196,86 +239,36 @@ def build_markets(args: argparse.Namespace, cfg: PipelineConfig) -> list[Market]
         tape = itch_tape(args.itch, symbols=syms)
         out.append(Market(tape, tape.books, None, {"replay_s": time.perf_counter() - t0}))
     if not out:
-        out.append(_synthetic_market(args, cfg))
+        out += [_synthetic_market(args, cfg, seed) for seed in (args.seeds or [args.seed])]
     for m in out:
         check_finite_tape(m.tape)
         m.timings.setdefault("replay_updates_per_s", _rate(m.books, m.timings["replay_s"]))
     return out
 
 
-class _Context(NamedTuple):
-    """What every variant of one market reads (shared, never changed by a variant)."""
-
-    tape: Tape
-    books: int
-    table: D.FeatureTable
-    marks: object
-    cfg: PipelineConfig
-    sim: SimParams
-    seed: int
-    models: dict  # model path -> loaded model, per process
+_FORKED: dict = {}  # in a variant worker process: the market's MarketContext and the specs (set by _forked)
 
 
-class _VariantOut(NamedTuple):
-    """One variant's row of results.json, its timings and its equity curve."""
-
-    row: dict
-    timings: dict
-    equity: object
-
-
-def _run_spec(ctx: _Context, spec) -> _VariantOut:
-    """One variant over the market (its decisions, simulation and metrics).
-
-    Raises:
-        EvaluationError: its model, limits or slow path cannot be set up (named).
-    """
-    tape, table, books = ctx.tape, ctx.table, ctx.books
-    t1 = time.perf_counter()
-    d = decisions_for(spec, table, ctx.models)
-    decide_s = time.perf_counter() - t1
-    limits = eval_limits(ctx.cfg.risk_limits, tape.instruments, spec.lean_lots)
-    slow = None
-    if spec.llm:
-        from pipeline.trading.evaluation.slowpath import SlowPath
-
-        slow = SlowPath.load(spec.llm_model, ctx.cfg.llm_params, tape.instruments, table, d, seed=ctx.seed)
-    res = run_variant(tape, table, ctx.marks, d, limits, ctx.sim, slow)
-    describe = d.describe + (f"; slow path {spec.llm_model} (LLM hub in-process, seed {ctx.seed}; its generation "
-                             "times are measured, so this row may differ between runs)" if spec.llm else "")
-    row = {"name": spec.name, "describe": describe, "fast_only": spec.fast_only, "lean_lots": spec.lean_lots,
-           **res.metrics, "updates": books, "counts": res.counts,
-           "final_positions": {str(k): v for k, v in res.positions.items()}}
-    own = decide_s + res.sim_s + res.metrics_s
-    tim = {"decide_s": decide_s, "sim_s": res.sim_s, "metrics_s": res.metrics_s, "fast_only": spec.fast_only,
-           "sim_updates_per_s": _rate(books, res.sim_s), "variant_updates_per_s": _rate(books, own),
-           **res.extra_timings}
-    return _VariantOut(row, tim, res.equity)
-
-
-_FORKED: dict = {}  # in a variant worker process: the market's _Context and the specs (set by _forked)
-
-
-def _forked(ctx: _Context, specs: list) -> None:
+def _forked(ctx: MarketContext, specs: list) -> None:
     """A variant worker's initializer: forked, it is handed the parent's objects as they are (nothing pickled)."""
     _FORKED.update(ctx=ctx, specs=specs)
 
 
-def _run_forked(k: int) -> _VariantOut:
-    return _run_spec(_FORKED["ctx"], _FORKED["specs"][k])
+def _run_forked(k: int) -> SpecOutcome:
+    return evaluate_spec(_FORKED["ctx"], _FORKED["specs"][k])
 
 
-def _run_variants(ctx: _Context, specs: list, workers: int) -> list[_VariantOut]:
+def _run_variants(ctx: MarketContext, specs: list, workers: int) -> list[SpecOutcome]:
     """Every variant's outcome, in ``specs``' order: the fast-path-only ones in ``workers`` forked
     processes when there are two or more of them and ``workers`` > 1 (each variant's work is its
     own: the same results), the slow-path ones here, one after the other (their generation times
     are measured, so they do not share the CPU with other variants).
 
     Raises:
-        EvaluationError: as ``_run_spec`` (the first variant in ``specs``' order that fails).
+        EvaluationError: as ``harness.evaluate_spec`` (the first variant in ``specs``' order that fails).
     """
     fast = [k for k, spec in enumerate(specs) if spec.fast_only]
-    outs: dict[int, _VariantOut] = {}
+    outs: dict[int, SpecOutcome] = {}
     if workers > 1 and len(fast) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -289,7 +282,7 @@ def _run_variants(ctx: _Context, specs: list, workers: int) -> list[_VariantOut]
                 outs[k] = futures[k].result()
     for k, spec in enumerate(specs):
         if k not in outs:
-            outs[k] = _run_spec(ctx, spec)
+            outs[k] = evaluate_spec(ctx, spec)
     return [outs[k] for k in range(len(specs))]
 
 
@@ -306,22 +299,20 @@ def evaluate_market(market: Market, cfg: PipelineConfig, specs: list, sim: SimPa
     table = market.table
     if table is None:
         table = D.compute_features(tape, D.feature_params(tape.instruments, cfg.feature_params))
-    marks = D.marks_of(table)
+    ctx = market_context(tape, table, cfg, sim, seed)
     features_s = time.perf_counter() - t0
     shared_s = market.timings["replay_s"] + features_s
-    capital = sim.capital
-    if capital is None:
-        capital = default_capital(tape.instruments, eval_limits(cfg.risk_limits, tape.instruments, 0), marks)
-    sim = SimParams(**{**{f: getattr(sim, f) for f in sim.__struct_fields__}, "capital": capital})
+    capital = ctx.sim.capital
     t1 = time.perf_counter()
-    outs = _run_variants(_Context(tape, books, table, marks, cfg, sim, seed, {}), specs, workers)
+    outs = _run_variants(ctx._replace(books=books), specs, workers)
     variants_s = time.perf_counter() - t1
     timings = {}
     for spec, out in zip(specs, outs):
         own = out.timings["decide_s"] + out.timings["sim_s"] + out.timings["metrics_s"]
         timings[spec.name] = {**out.timings, "updates_per_s": _rate(books, shared_s + own)}
-    entry = {"source": tape.source, "instruments": [{"id": i.id, "symbol": i.symbol, "tick_size": i.tick_size,
-                                                     "lot_size": i.lot_size} for i in tape.instruments],
+    entry = {"source": tape.source, "seed": market.seed, "market": market.market,
+             "instruments": [{"id": i.id, "symbol": i.symbol, "tick_size": i.tick_size, "lot_size": i.lot_size}
+                             for i in tape.instruments],
              "books": books, "trades": len(tape.events) - books, "rows": len(table),
              "span_s": tape.span_ns / 1e9, "bad_input": dict(sorted(tape.bad.items())),
              "feature_rejections": dict(sorted(table.rejected.items())), "counts": dict(sorted(tape.counts.items())),
@@ -331,7 +322,7 @@ def evaluate_market(market: Market, cfg: PipelineConfig, specs: list, sim: SimPa
            "features_updates_per_s": _rate(books, features_s) if here else None,
            "marks_s": None if here else features_s, "variants_s": variants_s,
            "variant_processes": _variant_processes(specs, workers), "variants": timings}
-    return entry, tim, {"equity": {spec.name: out.equity for spec, out in zip(specs, outs)}, "marks": marks}
+    return entry, tim, {"equity": {spec.name: out.equity for spec, out in zip(specs, outs)}, "marks": ctx.marks}
 
 
 def _variant_processes(specs: list, workers: int) -> int:
@@ -364,15 +355,20 @@ def run(args: argparse.Namespace) -> tuple[dict, dict, list]:
     sim, sim_desc = sim_params(args)
     markets = build_markets(args, cfg)
     results = {"config": _rel(args.config), "thresholds": {**cfg.thresholds, "source": cfg.thresholds_source},
-               "seed": args.seed, "quick": bool(args.quick), **sim_desc,
-               "horizons_ms": [h // 1_000_000 for h in sim.horizons_ns], "markets": []}
+               "seed": args.seed, "seeds": args.seeds, "quick": bool(args.quick), **sim_desc,
+               "horizons_ms": [h // 1_000_000 for h in sim.horizons_ns],
+               "markout_horizons_ms": [h // 1_000_000 for h in sim.markout_horizons_ns],
+               "avoid_window_ms": sim.avoid_window_ns // 1_000_000, "markets": []}
     timings: dict = {"markets": []}
     curves = []
     for market in markets:
-        entry, tim, cur = evaluate_market(market, cfg, specs, sim, args.seed, _workers(args))
+        seed = market.seed if market.seed is not None else args.seed
+        entry, tim, cur = evaluate_market(market, cfg, specs, sim, seed, _workers(args))
         results["markets"].append(entry)
         timings["markets"].append({"source": market.tape.source, **market.timings, **tim})
         curves.append(cur)
+    results["verdicts"] = fast_path_verdicts(results["markets"], on=QUOTE_ON, off=QUOTE_OFF, controls=QUOTE_CONTROLS,
+                                             directional=DIRECTIONAL, directional_controls=DIRECTIONAL_CONTROLS)
     total = time.perf_counter() - t0
     books = sum(m.books for m in markets)
     timings.update(total_s=total, books=books, updates_per_s_end_to_end=_rate(books, total))

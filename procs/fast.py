@@ -18,8 +18,12 @@
 
 Per ``do_work``: up to ``ctx.batch`` FEATURES are copied into the input array, classified in one run,
 labelled with the thresholds (``emergency``, then ``buy`` / ``sell``, else HOLD; each a probability),
-and each becomes a SIGNAL (``pipeline.trading.messages.SIGNAL_DTYPE``, the FEATURES' ``ts_origin_ns``
-unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as kind
+flagged (an EMERGENCY's at-risk side from the model's ``at_risk`` output under ``side``: at most one of
+``SIGNAL_FLAG_AT_RISK_BID`` / ``SIGNAL_FLAG_AT_RISK_ASK``; a model without that output names none),
+guarded (a feature outside the model card's ``input_bounds``, or a NaN: HOLD with
+``SIGNAL_FLAG_OUT_OF_RANGE`` and no side bit, counted), as ``pipeline.trading.model.decide`` states
+the rule, and each becomes a SIGNAL (``pipeline.trading.messages.SIGNAL_DTYPE``, the FEATURES'
+``ts_origin_ns`` unchanged) written to ``sig_risk`` (every one); non-HOLD ones also go to ``sig_llm`` as kind
 SIGNAL_CTX (``SIGNAL_CTX_DTYPE``: the SIGNAL followed by its feature vector, 568 bytes), where those
 outputs exist. A poll that brings a single FEATURES (the usual case below saturation) takes the same
 steps in scalar code (cheaper than the batch path; the same bytes, tested). A model swap is a restart
@@ -28,18 +32,21 @@ of this process with a new ``model_path`` in the config; the other processes kee
 Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm_output`` ("sig_llm"),
 ``model_path`` ("models/generated/fast.onnx"), ``providers`` ("auto" | "cpu" | "cuda"),
 ``require_gpu`` (false), ``device_id`` (0), ``gpu_mem_limit_mib`` (256), ``arena_extend_strategy``
-("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5}),
-``warmup_runs`` (20). Typed (``FastParams``): an unknown or ill-typed field fails the start with a
-ConfigError naming the process and the field (``fast: bad params: Object contains unknown field ...``).
+("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5,
+side = 1.01}: ``side`` above 0.5; above 1 never names a side), ``warmup_runs`` (20). Typed
+(``FastParams``): an unknown or ill-typed field fails the start with a ConfigError naming the process
+and the field (``fast: bad params: Object contains unknown field ...``).
 The model must have a card made for this pipeline's feature layout (``check_model_card``: a card
 file ``<stem>.card.json`` beside it and / or a card in its ONNX metadata, each with
-``feature_layout_version == pipeline.trading.features.FEATURE_LAYOUT_VERSION``): else the start fails
-with a ConfigError naming both versions (or saying that there is no card).
+``feature_layout_version == pipeline.trading.features.FEATURE_LAYOUT_VERSION`` and the per-feature
+``input_bounds`` of its training rows): else the start fails with a ConfigError naming both versions
+(or saying that there is no card, or no bounds).
 ``FastParams.gpu_need`` is what the supervisor's GPU budget counts for the stage.
 
 Counters (``ctx.stats``): provider, model (first 8 hex digits of the file's SHA-256), features,
-signals, hold, lean_buy, lean_sell, emergency, runs, risk_drops, llm_drops, rejected, unknown_kind,
-errors.
+signals, hold, lean_buy, lean_sell, emergency (its side named: at_risk_bid, at_risk_ask), out_of_range
+(HOLDs of the guard; ``oor_slot``: the worst slot of the latest, by name, e.g. ``F_DEPTH_BID``), runs,
+risk_drops, llm_drops, rejected, unknown_kind, errors.
 """
 
 from __future__ import annotations
@@ -60,24 +67,30 @@ from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.gpu import GpuNeed
 from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
-                               OFF_FEATURES_VECTOR, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
-                               Kind, Label)
+                                       OFF_FEATURES_VECTOR, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_AT_RISK_ASK,
+                                       SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE, SIGNAL_FLAG_WARMUP,
+                                       SIGNAL_STRUCT, Kind, Label)
 
 _FEATURES_BYTES = FEATURES_DTYPE.itemsize
 N_LABELS = len(Label)
 _LABEL_KEYS = ("hold", "lean_buy", "lean_sell", "emergency")
 _HOLD, _BUY, _SELL, _EMERG = (int(lab) for lab in (Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL, Label.EMERGENCY))
 _SIG_WARMUP = int(SIGNAL_FLAG_WARMUP)
+_SIG_BID, _SIG_ASK, _SIG_OOR = int(SIGNAL_FLAG_AT_RISK_BID), int(SIGNAL_FLAG_AT_RISK_ASK), int(SIGNAL_FLAG_OUT_OF_RANGE)
+AT_RISK_OUTPUT = "at_risk"  # pipeline.trading.model.decide.AT_RISK_OUTPUT (float32 [N, 2]: bid, ask at risk)
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 
 
 class FastThresholds(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """``params.thresholds``: each label's probability threshold."""
+    """``params.thresholds``: each label's probability threshold, and ``side``: the probability of the
+    model's ``at_risk`` output at which an EMERGENCY names the side at risk (above 0.5, so at most one
+    side; above 1: never, and the risk gateway pulls both sides)."""
 
     buy: float = 0.4
     sell: float = 0.4
     emergency: float = 0.5
+    side: Annotated[float, msgspec.Meta(gt=0.5)] = 1.01
 
 
 class FastParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -188,12 +201,13 @@ def build_session(model_path: str, *, providers: str = "auto", device_id: int = 
 def check_model_card(model_path: str, session, thresholds: FastThresholds, log=None) -> dict:
     """The model's card, checked (``pipeline.trading.model.card.check_card``: the card file beside the
     model and the card in its ONNX metadata, read from ``session``); a ``fast_thresholds_differ_from_card``
-    warning on ``log`` when ``thresholds`` are not the ones the card chose (a config may set its own).
+    warning on ``log`` when ``thresholds`` are not the ones the card chose (a config may set its own; a
+    card without ``side`` chose 1.01, never).
 
     Raises:
-        ConfigError: the model has no card, a card cannot be parsed, or a card's feature layout
-            version is not ``pipeline.trading.features.FEATURE_LAYOUT_VERSION`` (both named), or a card
-            file describes another model file.
+        ConfigError: the model has no card, a card cannot be parsed, a card's feature layout
+            version is not ``pipeline.trading.features.FEATURE_LAYOUT_VERSION`` (both named), a card
+            has no valid ``input_bounds``, or a card file describes another model file.
         StartupError: the model or its card file cannot be read.
     """
     from pipeline.trading.model.card import CardError, check_card
@@ -206,10 +220,11 @@ def check_model_card(model_path: str, session, thresholds: FastThresholds, log=N
         raise StartupError(f"fast: cannot read model {model_path!r} or its card: {exc}") from None
     chosen = card.get("thresholds")
     if log is not None and isinstance(chosen, dict):
-        mine = {"buy": thresholds.buy, "sell": thresholds.sell, "emergency": thresholds.emergency}
-        if any(not isinstance(chosen.get(k), (int, float)) or abs(chosen[k] - v) > 1e-9 for k, v in mine.items()):
-            log.warning("fast_thresholds_differ_from_card", thresholds=mine,
-                        card={k: chosen.get(k) for k in mine}, model=model_path)
+        mine = {"buy": thresholds.buy, "sell": thresholds.sell, "emergency": thresholds.emergency,
+                "side": thresholds.side}
+        theirs = {k: chosen.get(k, 1.01 if k == "side" else None) for k in mine}
+        if any(not isinstance(theirs[k], (int, float)) or abs(theirs[k] - v) > 1e-9 for k, v in mine.items()):
+            log.warning("fast_thresholds_differ_from_card", thresholds=mine, card=theirs, model=model_path)
     return card
 
 
@@ -230,8 +245,9 @@ class FastAgent(Agent):
         self.th_buy = p.thresholds.buy
         self.th_sell = p.thresholds.sell
         self.th_emergency = p.thresholds.emergency
+        self.th_side = p.thresholds.side
         # the same thresholds rounded to float32, as numpy compares them with the float32 probabilities
-        self._th32 = tuple(float(np.float32(t)) for t in (self.th_buy, self.th_sell, self.th_emergency))
+        self._th32 = tuple(float(np.float32(t)) for t in (self.th_buy, self.th_sell, self.th_emergency, self.th_side))
         self.model_path = p.model_path
         self.sess, self.provider, cause = build_session(
             self.model_path, providers=p.providers, device_id=p.device_id, gpu_mem_limit_mib=p.gpu_mem_limit_mib,
@@ -241,12 +257,23 @@ class FastAgent(Agent):
             raise StartupError(f"fast: model {self.model_path!r} maps {inp.shape} -> {out.shape}, "
                                f"expected [N, {FEATURES_LEN}] -> [N, {N_LABELS}]")
         self.in_name, self.out_name = inp.name, out.name
+        side = [o for o in self.sess.get_outputs()[1:] if o.name == AT_RISK_OUTPUT]
+        if side and side[0].shape[-1] != 2:
+            raise StartupError(f"fast: model {self.model_path!r}: output {AT_RISK_OUTPUT!r} is {side[0].shape}, "
+                               "expected [N, 2]")
+        self.has_side = bool(side)
         self.card = check_model_card(self.model_path, self.sess, p.thresholds, ctx.log)
+        from pipeline.trading.model.card import input_bounds
+
+        self.bounds = input_bounds(self.card)
+        self._lo, self._hi = self.bounds.lo, self.bounds.hi
+        self._ga, self._gb = np.zeros(FEATURES_LEN, np.float32), np.zeros(FEATURES_LEN, np.float32)
         self.model_id = hashlib.sha256(Path(self.model_path).read_bytes()).hexdigest()[:8]
         n = max(1, int(ctx.batch))
         self.cap = n
         self.x = np.zeros((n, FEATURES_LEN), np.float32)
         self.probs = np.zeros((n, N_LABELS), np.float32)
+        self.at_risk = np.full((n, 2), 0.5, np.float32)  # stays 0.5 / 0.5 without the model's at_risk output
         self.feat = np.zeros(n, FEATURES_DTYPE)
         self.ts = np.zeros(n, np.int64)
         self.sig = np.zeros(n, SIGNAL_DTYPE)
@@ -263,7 +290,8 @@ class FastAgent(Agent):
         self.stats = ctx.stats
         self.stats.update(provider="CUDA" if self.provider == CUDA_EP else self.provider.replace("ExecutionProvider", ""),
                           model=self.model_id, features=0, signals=0, hold=0, lean_buy=0, lean_sell=0, emergency=0,
-                          runs=0, risk_drops=0, llm_drops=0, rejected=0)
+                          at_risk_bid=0, at_risk_ask=0, out_of_range=0, oor_slot="", runs=0, risk_drops=0,
+                          llm_drops=0, rejected=0)
         self._logged_error = False
         for i in range(p.warmup_runs):
             self._infer(1 if i % 2 == 0 else n)
@@ -278,11 +306,14 @@ class FastAgent(Agent):
             io = self.sess.io_binding()
             io.bind_ortvalue_input(self.in_name, ort.OrtValue.ortvalue_from_numpy(self.x[:n]))
             io.bind_ortvalue_output(self.out_name, ort.OrtValue.ortvalue_from_numpy(self.probs[:n]))
+            if self.has_side:
+                io.bind_ortvalue_output(AT_RISK_OUTPUT, ort.OrtValue.ortvalue_from_numpy(self.at_risk[:n]))
             self._bindings[n] = io
         return io
 
     def _infer(self, n: int) -> np.ndarray:
-        """Run the model on the first ``n`` rows of ``self.x``; the probabilities land in ``self.probs[:n]``."""
+        """Run the model on the first ``n`` rows of ``self.x``; the probabilities land in ``self.probs[:n]``
+        (and the side's in ``self.at_risk[:n]``)."""
         io = self._binding(n)
         io.synchronize_inputs()
         self.sess.run_with_iobinding(io)
@@ -297,6 +328,18 @@ class FastAgent(Agent):
         lab[(sell >= self.th_sell) & (sell > buy)] = Label.LEAN_SELL
         lab[probs[:, Label.EMERGENCY] >= self.th_emergency] = Label.EMERGENCY
         return lab
+
+    def decide(self, probs: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, flags) uint8 of rows: ``classify``, then ``pipeline.trading.model.decide``'s side bits
+        and input-range guard; no warm-up bit."""
+        from pipeline.trading.model.decide import out_of_range, side_flags
+
+        lab = self.classify(probs)
+        flags = side_flags(lab, self.at_risk[: len(lab)] if self.has_side else None, self.th_side)
+        bad, _ = out_of_range(x, self.bounds)
+        lab[bad] = Label.HOLD
+        flags[bad] = _SIG_OOR
+        return lab, flags
 
     def _on(self, seq, ts_origin_ns, kind, payload) -> None:
         if kind != Kind.FEATURES:
@@ -346,34 +389,63 @@ class FastAgent(Agent):
         overwrites before it reads them; nothing emitted or counted."""
         self._classify_one(self._last)
 
-    def _classify_one(self, payload) -> int:
-        """One FEATURES payload -> model -> label -> its SIGNAL in ``self.sig1`` (the model's input row
-        stays in ``self.x[0]``); the label. Scalar code: the numpy batch path costs ~8 µs more for
-        one row here; both give the same bytes (tested)."""
+    def _classify_one(self, payload) -> tuple[int, int]:
+        """One FEATURES payload -> model -> label and flags -> its SIGNAL in ``self.sig1`` (the model's
+        input row stays in ``self.x[0]``); (label, flags). Scalar code: the numpy batch path costs
+        ~8 µs more for one row here; both give the same bytes (tested)."""
         iid, flags, seq, exch_ts, mid, spread = FEATURES_HEAD_STRUCT.unpack_from(payload, 0)
-        self.x[0] = np.frombuffer(payload, np.float32, FEATURES_LEN, OFF_FEATURES_VECTOR)
+        x = self.x[0]
+        x[:] = np.frombuffer(payload, np.float32, FEATURES_LEN, OFF_FEATURES_VECTOR)
         p = self._infer(1)[0].tolist()
-        th_buy, th_sell, th_em = self._th32
+        th_buy, th_sell, th_em, th_side = self._th32
         buy, sell = p[_BUY], p[_SELL]
         lab = _HOLD
         if buy >= th_buy and buy >= sell:
             lab = _BUY
         if sell >= th_sell and sell > buy:
             lab = _SELL
+        sflags = _SIG_WARMUP if flags & FEATURES_FLAG_WARMUP else 0
         if p[_EMERG] >= th_em:
             lab = _EMERG
-        SIGNAL_STRUCT.pack_into(self.sig1, 0, iid, lab, _SIG_WARMUP if flags & FEATURES_FLAG_WARMUP else 0, seq,
-                                exch_ts, mid, spread, *p)
-        return lab
+            if self.has_side:
+                bid, ask = self.at_risk[0].tolist()
+                if bid >= th_side:
+                    sflags |= _SIG_BID
+                elif ask >= th_side:
+                    sflags |= _SIG_ASK
+        a, b = self._ga, self._gb  # the guard: min(x - lo, hi - x) >= 0 on every slot (False for a NaN)
+        np.subtract(x, self._lo, out=a)
+        np.subtract(self._hi, x, out=b)
+        np.minimum(a, b, out=a)
+        if not np.minimum.reduce(a) >= 0:
+            lab = _HOLD
+            sflags = (sflags & _SIG_WARMUP) | _SIG_OOR
+        SIGNAL_STRUCT.pack_into(self.sig1, 0, iid, lab, sflags, seq, exch_ts, mid, spread, *p)
+        return lab, sflags
+
+    def _count_flags(self, flags: int, x: np.ndarray) -> None:
+        """The side and guard counters of one SIGNAL's flags (``x``: its input row, for ``oor_slot``)."""
+        st = self.stats
+        if flags & _SIG_OOR:
+            from pipeline.trading.model.decide import out_of_range, slot_name
+
+            st["out_of_range"] += 1
+            st["oor_slot"] = slot_name(int(out_of_range(x[None, :], self.bounds)[1][0]))
+        elif flags & _SIG_BID:
+            st["at_risk_bid"] += 1
+        elif flags & _SIG_ASK:
+            st["at_risk_ask"] += 1
 
     def _emit_one(self, payload, ts_origin_ns: int) -> None:
         """``_emit`` for a poll that brought one FEATURES (the usual case below saturation)."""
         st = self.stats
         st["features"] += 1
         st["runs"] += 1
-        lab = self._classify_one(payload)
+        lab, flags = self._classify_one(payload)
         self._last = payload
         st[_LABEL_KEYS[lab]] += 1
+        if flags > _SIG_WARMUP:
+            self._count_flags(flags, self.x[0])
         if self.risk is not None:
             if self.ctx.emit(self.risk, Kind.SIGNAL, self.sig1, ts_origin_ns):
                 st["signals"] += 1
@@ -390,11 +462,11 @@ class FastAgent(Agent):
         f = self.feat[:n]
         self.x[:n] = f["features"]
         probs = self._infer(n)
-        lab = self.classify(probs)
+        lab, flags = self.decide(probs, self.x[:n])
         s = self.sig[:n]
         s["instrument_id"] = f["instrument_id"]
         s["label"] = lab
-        s["flags"] = np.where(f["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0)
+        s["flags"] = flags | np.where(f["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0).astype(np.uint8)
         s["feature_seq"], s["exch_ts_ns"] = f["book_seq"], f["exch_ts_ns"]
         s["ref_mid"], s["ref_spread"] = f["ref_mid"], f["ref_spread"]
         s["probs"] = probs
@@ -409,6 +481,9 @@ class FastAgent(Agent):
         for k, c in zip(_LABEL_KEYS, counts):
             if c:
                 self.stats[k] += int(c)
+        flags = self.sig["flags"][:n]
+        for i in np.flatnonzero(flags > _SIG_WARMUP).tolist():
+            self._count_flags(int(flags[i]), self.x[i])
         size = SIGNAL_DTYPE.itemsize
         emit, risk, llm, ts, mv = self.ctx.emit, self.risk, self.llm, self.ts, self.sig_bytes
         for i in range(n):

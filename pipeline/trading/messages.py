@@ -44,7 +44,12 @@ are laid out by the ``F_*`` index constants of ``pipeline.trading.features`` (ta
      40    512    features        f32[128]
 
 SIGNAL payload (56 bytes; numpy ``SIGNAL_DTYPE``), one per FEATURES, from the fast classifier;
-``probs`` are indexed by ``Label``::
+``probs`` are indexed by ``Label``; ``flags`` bits: ``SIGNAL_FLAG_WARMUP`` (1: the FEATURES carried
+``FEATURES_FLAG_WARMUP``), ``SIGNAL_FLAG_AT_RISK_BID`` (2) / ``SIGNAL_FLAG_AT_RISK_ASK``
+(4: on an EMERGENCY only, the side whose resting orders at the touch the model expects to be filled and
+then lose; at most one of the two; neither: the side is not known, pull both),
+``SIGNAL_FLAG_OUT_OF_RANGE`` (8: a feature lay outside the model card's training bounds, so the label is
+HOLD whatever the model said; never with a side bit)::
 
     offset  size  field
       0      2    instrument_id   u16
@@ -164,6 +169,7 @@ class ControlReason(enum.IntEnum):
     OPERATOR = 1  # a person, through the CLI
     STAGE_FATAL = 2  # the supervisor gave up restarting a stage
     SHUTDOWN = 3  # orderly `down`
+    LATENCY_BUDGET = 4  # the supervisor's latency guard: a stage's p99 stayed over its budget
 
 
 OFF_CONTROL_CMD = 0
@@ -237,6 +243,9 @@ class Label(enum.IntEnum):
 
 
 SIGNAL_FLAG_WARMUP = 1  # the FEATURES carried FEATURES_FLAG_WARMUP
+SIGNAL_FLAG_AT_RISK_BID = 2  # EMERGENCY: our bids at the touch are the ones at risk (cancel the bids)
+SIGNAL_FLAG_AT_RISK_ASK = 4  # EMERGENCY: our asks at the touch are the ones at risk (cancel the asks)
+SIGNAL_FLAG_OUT_OF_RANGE = 8  # HOLD because an input lay outside the model card's bounds
 SIGNAL_DTYPE = np.dtype([
     ("instrument_id", "<u2"), ("label", "u1"), ("flags", "u1"), ("_pad", "V4"),
     ("feature_seq", "<u8"), ("exch_ts_ns", "<u8"), ("ref_mid", "<f8"), ("ref_spread", "<f8"),

@@ -1,5 +1,6 @@
-"""``python -m bench.evaluate``: a quick end-to-end run (always-HOLD flat, the imbalance rule trading),
-byte-identical results for the same seed, bad input counted, bad requests named, the latency default."""
+"""``python -m bench.evaluate``: a quick end-to-end run (always-HOLD flat, the imbalance rule trading,
+the quoting scenario with the fast path on and off), byte-identical results for the same seed, several
+seeds with the verdicts, bad input counted, bad requests named, the latency default."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from bench import evaluate as E
 from pipeline.trading.model.card import hand_made_card, write_card
-from pipeline.trading.evaluation.variants import REPO
+from pipeline.trading.evaluation.variants import DEFAULT_VARIANTS, REPO
 from tests.pipeline.trading.evaluation.test_replay import bad_capture
 
 QUICK = ["--quick", "--steps", "600", "--no-plots"]
@@ -41,14 +42,19 @@ def _onnx(path, width: int, imbalance_weight: float = 0.0) -> None:
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory) -> str:
-    """configs/default.toml with the fast process's model a hand-set one (leaning with the 5-level
-    imbalance), so these tests do not depend on the generated model."""
+    """configs/default.toml with the fast process's model a hand-set one (``tests.support.handmodels``:
+    leaning with the 5-level imbalance, EMERGENCY when it is beyond about 0.75 in size, the side it
+    threatens at risk) and thresholds that use all of it, so these tests do not depend on the generated
+    model."""
+    from tests.support.handmodels import imbalance_model
+
     d = tmp_path_factory.mktemp("cfg")
-    _onnx(d / "lean.onnx", 128, imbalance_weight=4.0)
+    imbalance_model(d / "lean.onnx", lean=4.0, emergency=(20.0, 12.0), side=6.0)
     text = (REPO / "configs" / "default.toml").read_text()
-    assert 'model_path = "models/generated/fast.onnx"' in text
-    (d / "eval.toml").write_text(text.replace('model_path = "models/generated/fast.onnx"',
-                                              f'model_path = "{d / "lean.onnx"}"'))
+    line = re.search(r'^params = \{ model_path = "models/generated/fast.onnx".*$', text, re.M)
+    assert line, "the fast process's params line"
+    (d / "eval.toml").write_text(text.replace(line.group(0), f'params = {{ model_path = "{d / "lean.onnx"}", '
+                                              'thresholds = { buy = 0.6, sell = 0.6, emergency = 0.5, side = 0.6 } }'))
     return str(d / "eval.toml")
 
 
@@ -68,7 +74,7 @@ def test_quick_run_hold_is_flat_and_imbalance_trades(quick_runs):
     (market,) = res["markets"]
     assert market["books"] == 2 * 601 and not market["bad_input"]
     v = {x["name"]: x for x in market["variants"]}
-    assert list(v) == ["model", "hold", "imbalance"]
+    assert list(v) == list(DEFAULT_VARIANTS)
     assert v["hold"]["trades"] == 0 and v["hold"]["net_pnl"] == 0.0 and v["hold"]["gross_pnl"] == 0.0
     assert v["hold"]["fees"] == 0.0 and v["hold"]["counts"]["gateway"] == {}
     assert v["imbalance"]["trades"] > 0 and v["imbalance"]["fees"] > 0
@@ -76,14 +82,56 @@ def test_quick_run_hold_is_flat_and_imbalance_trades(quick_runs):
     for x in v.values():
         for key in ("name", "net_pnl", "gross_pnl", "fees", "trades", "win_rate", "max_drawdown", "sharpe",
                     "alpha_decay", "stability_score", "risk_adjusted_lift", "verdicts", "ic", "turnover",
-                    "round_trips", "updates"):
+                    "round_trips", "updates", "scenario", "fast", "markouts", "fill_rate", "avoided",
+                    "emergency_cancelled"):
             assert key in x
         assert x["net_pnl"] == pytest.approx(x["gross_pnl"] - x["fees"])
+        assert set(x["markouts"]) == {"100", "1000", "5000"} and x["markouts"]["1000"]["count"] <= x["trades"]
+    off = v["quote-off"]
+    assert off["scenario"] == "quoting" and off["fast"] is False and off["counts"]["labels"]["HOLD"] == market["rows"]
+    assert off["trades"] > 0 and off["counts"]["quoter"]["quotes_placed"] > 0  # the quotes rest and fill
+    assert v["quote-model"]["counts"]["labels"] == v["model"]["counts"]["labels"]
     assert res["maker_fee_bps"] == 10.0 and res["taker_fee_bps"] == 10.0 and res["queue_model"] is True
     t = json.loads((quick_runs[0] / "timings.json").read_text())
     assert t["books"] == 1202 and t["markets"][0]["variants"]["hold"]["sim_updates_per_s"] > 0
     md = (quick_runs[0] / "report.md").read_text()
     assert "| hold | 0.000000 | 0.000000 | 0.000000 | 0 |" in md and "updates/s" in md
+    assert "| quote-off | quoting |" in md and "avoided, through" in md
+
+
+def test_several_seeds_give_the_fast_path_on_against_off_and_the_verdicts(tmp_path, config, quick_runs):
+    """Two seeds: one market each (seed 5's the same as a run of seed 5 alone), the quoting scenario with
+    the fast path on and off side by side per seed; the hand-set model's EMERGENCYs pull quotes, so on
+    and off differ; the verdicts by their rule (two seeds: the interval is wide, but the rule runs), in
+    results.json and report.md."""
+    assert E.main([*QUICK, "--config", config, "--seeds", "5,4", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["seeds"] == [5, 4] and [m["seed"] for m in res["markets"]] == [5, 4]
+    alone = json.loads((quick_runs[0] / "results.json").read_text())["markets"][0]
+    assert json.dumps(res["markets"][0]) == json.dumps(alone)
+    assert res["markout_horizons_ms"] == [100, 1000, 5000] and res["avoid_window_ms"] == 5000
+    for m in res["markets"]:
+        v = {x["name"]: x for x in m["variants"]}
+        on, off = v["quote-model"], v["quote-off"]
+        assert on["counts"]["labels"]["EMERGENCY"] > 0 and off["counts"]["labels"]["EMERGENCY"] == 0
+        assert on["emergency_cancelled"] > 0 and off["emergency_cancelled"] == 0
+        assert (on["trades"], on["net_pnl"]) != (off["trades"], off["net_pnl"])
+        assert on["avoided"]["cancelled"] == on["emergency_cancelled"]
+    vd = res["verdicts"]
+    assert (vd["on"], vd["off"]) == ("quote-model", "quote-off") and vd["net_pnl"]["n"] == 2
+    assert vd["net_pnl"]["outcome"] in ("A_BETTER", "B_BETTER", "INCONCLUSIVE")
+    assert [c["b"] for c in vd["controls"]] == ["quote-imbalance", "quote-random"]
+    assert [c["b"] for c in vd["directional"]] == ["hold", "imbalance", "random"]
+    md = (tmp_path / "report.md").read_text()
+    assert "## The fast path on against off, and the controls, over the seeds" in md
+    assert vd["statement"] in md and "Judged on:" in md and "| seed 5 | seed 4 | mean |" in md
+
+
+def test_bad_seed_lists_are_refused(capsys):
+    for bad in ("3,3", "x", ""):
+        with pytest.raises(SystemExit):
+            E.parse_args(["--seeds", bad])
+        assert "--seeds" in capsys.readouterr().err
 
 
 def test_same_seed_gives_byte_identical_results(quick_runs, tmp_path, config):
@@ -118,18 +166,23 @@ def test_the_speed_lines_give_each_stage_and_the_verdicts():
           "variant_processes": 1,
           "variants": {"fast": {**own, "variant_updates_per_s": 50_000.0, "updates_per_s": 1_000 / 0.1},
                        "slow": {**own, "sim_s": 0.05, "sim_updates_per_s": 20_000.0, "fast_only": False,
-                                "variant_updates_per_s": 1_000 / 0.06, "updates_per_s": 1_000 / 0.14}}}
+                                "variant_updates_per_s": 1_000 / 0.06, "updates_per_s": 1_000 / 0.14},
+                       "quote": {**own, "quoting": True, "variant_updates_per_s": 3_000.0, "updates_per_s": 2_000.0}}}
     lines = _speed_lines(mt, 1_000)
     assert lines[0] == ("- market replay + features, 1,000 book updates in 2 process(es), one instrument each: 0.08 s "
                         "wall, 12,500 updates/s; per process: replay (venue frames, the feed's decoder and book "
                         "building) 10,000-12,500 updates/s, features 40,000-50,000 updates/s")
     assert lines[1] == ("- fast: decisions 0.001 s, simulation 0.010 s (100,000 updates/s), metrics 0.009 s: "
                         "50,000 updates/s")
-    assert lines[3] == ("- the variants together: 0.02 s wall (1 fast-path-only in 1 process(es), the others one "
+    assert lines[4] == ("- the variants together: 0.02 s wall (2 fast-path-only in 1 process(es), the others one "
                         "after the other)")
-    assert lines[4] == ("- target >= 30,000 book updates/s (issue #22) for the fast-path-only variants: their own "
-                        "work (decisions, simulation, metrics) 50,000 updates/s: met; one of them end to end on this "
-                        "market (the replay and features above plus its own work) 10,000 updates/s: MISSED")
+    assert lines[5] == ("- the quoting scenario's variants (their quotes rest, so every book change goes through the "
+                        "matching engine's queue model): their own work 3,000 updates/s (no target: issue #22's is "
+                        "for the directional fast path)")
+    assert lines[6] == ("- target >= 30,000 book updates/s (issue #22) for the directional fast-path-only variants: "
+                        "their own work (decisions, simulation, metrics) 50,000 updates/s: met; one of them end to "
+                        "end on this market (the replay and features above plus its own work) 10,000 updates/s: "
+                        "MISSED")
     assert _end_to_end({"total_s": 0.03, "books": 1_000, "updates_per_s_end_to_end": 1_000 / 0.03}) == (
         "end to end (this run: every market, every variant, metrics): 0.0 s for 1,000 book updates, 33,333 "
         "updates/s: met against 30,000")
@@ -196,7 +249,7 @@ def test_fee_and_latency_options(tmp_path, capsys, config):
     res = json.loads((out / "results.json").read_text())
     got = (res["maker_fee_bps"], res["taker_fee_bps"], res["order_latency_us"], res["exec_latency_us"])
     assert got == (-1, 2, 250, 250)
-    imb = res["markets"][0]["variants"][2]
+    imb = next(v for v in res["markets"][0]["variants"] if v["name"] == "imbalance")
     assert imb["fees"] < 0  # a maker rebate: every fill of the passive planner is a maker fill
     assert imb["counts"]["exchange"]["taker_fills"] == 0
 
@@ -222,3 +275,10 @@ def test_makefile_has_the_evaluate_target():
     text = (REPO / "Makefile").read_text()
     assert re.search(r"^\.PHONY:.*\bevaluate\b", text, re.M)
     assert re.search(r"^evaluate: setup\n\t\$\(PY\) -m bench\.evaluate", text, re.M)
+
+
+def test_the_synthetic_market_s_length_is_market_time_in_its_own_steps():
+    assert E.synthetic_steps(E.parse_args([]), 550) == E.MARKET_S * 1000 // 550 == 3272
+    assert E.synthetic_steps(E.parse_args(["--quick"]), 20) == E.QUICK_MARKET_S * 1000 // 20
+    assert E.synthetic_steps(E.parse_args(["--market-s", "55"]), 550) == 100
+    assert E.synthetic_steps(E.parse_args(["--market-s", "55", "--steps", "7"]), 550) == 7

@@ -1,5 +1,6 @@
 """The fast path (procs/fast.py): in-process with a fake context and the real onnxruntime, and end to end
-under the supervisor (FEATURES -> fast -> sig_risk / sig_llm), including a model swap by `restart fast`."""
+under the supervisor (FEATURES -> fast -> sig_risk / sig_llm), including a model swap by `restart fast`;
+an EMERGENCY's at-risk side and the input-range guard (HOLD with a reason, counted)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import pytest
 from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError, StartupError
-from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_WARMUP,
-                               Kind, Label)
+from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE,
+                                       SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE,
+                                       SIGNAL_FLAG_WARMUP, Kind, Label)
 from pipeline.trading.features import FEATURE_LAYOUT_VERSION
-from pipeline.trading.model.card import card_path, hand_made_card, write_card
+from pipeline.trading.model.card import BOUNDS_KEY, card_path, hand_made_card, write_card
+from pipeline.trading.model.decide import InputBounds, deployed_decisions
 from pipeline.trading.model.mlp import Model, to_onnx
 from pipeline.runtime.runner import load_agent_class
 from procs.fast import FastAgent, FastParams, parse_params
@@ -27,18 +30,30 @@ from tests.support.wait import wait_until
 
 CARD = hand_made_card("test", "tests/procs/test_fast_agent.py write_model")
 
-def write_model(path, *, hold=1.0, buy=0.0, sell=0.0, emergency=0.0, gain=4.0, card: dict | None = CARD) -> str:
+def write_model(path, *, hold=1.0, buy=0.0, sell=0.0, emergency=0.0, gain=4.0, card: dict | None = CARD,
+                side: bool = False) -> str:
     """A hand-made model: f[0] > 0 pushes LEAN_BUY, f[0] < 0 LEAN_SELL, f[1] > 0 EMERGENCY; the
     bias logits (hold, buy, sell, emergency) decide the rest. ``card`` rides in its ONNX metadata
-    (None: no card)."""
-    w1 = np.zeros((128, 3))
-    w1[0, 0], w1[0, 1], w1[1, 2] = 1.0, -1.0, 1.0
-    w2 = np.zeros((3, 4))
+    (None: no card). ``side``: an ``at_risk`` output too, P(bid at risk) rising with f[2] > 0, P(ask)
+    with f[2] < 0."""
+    w1 = np.zeros((128, 5))
+    w1[0, 0], w1[0, 1], w1[1, 2], w1[2, 3], w1[2, 4] = 1.0, -1.0, 1.0, 1.0, -1.0
+    w2 = np.zeros((5, 4))
     w2[0, Label.LEAN_BUY], w2[1, Label.LEAN_SELL], w2[2, Label.EMERGENCY] = gain, gain, gain
-    m = Model(w1, np.zeros(3), w2, np.array([hold, buy, sell, emergency]), {"hand_made": True})
+    m = Model(w1, np.zeros(5), w2, np.array([hold, buy, sell, emergency]), {"hand_made": True})
+    if side:
+        m.w3, m.b3 = np.zeros((5, 2)), np.zeros(2)
+        m.w3[3, 0], m.w3[4, 1] = gain, gain
     with open(path, "wb") as f:
         f.write(to_onnx(m, card=card).SerializeToString())
     return str(path)
+
+
+def features_row(seq, vec, *, iid=1, flags=0):
+    """A FEATURES payload with the whole vector ``vec`` (128 floats)."""
+    r = np.frombuffer(features(seq, iid=iid, flags=flags), FEATURES_DTYPE, 1).copy()
+    r["features"][0] = vec
+    return r.tobytes()
 
 
 def features(seq, f0=0.0, f1=0.0, *, iid=1, flags=0):
@@ -160,6 +175,7 @@ def test_a_misspelt_param_fails_the_start_naming_the_process_and_the_field(tmp_p
     ({"thresholds": {"buy": "0.4"}}, "Expected `float`, got `str` - at `$.thresholds.buy`"),
     ({"thresholds": 0.4}, "Expected `object`, got `float` - at `$.thresholds`"),
     ({"warmup_runs": -1}, "Expected `int` >= 0 - at `$.warmup_runs`"),
+    ({"thresholds": {"side": 0.5}}, "Expected `float` > 0.5 - at `$.thresholds.side`"),
     ({"model_path": 7}, "Expected `str`, got `int` - at `$.model_path`"),
 ])
 def test_an_ill_typed_param_fails_the_start_naming_the_process_and_the_field(tmp_path, params, field):
@@ -174,7 +190,12 @@ def test_the_typed_params_keep_the_documented_defaults():
         "input": None, "risk_output": "sig_risk", "llm_output": "sig_llm",
         "model_path": "models/generated/fast.onnx", "providers": "auto", "require_gpu": False, "device_id": 0,
         "gpu_mem_limit_mib": 256, "arena_extend_strategy": "kSameAsRequested",
-        "thresholds": {"buy": 0.4, "sell": 0.4, "emergency": 0.5}, "warmup_runs": 20}
+        "thresholds": {"buy": 0.4, "sell": 0.4, "emergency": 0.5, "side": 1.01}, "warmup_runs": 20}
+
+
+def _given(got: dict, given: dict) -> dict:
+    """``got`` cut down to the keys ``given`` names, nested tables too (the rest are defaults)."""
+    return {k: _given(got[k], v) if isinstance(v, dict) else got[k] for k, v in given.items()}
 
 
 @pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
@@ -185,7 +206,7 @@ def test_the_shipped_configs_fast_params_load(config):
         assert load_agent_class(proc.module).params_type is FastParams  # what a check before start converts to
         got = parse_params(proc.name, proc.params)
         given = msgspec.to_builtins(got)
-        assert {k: given[k] for k in proc.params} == proc.params  # every value given arrived
+        assert _given(given, proc.params) == proc.params  # every value given arrived
 
 
 def test_a_missing_model_file_fails_the_start(tmp_path):
@@ -390,9 +411,119 @@ def test_thresholds_other_than_the_card_s_start_with_a_warning_naming_both(tmp_p
     ctx = make_ctx([], {"model_path": model, "providers": "cpu", "warmup_runs": 0})
     FastAgent().on_start(ctx)  # the FastParams defaults: 0.4 / 0.4 / 0.5
     (warn,) = ctx.log.named("fast_thresholds_differ_from_card")
-    assert warn["thresholds"] == {"buy": 0.4, "sell": 0.4, "emergency": 0.5}
-    assert warn["card"] == {"buy": 0.7, "sell": 0.7, "emergency": 1.01}
+    assert warn["thresholds"] == {"buy": 0.4, "sell": 0.4, "emergency": 0.5, "side": 1.01}
+    assert warn["card"] == {"buy": 0.7, "sell": 0.7, "emergency": 1.01, "side": 1.01}  # no side in a card: never
     same = make_ctx([], {"model_path": model, "providers": "cpu", "warmup_runs": 0,
                          "thresholds": {"buy": 0.7, "sell": 0.7, "emergency": 1.01}})
     FastAgent().on_start(same)
     assert same.log.named("fast_thresholds_differ_from_card") == []
+
+
+# ------------------------------------------------------------ the at-risk side and the input-range guard (#30)
+BID, ASK, OOR = SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_OUT_OF_RANGE
+#: bounds of [-10, 10] on every slot, slot 5 (F_BID_DIST_5) up to 100
+BOUNDS = InputBounds(np.full(128, -10.0, np.float32), np.where(np.arange(128) == 5, 100.0, 10.0).astype(np.float32))
+BOUNDED = hand_made_card("test", "bounded", bounds=BOUNDS)
+
+
+@pytest.mark.parametrize("batch", [1, 256])
+def test_an_out_of_range_book_is_hold_with_the_flag_counted_and_in_range_the_model_s_label(tmp_path, batch):
+    model = write_model(tmp_path / "m.onnx", card=BOUNDED)
+    v = np.zeros(128, np.float32)
+    v[0] = 5.0  # LEAN_BUY
+    far = v.copy()
+    far[5] = 1.2e9  # depth far beyond anything trained on: the model would still say LEAN_BUY
+    warm_far = far.copy()
+    warm_far[0], warm_far[1], warm_far[40] = -5.0, 5.0, -11.0  # EMERGENCY, and slot 40 just under its bound
+    nan = v.copy()
+    nan[90] = np.nan  # a NaN input is never in range
+    msgs = [(Kind.FEATURES, features_row(1, v), 1), (Kind.FEATURES, features_row(2, nan), 2),
+            (Kind.FEATURES, features_row(3, far), 3),
+            (Kind.FEATURES, features_row(4, warm_far, flags=FEATURES_FLAG_WARMUP), 4),
+            (Kind.FEATURES, features_row(5, v), 5)]
+    _, ctx = run(msgs, {"model_path": model, "providers": "cpu", "warmup_runs": 1}, batch=batch)
+    risk = signals(ctx.outputs["sig_risk"])
+    assert [(int(s["label"]), int(s["flags"])) for s, _ in risk] == [
+        (Label.LEAN_BUY, 0), (Label.HOLD, OOR), (Label.HOLD, OOR), (Label.HOLD, OOR | SIGNAL_FLAG_WARMUP),
+        (Label.LEAN_BUY, 0)]
+    assert int(np.argmax(risk[2][0]["probs"])) == Label.LEAN_BUY  # what the model said is kept for the record
+    st = ctx.stats
+    assert st["out_of_range"] == 3 and st["hold"] == 3 and st["lean_buy"] == 2 and st["emergency"] == 0
+    assert st["oor_slot"] == "F_BID_DIST_5"  # the latest: slot 5 at 1.2e9 (12 million widths) beats slot 40
+    assert [int(s["feature_seq"]) for s in (np.frombuffer(p, SIGNAL_CTX_DTYPE, 1)[0]
+                                            for k, p, _, _ in ctx.outputs["sig_llm"].msgs)] == [1, 5]  # HOLDs stay
+
+
+@pytest.mark.parametrize("batch", [1, 256])
+def test_an_emergency_names_the_side_the_model_is_sure_of_and_is_counted(tmp_path, batch):
+    model = write_model(tmp_path / "m.onnx", side=True)
+    rows = []
+    for seq, (f1, f2) in enumerate([(5.0, 3.0), (5.0, -3.0), (5.0, 0.1), (0.0, 3.0)], 1):
+        v = np.zeros(128, np.float32)
+        v[1], v[2] = f1, f2
+        rows.append((Kind.FEATURES, features_row(seq, v), seq))
+    # f2 = 3: P(bid) ~ 1; -3: P(ask) ~ 1; 0.1: ~0.6, under the side threshold 0.9; the last is not an EMERGENCY
+    _, ctx = run(rows, {"model_path": model, "providers": "cpu", "thresholds": {"side": 0.9}}, batch=batch)
+    assert [(int(s["label"]), int(s["flags"])) for s, _ in signals(ctx.outputs["sig_risk"])] == [
+        (Label.EMERGENCY, BID), (Label.EMERGENCY, ASK), (Label.EMERGENCY, 0), (Label.HOLD, 0)]
+    assert (ctx.stats["emergency"], ctx.stats["at_risk_bid"], ctx.stats["at_risk_ask"]) == (3, 1, 1)
+    _, never = run(rows, {"model_path": model, "providers": "cpu"}, batch=batch)  # side 1.01 (default): never
+    assert {int(s["flags"]) for s, _ in signals(never.outputs["sig_risk"])} == {0}
+    # a side threshold exactly at the model's float32 P(ask at risk) names the ask (compared in float32, >=)
+    probe, _ = run([], {"model_path": model, "providers": "cpu"})
+    probe.x[0] = 0.0
+    probe.x[0, 1], probe.x[0, 2] = 5.0, -0.3
+    probe._infer(1)
+    p_ask = float(probe.at_risk[0, 1])
+    assert 0.6 < p_ask < 0.9
+    v = np.zeros(128, np.float32)
+    v[1], v[2] = 5.0, -0.3
+    for th in (p_ask, float(np.nextafter(p_ask, 2.0))):  # at it; above it in float64 but the same float32
+        _, exact = run([(Kind.FEATURES, features_row(1, v), 1), (Kind.FEATURES, features_row(2, v), 2)],
+                       {"model_path": model, "providers": "cpu", "thresholds": {"side": th}}, batch=batch)
+        assert [int(s["flags"]) for s, _ in signals(exact.outputs["sig_risk"])] == [ASK, ASK], th  # 2: a batch
+
+
+def test_the_stage_s_decision_is_the_pure_rule_of_pipeline_trading_model_decide(tmp_path):
+    """``FastAgent.decide`` (the batch path) against ``decide.deployed_decisions`` on random rows: the
+    same labels and flags, with ties and exact thresholds."""
+    agent, _ = run([], {"model_path": write_model(tmp_path / "m.onnx", side=True, card=BOUNDED), "providers": "cpu",
+                        "thresholds": {"buy": 0.4, "sell": 0.45, "emergency": 0.3, "side": 0.6}})
+    rng = np.random.default_rng(3)
+    n = 256
+    probs = rng.dirichlet(np.full(4, 0.7), size=n).astype(np.float32)
+    probs[:40] = rng.choice(np.float32([0.3, 0.4, 0.45, 0.6]), size=(40, 4))
+    agent.at_risk[:n] = rng.choice(np.float32([0.1, 0.4, 0.6, 0.9]), size=(n, 2))
+    X = rng.normal(0, 3, (n, 128)).astype(np.float32)  # ~1 row in 9 has a slot beyond +-10
+    got = agent.decide(probs, X)
+    want = deployed_decisions(probs, agent.at_risk[:n], X, BOUNDS, 0.4, 0.45, 0.3, 0.6)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert {int(x) for x in want[1]} >= {0, BID, ASK, OOR}
+
+
+def test_one_features_alone_and_in_a_batch_give_the_same_bytes_with_sides_and_the_guard(tmp_path):
+    """The scalar single path and the numpy batch path with a side output and bounds some rows break."""
+    rng = np.random.default_rng(11)
+    model = write_model(tmp_path / "m.onnx", gain=2.0, side=True, card=BOUNDED)
+    msgs = []
+    for seq in range(1, 301):
+        v = rng.normal(0, 4, 128).astype(np.float32)
+        v[5] = rng.choice([0.0, 150.0], p=[0.9, 0.1])
+        msgs.append((Kind.FEATURES, features_row(seq, v, flags=FEATURES_FLAG_WARMUP if seq % 9 == 0 else 0), seq))
+    th = {"buy": 0.5, "sell": 0.5, "emergency": 0.4, "side": 0.7}
+    one, one_ctx = run(list(msgs), {"model_path": model, "thresholds": th}, batch=1)
+    many, many_ctx = run(list(msgs), {"model_path": model, "thresholds": th}, batch=256)
+    for out in ("sig_risk", "sig_llm"):
+        a = [(k, bytes(p), ts) for k, p, ts, _ in one_ctx.outputs[out].msgs]
+        b = [(k, bytes(p), ts) for k, p, ts, _ in many_ctx.outputs[out].msgs]
+        assert a == b
+    flags = {int(s["flags"]) & ~SIGNAL_FLAG_WARMUP for s, _ in signals(one_ctx.outputs["sig_risk"])}
+    assert flags >= {0, BID, ASK, OOR}, flags
+    assert one_ctx.stats == many_ctx.stats | {"runs": 300}
+
+
+def test_a_card_without_input_bounds_is_refused_at_start(tmp_path):
+    card = dict(CARD)
+    del card[BOUNDS_KEY]
+    with pytest.raises(ConfigError, match=f"has no {BOUNDS_KEY}"):
+        _start(write_model(tmp_path / "m.onnx", card=card))

@@ -7,11 +7,18 @@
   nothing on); the rejections are counted by reason. For the synthetic market the same rows come
   per instrument from the processes that replay it (``features_of_instrument``, ``merge_features``).
 - ``marks_of``: the mid at every BOOK with both sides (the P&L marks).
-- Decisions, one label and one signal value per row: ``model_decisions`` (an ONNX model run over all
-  rows at once through onnxruntime on the CPU, labelled by the fast stage's threshold rule,
-  ``pipeline.trading.model.thresholds.deployed_labels``, which a test holds to ``procs.fast``'s own;
-  value P(LEAN_BUY) - P(LEAN_SELL)), ``hold_decisions`` (always HOLD, value 0), ``imbalance_decisions``
-  (the sign of a book-imbalance feature beyond a dead band; value the feature).
+- Decisions, one label, one set of SIGNAL flags and one signal value per row: ``model_decisions`` (an
+  ONNX model run over all rows at once through onnxruntime on the CPU, labelled and flagged by the
+  fast stage's rule, ``pipeline.trading.model.decide.deployed_decisions``, which a test holds to
+  ``procs.fast``'s own: the thresholds, the at-risk side of an EMERGENCY from the model's ``at_risk``
+  output, the input-range guard from its card's bounds; value P(LEAN_BUY) - P(LEAN_SELL)),
+  ``hold_decisions`` (always HOLD, value 0), ``imbalance_decisions`` (the sign of a book-imbalance
+  feature beyond a dead band; value the feature), ``imbalance_emergency_decisions`` (the same
+  imbalance beyond a wider band as an EMERGENCY for the side it threatens), ``random_decisions`` (a
+  seeded random labeler with another variant's label and side frequencies).
+
+The flags a variant sets are the SIGNAL's ``SIGNAL_FLAG_AT_RISK_BID`` / ``_ASK`` / ``_OUT_OF_RANGE``
+bits; ``SIGNAL_FLAG_WARMUP`` is the simulator's, from the FEATURES header, as in the fast stage.
 """
 
 from __future__ import annotations
@@ -27,11 +34,15 @@ from pipeline.trading.evaluation.metrics import MarkSeries
 from pipeline.trading.evaluation.replay import EvaluationError, InstrumentPart, MarketEvent, Tape, TapeInstrument
 from pipeline.trading.features import (F_IMBALANCE_1, F_IMBALANCE_3, F_IMBALANCE_5, F_IMBALANCE_10, F_IMBALANCE_15,
                                        OK, FeatureParams, FeatureState, Reason, compute, update_from_trade)
-from pipeline.trading.messages import FEATURES_DTYPE, FEATURES_LEN, Kind, Label
+from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_LEN, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID,
+                                       Kind, Label)
 
 N_LABELS = len(Label)
 IMBALANCE_SLOTS = {1: F_IMBALANCE_1, 3: F_IMBALANCE_3, 5: F_IMBALANCE_5, 10: F_IMBALANCE_10, 15: F_IMBALANCE_15}
 ONNX_CHUNK_ROWS = 65_536  # rows per onnxruntime call (bounds the output's memory, not its speed)
+#: the imbalance EMERGENCY rule's default band: |imbalance| beyond it threatens one side's quotes
+DEFAULT_EMERGENCY_EPS = 0.6
+_SIDE_BITS = (SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_AT_RISK_ASK)
 
 
 @dataclass
@@ -161,12 +172,18 @@ def marks_of(table: FeatureTable) -> MarkSeries:
 @dataclass
 class Decisions:
     """A variant's fast-path decision per feature row: the label, the probabilities the SIGNAL
-    carries (float32 [n, 4]; a rule's are 0), and the signal's value for the IC."""
+    carries (float32 [n, 4]; a rule's are 0), the signal's value for the IC, and the SIGNAL flags
+    (uint8 [n], module docstring; None: none set)."""
 
     labels: np.ndarray  # uint8 [n]
     probs: np.ndarray  # float32 [n, 4]
     value: np.ndarray  # float64 [n]
     describe: str = ""
+    flags: np.ndarray | None = None  # uint8 [n]
+
+    def flag_bits(self) -> np.ndarray:
+        """The flags, uint8 [n] (zeros when none were set)."""
+        return np.zeros(len(self.labels), np.uint8) if self.flags is None else self.flags.astype(np.uint8)
 
 
 def hold_decisions(table: FeatureTable) -> Decisions:
@@ -199,12 +216,13 @@ def imbalance_decisions(table: FeatureTable, depth: int, eps: float) -> Decision
 class OnnxModel:
     """An ONNX fast-path model on the CPU, checked as the fast stage checks it before serving it: its
     model card (``pipeline.trading.model.card.check_card``: a card beside it or in its metadata, whose
-    feature layout version is this pipeline's) and its shapes ([N, 128] -> [N, 4]).
+    feature layout version is this pipeline's, with input bounds: ``bounds``) and its shapes ([N, 128]
+    -> [N, 4]; a second output named ``at_risk``, [N, 2], gives an EMERGENCY's side: ``has_side``).
 
     Raises (constructor):
-        EvaluationError: the file is missing or onnxruntime cannot load it, its card is missing or
-            names another feature layout version, or its input is not [N, 128] / its output not
-            [N, 4] (the path, the versions or the shapes named).
+        EvaluationError: the file is missing or onnxruntime cannot load it, its card is missing, names
+            another feature layout version or has no input bounds, or its input is not [N, 128] / its
+            output not [N, 4] (the path, the versions or the shapes named).
     """
 
     def __init__(self, path: str | Path):
@@ -229,31 +247,100 @@ class OnnxModel:
                                   f"needs [N, {FEATURES_LEN}] -> [N, {N_LABELS}] "
                                   "(HOLD, LEAN_BUY, LEAN_SELL, EMERGENCY)")
         self.in_name, self.out_name = inp.name, out.name
-        from pipeline.trading.model.card import CardError, check_card
+        from pipeline.trading.model.card import CardError, check_card, input_bounds
+        from pipeline.trading.model.decide import AT_RISK_OUTPUT
 
+        outs = self.sess.get_outputs()
+        self.has_side = len(outs) > 1 and outs[1].name == AT_RISK_OUTPUT
         try:
             self.card = check_card(self.path, self.sess.get_modelmeta().custom_metadata_map)
+            self.bounds = input_bounds(self.card, f"model {str(path)!r}: its card")
         except (CardError, OSError) as exc:
             raise EvaluationError(str(exc)) from None
 
-    def probs(self, X: np.ndarray) -> np.ndarray:
-        """Probabilities (float32 [n, 4]) of feature rows, in chunks of ``ONNX_CHUNK_ROWS``."""
+    def outputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(probabilities float32 [n, 4], at-risk float32 [n, 2] or None without that output) of feature
+        rows, in chunks of ``ONNX_CHUNK_ROWS``."""
         X = np.ascontiguousarray(X, np.float32)
         out = np.zeros((len(X), N_LABELS), np.float32)
+        side = np.zeros((len(X), 2), np.float32) if self.has_side else None
+        names = [self.out_name] + ([self.sess.get_outputs()[1].name] if self.has_side else [])
         for a in range(0, len(X), ONNX_CHUNK_ROWS):
-            out[a:a + ONNX_CHUNK_ROWS] = self.sess.run([self.out_name], {self.in_name: X[a:a + ONNX_CHUNK_ROWS]})[0]
-        return out
+            got = self.sess.run(names, {self.in_name: X[a:a + ONNX_CHUNK_ROWS]})
+            out[a:a + ONNX_CHUNK_ROWS] = got[0]
+            if side is not None:
+                side[a:a + ONNX_CHUNK_ROWS] = got[1]
+        return out, side
+
+    def probs(self, X: np.ndarray) -> np.ndarray:
+        """Probabilities (float32 [n, 4]) of feature rows."""
+        return self.outputs(X)[0]
 
 
-def model_decisions(table: FeatureTable, model: OnnxModel, buy: float, sell: float, emergency: float) -> Decisions:
-    """The fast stage's labels for every row (module docstring); value P(LEAN_BUY) - P(LEAN_SELL)."""
-    from pipeline.trading.model.thresholds import deployed_labels
+def model_decisions(table: FeatureTable, model: OnnxModel, buy: float, sell: float, emergency: float,
+                    side: float | None = None) -> Decisions:
+    """The fast stage's labels and flags for every row (module docstring; ``side``: the at-risk
+    threshold, None: never, so no side bit); value P(LEAN_BUY) - P(LEAN_SELL).
 
-    probs = model.probs(table.X)
-    labels = deployed_labels(probs, buy, sell, emergency).astype(np.uint8)
+    Raises:
+        EvaluationError: a side threshold the fast stage refuses (not above 0.5).
+    """
+    from pipeline.trading.model.decide import deployed_decisions
+    from pipeline.trading.model.thresholds import NEVER
+
+    probs, at_risk = model.outputs(table.X)
+    side = NEVER if side is None else side
+    try:
+        labels, flags = deployed_decisions(probs, at_risk, table.X, model.bounds, buy, sell, emergency, side)
+    except ValueError as exc:
+        raise EvaluationError(f"model {str(model.path)!r}: {exc}") from None
     value = probs[:, Label.LEAN_BUY].astype(np.float64) - probs[:, Label.LEAN_SELL].astype(np.float64)
     return Decisions(labels, probs, value, f"{model.path} (sha256 {model.sha256_12}), thresholds buy {buy:g}, "
-                     f"sell {sell:g}, emergency {emergency:g}")
+                     f"sell {sell:g}, emergency {emergency:g}, side {side:g}", flags)
+
+
+def imbalance_emergency_decisions(table: FeatureTable, depth: int, eps: float) -> Decisions:
+    """EMERGENCY when the imbalance of the best ``depth`` levels is beyond ``eps`` in size: > ``eps``
+    (buyers press: our ask is the order at risk, ``SIGNAL_FLAG_AT_RISK_ASK``) or < -``eps`` (our bid,
+    ``SIGNAL_FLAG_AT_RISK_BID``); else HOLD. Value: that imbalance.
+
+    Raises:
+        EvaluationError: as ``imbalance_decisions``.
+    """
+    d = imbalance_decisions(table, depth, eps)
+    labels = np.where(d.labels == Label.HOLD, Label.HOLD, Label.EMERGENCY).astype(np.uint8)
+    flags = np.zeros(len(table), np.uint8)
+    flags[d.labels == Label.LEAN_BUY] = SIGNAL_FLAG_AT_RISK_ASK
+    flags[d.labels == Label.LEAN_SELL] = SIGNAL_FLAG_AT_RISK_BID
+    return Decisions(labels, d.probs, d.value, f"EMERGENCY on the side the imbalance of the best {depth} level(s) "
+                     f"threatens beyond {eps:g}", flags)
+
+
+def random_decisions(like: Decisions, seed: int) -> Decisions:
+    """A random labeler with ``like``'s frequencies: each row's label drawn independently with the
+    share of each label among ``like``'s rows, an EMERGENCY's side bit (bid / ask / none) with the
+    shares among ``like``'s EMERGENCY rows; seeded (``numpy.random.default_rng([seed, 1])``), so the
+    same seed gives the same labels. Value: +1 LEAN_BUY, -1 LEAN_SELL, else 0."""
+    n = len(like.labels)
+    rng = np.random.default_rng([int(seed) & 0xFFFF_FFFF_FFFF_FFFF, 1])
+    freq = np.bincount(like.labels, minlength=N_LABELS).astype(np.float64)
+    labels = np.zeros(n, np.uint8)
+    flags = np.zeros(n, np.uint8)
+    if n:
+        labels = rng.choice(N_LABELS, size=n, p=freq / freq.sum()).astype(np.uint8)
+        em = like.labels == Label.EMERGENCY
+        lf = like.flag_bits()[em]
+        sides = np.array([np.count_nonzero(lf & b) for b in _SIDE_BITS] + [0], np.float64)
+        sides[2] = em.sum() - sides[0] - sides[1]
+        drawn = labels == Label.EMERGENCY
+        if drawn.any() and sides.sum() > 0:
+            pick = rng.choice(3, size=int(drawn.sum()), p=sides / sides.sum())
+            flags[drawn] = np.array([*_SIDE_BITS, 0], np.uint8)[pick]
+    value = (labels == Label.LEAN_BUY).astype(np.float64) - (labels == Label.LEAN_SELL)
+    shares = ", ".join(f"{lab.name} {freq[lab] / max(n, 1):.4f}" for lab in Label)
+    return Decisions(labels, np.zeros((n, N_LABELS), np.float32), value,
+                     f"random labeler, seed {seed}, with the label shares of {like.describe or 'another variant'} "
+                     f"({shares})", flags)
 
 
 def label_counts(d: Decisions) -> dict[str, int]:

@@ -14,7 +14,10 @@ against the replayed book, on simulated time.
   VENUE_REJECTED when the engine refuses it (a post-only order that would cross, ...) or MALFORMED when
   its price or size is off the grid, FILLED per fill (leaves = what still works), CANCELLED when a cancel
   succeeds; a cancel of an order no longer open reports nothing (its fill or cancel was reported).
-  Every fill is also kept as a ``metrics.Fill`` (``fills``) with its fee and liquidity from the engine.
+  Every fill is also kept as a ``metrics.Fill`` (``fills``) with its fee and liquidity from the engine,
+  every order a cancel removed as a ``markouts.CancelledOrder`` (``cancelled``: its working size and
+  the ``why`` the ORDER came with), and ``counts`` has the orders placed and those that filled at
+  least once (``filled_orders``: the fill rate's numerator).
 
 The engine's clock is the simulated time in ms (``clock_ns() // 1e6``); its ids start from it, so a
 run is the same every time.
@@ -30,6 +33,7 @@ import numpy as np
 import orjson
 
 from pipeline.trading.bitget import rest
+from pipeline.trading.evaluation.markouts import CancelledOrder
 from pipeline.trading.evaluation.metrics import Fill
 from pipeline.trading.evaluation.replay import TapeInstrument, tick_decimals
 from pipeline.trading.messages import (BOOK_DTYPE, BOOK_LEVELS, EXEC_STRUCT, TRADE_STRUCT, ExecReason, ExecType,
@@ -153,8 +157,9 @@ class SimulatedExchange:
         self.engine = OrderEngine(rules, self.book.rendered, lambda: clock_ns() // _NS_PER_MS, fees=fees,
                                   queue_model=queue_model)
         self.fills: list[Fill] = []
+        self.cancelled: list[CancelledOrder] = []
         self.counts = {"placed": 0, "rejected": 0, "malformed": 0, "cancelled": 0, "fills": 0, "maker_fills": 0,
-                       "taker_fills": 0}
+                       "taker_fills": 0, "filled_orders": 0}
         self._seen_fills = 0
         self._filled: dict[int, Decimal] = {}  # venue order id -> filled so far (reported)
         self._open: dict[str, set[int]] = {i.symbol: set() for i in instruments}  # venue ids of our open orders
@@ -182,8 +187,9 @@ class SimulatedExchange:
         return self._new_fill_reports()
 
     # ------------------------------------------------------------------------------- orders
-    def on_order(self, payload: bytes) -> list[bytes]:
-        """An ORDER payload reaching the engine now. Returns the EXEC_REPORT payloads."""
+    def on_order(self, payload: bytes, why: str = "") -> list[bytes]:
+        """An ORDER payload reaching the engine now; ``why``: the gateway's reason for a cancel (kept
+        with the orders it removes). Returns the EXEC_REPORT payloads."""
         o = decode_order(payload)
         ins = self.instruments.get(o.instrument_id)
         if ins is None:
@@ -192,9 +198,9 @@ class SimulatedExchange:
         if o.cmd == OrderCmd.NEW:
             return self._new(o, ins)
         if o.cmd == OrderCmd.CANCEL:
-            return self._cancel(ins.symbol, [o.order_id])
+            return self._cancel(ins.symbol, [o.order_id], why)
         if o.cmd == OrderCmd.CANCEL_ALL:
-            return self._cancel(ins.symbol, None)
+            return self._cancel(ins.symbol, None, why)
         return []  # SYNC: the simulator's
 
     def _new(self, o, ins: TapeInstrument) -> list[bytes]:
@@ -221,7 +227,7 @@ class SimulatedExchange:
             out.append(self._report(ins.id, ExecType.CANCELLED, o.side, o.order_id, o.price, o.size, 0.0))
         return out
 
-    def _cancel(self, symbol: str, order_ids: list[int] | None) -> list[bytes]:
+    def _cancel(self, symbol: str, order_ids: list[int] | None, why: str = "") -> list[bytes]:
         """Cancel our open orders of ``symbol`` (those of ``order_ids``; all when None)."""
         eng = self.engine
         if order_ids is None:
@@ -234,10 +240,14 @@ class SimulatedExchange:
                     targets.append(found)
         out = []
         iid = self.id_of[symbol]
+        now = self.clock_ns()
         for order in targets:
+            working = order.remaining
             eng.cancel(symbol, order_id=order.order_id)
             self._open[symbol].discard(order.order_id)
             self.counts["cancelled"] += 1
+            self.cancelled.append(CancelledOrder(ts_ns=now, instrument_id=iid, side=1 if order.side == "buy" else -1,
+                                                 price=float(order.price), size=float(working), why=why))
             out.append(self._report(iid, ExecType.CANCELLED, _SIDE_TEXT[order.side],
                                     order_id_from_client_oid(order.client_oid) or 0, float(order.price),
                                     float(order.size), 0.0))
@@ -253,7 +263,10 @@ class SimulatedExchange:
         now = self.clock_ns()
         for f in fills[self._seen_fills:]:
             order = self.engine.orders[f.order_id]
-            done = self._filled.get(f.order_id, Decimal(0)) + f.size
+            before = self._filled.get(f.order_id, Decimal(0))
+            if not before:
+                self.counts["filled_orders"] += 1
+            done = before + f.size
             self._filled[f.order_id] = done
             side = _SIDE_TEXT[f.side]
             iid = self.id_of[f.symbol]

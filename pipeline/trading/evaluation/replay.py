@@ -114,8 +114,8 @@ def _decimals(text: str) -> int:
 
 
 # ------------------------------------------------------------------------------------- synthetic
-def _synthetic_events(instruments: Sequence[TapeInstrument], seed: int, steps: int,
-                      start_ms: int) -> tuple[list[MarketEvent], dict[str, int], int, int]:
+def _synthetic_events(instruments: Sequence[TapeInstrument], seed: int, steps: int, start_ms: int,
+                      params=None) -> tuple[list[MarketEvent], dict[str, int], int, int]:
     """(events, bad input, checksums verified, step_ms) of ``synthetic_tape``'s market for ``instruments``.
 
     Raises:
@@ -129,7 +129,7 @@ def _synthetic_events(instruments: Sequence[TapeInstrument], seed: int, steps: i
 
     try:
         src = SyntheticSource([InstrumentSpec(i.symbol, i.tick_size, i.lot_size) for i in instruments], seed=seed,
-                              start_ms=start_ms)
+                              start_ms=start_ms, params=params)
         venue = VenueMarket([i.symbol for i in instruments])
     except VenueError as exc:
         raise EvaluationError(f"synthetic market: {exc}") from None
@@ -169,8 +169,9 @@ def _synthetic_events(instruments: Sequence[TapeInstrument], seed: int, steps: i
 
 
 def synthetic_tape(instruments: Sequence[TapeInstrument], *, seed: int, steps: int, start_ms: int = SYNTH_START_MS,
-                   workers: int = 1) -> Tape:
-    """``steps`` steps of the paper venue's seeded market for ``instruments`` (see the module docstring).
+                   workers: int = 1, params=None) -> Tape:
+    """``steps`` steps of the paper venue's seeded market for ``instruments`` (see the module docstring);
+    ``params``: its ``pipeline.venue.synthetic.SyntheticParams`` (None: the venue's default).
 
     Each instrument's market is seeded from the seed and its symbol alone (``SyntheticSource``), so with
     ``workers`` > 1 the instruments are replayed in that many processes and merged in time
@@ -181,8 +182,9 @@ def synthetic_tape(instruments: Sequence[TapeInstrument], *, seed: int, steps: i
     """
     _check_synthetic(instruments, steps, workers)
     if min(workers, len(instruments)) > 1:
-        return synthetic_parts(instruments, seed=seed, steps=steps, start_ms=start_ms, workers=workers).tape
-    events, bad, verified, step_ms = _synthetic_events(instruments, seed, steps, start_ms)
+        return synthetic_parts(instruments, seed=seed, steps=steps, start_ms=start_ms, workers=workers,
+                               params=params).tape
+    events, bad, verified, step_ms = _synthetic_events(instruments, seed, steps, start_ms, params)
     return _synthetic(instruments, seed, steps, events, bad, verified, step_ms)
 
 
@@ -268,10 +270,10 @@ def _gc_paused() -> Iterator[None]:
 def _one_instrument(args: tuple) -> tuple:
     """One instrument's replay (in a worker process when ``pack``): (events, or packed, bad input,
     checksums verified, step_ms, per_instrument's result, replay s, result s)."""
-    ins, seed, steps, start_ms, per_instrument, pack = args
+    ins, seed, steps, start_ms, per_instrument, pack, params = args
     with _gc_paused():
         t0 = time.perf_counter()
-        events, bad, verified, step_ms = _synthetic_events([ins], seed, steps, start_ms)
+        events, bad, verified, step_ms = _synthetic_events([ins], seed, steps, start_ms, params)
         t1 = time.perf_counter()
         result = per_instrument(ins, events) if per_instrument is not None else None
         t2 = time.perf_counter()
@@ -279,7 +281,7 @@ def _one_instrument(args: tuple) -> tuple:
 
 
 def synthetic_parts(instruments: Sequence[TapeInstrument], *, seed: int, steps: int,
-                    start_ms: int = SYNTH_START_MS, workers: int = 1,
+                    start_ms: int = SYNTH_START_MS, workers: int = 1, params=None,
                     per_instrument: Callable[[TapeInstrument, list[MarketEvent]], Any] | None = None
                     ) -> SyntheticParts:
     """``synthetic_tape``'s market replayed one instrument at a time, in ``workers`` processes (at
@@ -297,16 +299,16 @@ def synthetic_parts(instruments: Sequence[TapeInstrument], *, seed: int, steps: 
     lanes = [list(range(k, len(instruments), workers)) for k in range(workers)]  # lane 0: this process
     outs: list = [None] * len(instruments)
     if workers == 1:
-        outs = [_one_instrument((ins, seed, steps, start_ms, per_instrument, False)) for ins in instruments]
+        outs = [_one_instrument((ins, seed, steps, start_ms, per_instrument, False, params)) for ins in instruments]
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {k: pool.submit(_one_instrument, (instruments[k], seed, steps, start_ms, per_instrument, True))
-                       for lane in lanes[1:] for k in lane}
+            futures = {k: pool.submit(_one_instrument, (instruments[k], seed, steps, start_ms, per_instrument, True,
+                                                        params)) for lane in lanes[1:] for k in lane}
             for k in lanes[0]:
-                outs[k] = _one_instrument((instruments[k], seed, steps, start_ms, per_instrument, False))
+                outs[k] = _one_instrument((instruments[k], seed, steps, start_ms, per_instrument, False, params))
             for k, fut in futures.items():
                 outs[k] = fut.result()
     with _gc_paused():

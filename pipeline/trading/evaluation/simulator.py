@@ -19,10 +19,19 @@ for a new account). Limits: the risk process's table with this variant's ``lean_
 tables get a ``"*"`` default (their smallest value) so a capture's instruments are covered, and lose
 the symbols the market does not have.
 
+The SIGNAL's flags are the variant's (``Decisions.flag_bits``: an EMERGENCY's at-risk side, the
+input-range guard) with ``SIGNAL_FLAG_WARMUP`` from the FEATURES header, as the fast stage sets them.
+With ``quote_lots`` (the quoting scenario), a ``quoting.Quoter`` keeps a bid and an ask resting
+through the gateway: at each BOOK with a row, after its SIGNAL.
+
 Results: ``metrics.summarize`` over the exchange's fills and the shared marks, the signal's IC per
-instrument pooled (``decisions.value``), plus the run's counts (labels, gateway events by type,
-denials by reason, exchange outcomes). ``capital`` (the drawdown's denominator) defaults to
-``default_capital``.
+instrument pooled (``decisions.value``); the fills' markouts (``markouts.markout_summary`` at
+``markout_horizons_ns``); what the orders removed by EMERGENCY cancels (the exchange's cancelled
+orders whose cancel the gateway sent with why ``emergency``) would have been as fills
+(``markouts.avoided_fills`` over ``avoid_window_ns``, the maker fee of ``fees``); ``fill_rate``
+(orders that filled at least once / orders the exchange accepted; None when none was); plus the
+run's counts (labels, gateway events by type, denials by reason, exchange outcomes, the quoter's).
+``capital`` (the drawdown's denominator) defaults to ``default_capital``.
 """
 
 from __future__ import annotations
@@ -38,7 +47,10 @@ import numpy as np
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.evaluation.decisions import Decisions, FeatureTable, label_counts
 from pipeline.trading.evaluation.exchange import SimulatedExchange
+from pipeline.trading.evaluation.markouts import (AVOID_WINDOW_NS, MARKOUT_HORIZONS_NS, MarketPath, avoided_fills,
+                                                  market_path, markout_summary)
 from pipeline.trading.evaluation.metrics import DEFAULT_HORIZONS_NS, Equity, MarkSeries, equity_curve, summarize
+from pipeline.trading.evaluation.quoting import Quoter
 from pipeline.trading.evaluation.replay import EvaluationError, Tape, TapeInstrument
 from pipeline.trading.messages import (EXEC_STRUCT, FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
                                        ExecType, Kind, Label, OrderCmd)
@@ -55,7 +67,8 @@ _HOLD = int(Label.HOLD)
 
 class SimParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """How orders meet the market: latencies (ns), fees (None: none), the queue model, the drawdown's
-    capital (None: ``default_capital``), the IC horizons (ns)."""
+    capital (None: ``default_capital``), the IC horizons, the markout horizons and the window a
+    cancelled order is followed for (ns)."""
 
     order_latency_ns: int
     exec_latency_ns: int
@@ -63,6 +76,8 @@ class SimParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     queue_model: bool = True
     capital: float | None = None
     horizons_ns: tuple[int, ...] = DEFAULT_HORIZONS_NS
+    markout_horizons_ns: tuple[int, ...] = MARKOUT_HORIZONS_NS
+    avoid_window_ns: int = AVOID_WINDOW_NS
 
 
 def eval_limits(table: dict, instruments: Sequence[TapeInstrument], lean_lots: int) -> RiskLimits:
@@ -121,13 +136,14 @@ class VariantResult:
 class VariantRun:
     """One variant over one market (see the module docstring); ``marks``: the market's
     (``decisions.marks_of``, shared by every variant). ``slow``: the slow path
-    (``slowpath.SlowPath``) or None for fast path only."""
+    (``slowpath.SlowPath``) or None for fast path only; ``quote_lots``: the quoting scenario's quote
+    size (None: no quotes); ``path``: the market's ``markouts.MarketPath`` (None: made here)."""
 
     def __init__(self, tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
-                 params: SimParams, slow=None):
+                 params: SimParams, slow=None, quote_lots: int | None = None, path: MarketPath | None = None):
         if len(decisions.labels) != len(table):
             raise EvaluationError(f"{len(decisions.labels)} decisions for {len(table)} feature rows")
-        self.tape, self.table, self.marks, self.d, self.p = tape, table, marks, decisions, params
+        self.tape, self.table, self.marks, self.d, self.p, self.path = tape, table, marks, decisions, params, path
         self.now = tape.events[0].ts_ns if tape.events else 0
         clock = lambda: self.now  # noqa: E731
         self.gw = RiskGateway(tape.instruments, limits, clock)
@@ -138,6 +154,7 @@ class VariantRun:
         self.slow = slow
         if slow is not None:
             slow.attach(self)
+        self.quoter = Quoter(self.gw, quote_lots) if quote_lots is not None else None
         self.gw.start()
         self.gw.on_exec(EXEC_STRUCT.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0))
 
@@ -157,7 +174,7 @@ class VariantRun:
                 key = "deny_" + ev.code.lower()
                 counts[key] = counts.get(key, 0) + 1
             if ev.cmd and ev.cmd != OrderCmd.SYNC:
-                self.schedule(now + lat, ORDER_DUE, encode_order(ev))
+                self.schedule(now + lat, ORDER_DUE, (encode_order(ev), getattr(ev, "why", "")))
 
     def _exec_reports(self, reports: list[bytes]) -> None:
         t = self.now + self.p.exec_latency_ns
@@ -168,7 +185,7 @@ class VariantRun:
         t, _seq, what, payload = item
         self.now = t
         if what == ORDER_DUE:
-            self._exec_reports(self.ex.on_order(payload))
+            self._exec_reports(self.ex.on_order(*payload))
         elif what == EXEC_DUE:
             self.handle(self.gw.on_exec(payload))
         elif what == INSTRUCTION_DUE:
@@ -187,7 +204,9 @@ class VariantRun:
         row_of = row_of.tolist()
         labels = self.d.labels.tolist()
         probs = self.d.probs.tolist()
-        flags = np.where(rows["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0).tolist()
+        flags = (np.where(rows["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0).astype(np.uint8)
+                 | self.d.flag_bits()).tolist()
+        quote = self.quoter.on_book if self.quoter is not None else None
         seqs, exch = rows["book_seq"].tolist(), rows["exch_ts_ns"].tolist()
         mids, spreads = rows["ref_mid"].tolist(), rows["ref_spread"].tolist()
         pack, pop, on_signal = SIGNAL_STRUCT.pack, heapq.heappop, gw.on_signal
@@ -208,6 +227,10 @@ class VariantRun:
                     evs = on_signal(pack(iid, lab, flags[r], seqs[r], exch[r], mids[r], spreads[r], p0, p1, p2, p3), t)
                     if evs:
                         handle(evs)
+                    if quote is not None:
+                        evs = quote(iid)
+                        if evs:
+                            handle(evs)
                     if slow is not None and lab != _HOLD:
                         slow.offer(r, t)
             else:
@@ -231,8 +254,11 @@ class VariantRun:
         signals = {i: (self.table.ts_ns[iid == i], self.d.value[iid == i]) for i in sorted(marks.ts_ns)}
         fills = self.ex.fills
         m = summarize(fills, marks, capital=capital, signals=signals, horizons_ns=self.p.horizons_ns)
+        m.update(self._fill_quality())
         counts = {"labels": label_counts(self.d), "gateway": dict(sorted(self.counts.items())),
                   "exchange": dict(self.ex.counts)}
+        if self.quoter is not None:
+            counts["quoter"] = dict(self.quoter.counts)
         if self.slow is not None:
             counts["llm"] = self.slow.counts()
         positions = {i: float(b.position) for i, b in sorted(self.gw.books.items())}
@@ -241,7 +267,23 @@ class VariantRun:
                              time.perf_counter() - t0 - sim_s)
 
 
+    def _fill_quality(self) -> dict:
+        """``markouts``, ``fill_rate``, ``emergency_cancelled`` and ``avoided`` (module docstring)."""
+        ticks = {i.id: i.tick_size for i in self.tape.instruments}
+        path = self.path if self.path is not None else market_path(self.table, self.tape.events)
+        em = [c for c in self.ex.cancelled if c.why == "emergency"]
+        placed = self.ex.counts["placed"]
+        maker_bps = self.p.fees.maker_bps if self.p.fees is not None else 0.0
+        return {"markouts": markout_summary(self.ex.fills, self.marks, ticks, self.p.markout_horizons_ns),
+                "fill_rate": self.ex.counts["filled_orders"] / placed if placed else None,
+                "emergency_cancelled": len(em),
+                "avoided": avoided_fills(em, path, self.marks, ticks, maker_fee_bps=maker_bps,
+                                         window_ns=self.p.avoid_window_ns, horizons_ns=self.p.markout_horizons_ns)}
+
+
 def run_variant(tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
-                params: SimParams, slow=None) -> VariantResult:
-    """One variant's ``VariantRun`` (``marks``: the market's, ``decisions.marks_of``); its result."""
-    return VariantRun(tape, table, marks, decisions, limits, params, slow).run()
+                params: SimParams, slow=None, quote_lots: int | None = None,
+                path: MarketPath | None = None) -> VariantResult:
+    """One variant's ``VariantRun`` (``marks``: the market's, ``decisions.marks_of``; ``quote_lots``
+    and ``path`` as there); its result."""
+    return VariantRun(tape, table, marks, decisions, limits, params, slow, quote_lots, path).run()

@@ -4,8 +4,9 @@ INSTRUCTION reaching the risk gateway after its MEASURED generation time, in sim
 
 As ``procs.llm.LlmAgent`` does: every non-HOLD signal becomes the pending one (the newest replaces an
 older one: ``conflated``); a generation starts when none is running, ``min_gap_ms`` after the previous
-start, and the circuit breaker (``pipeline.trading.llm.breaker``, on the simulated clock) allows it
-(else the signal is dropped: ``breaker_drops``). The prompt's position is the gateway's position of the
+start, whatever the circuit breaker's state (``pipeline.trading.llm.breaker``, on the simulated clock):
+while it is OPEN the generation is a probe, its answer validated and scored, then dropped (``probes``,
+``probes_valid``). The prompt's position is the gateway's position of the
 instrument when the generation starts (what the risk stage's POSITION messages tell the stage). The
 hub runs the generation at once, on this thread, with its deadline on the wall clock; its measured
 wall time ``gen_ns`` is then spent in simulated time: the generation ends at start + ``gen_ns``, the
@@ -50,7 +51,8 @@ class SlowPath:
         self.wake_at: int | None = None
         self.next_id = 1
         self.gen_ns_total = 0
-        self.stats = {"signals": 0, "conflated": 0, "generations": 0, "instructions": 0, "breaker_drops": 0}
+        self.stats = {"signals": 0, "conflated": 0, "generations": 0, "instructions": 0, "probes": 0,
+                      "probes_valid": 0}
 
     @classmethod
     def load(cls, model_path: str, llm_params: dict, instruments: Sequence[TapeInstrument], table: FeatureTable,
@@ -102,9 +104,6 @@ class SlowPath:
             self._wake_later(ready)
             return
         row, self.pending = self.pending, None
-        if not self.breaker.allow():
-            self.stats["breaker_drops"] += 1
-            return
         self.next_start = now + self.min_gap_ns
         self.stats["generations"] += 1
         sig = self._signal_ctx(row)
@@ -115,8 +114,12 @@ class SlowPath:
         self.gen_ns_total += out.gen_ns
         end = now + max(int(out.gen_ns), 1)
         self.busy_until = end
-        ok = False
-        if out.ok:
+        live = self.breaker.live()  # the stage judges at the answer's return; here the answer is instant
+        if not live:
+            self.stats["probes"] += 1
+        if out.ok and not live:
+            self.stats["probes_valid"] += 1
+        elif out.ok:
             from pipeline.trading.llm.schema import instruction_bytes
 
             payload = instruction_bytes(out.decision, signal_seq=int(sig["feature_seq"]), issued_ns=end,
@@ -124,14 +127,13 @@ class SlowPath:
             self.next_id += 1
             self.stats["instructions"] += 1
             self.run.schedule(end, INSTRUCTION_DUE, payload)
-            ok = True
         else:
             key = "rej_" + out.reason
             self.stats[key] = self.stats.get(key, 0) + 1
         self.run.schedule(end, WAKE_DUE, None)
         from pipeline.trading.llm.hub import CONTENT_REASONS
 
-        self.breaker.record(success=ok, on_time=out.on_time, anomaly=out.reason in CONTENT_REASONS)
+        self.breaker.record(success=out.ok, on_time=out.on_time, anomaly=out.reason in CONTENT_REASONS)
 
     def _signal_ctx(self, row: int):
         """The SIGNAL_CTX record the fast stage would have sent for feature row ``row``."""

@@ -6,8 +6,9 @@ snapshots, updates, checksums, sequence checks), trades into the feature state, 
 through ``pipeline.trading.features.compute`` at the frame's receive time; the first BOOK of each
 instrument (no previous one) gives no row. What a capture cannot give is counted, never raised:
 frames the decoder rejects or does not know, depth pushes the books refuse (checksum mismatch,
-sequence gap, update before a snapshot...), BOOKs the features refuse. Mid moves are in ticks of each
-instrument's price grid (the smallest gap between distinct prices of its snapshots' levels) and
+sequence gap, update before a snapshot...), BOOKs the features refuse. Mid moves, the touch and the
+trades between rows (their lowest and highest price, for the EMERGENCY label's fills) are in ticks of
+each instrument's price grid (the smallest gap between distinct prices of its snapshots' levels) and
 the row's time is the receive time.
 
 The shared capture (``CAPTURE``: ``<repo>/../shared/data/bitget/BITGET.ws.1.0``, 686 lines, 8 spot
@@ -93,6 +94,7 @@ def capture_series(path: Path) -> tuple[list[Series], dict]:
     dec, books, out = make_decoder(), BitgetBooks(ids), np.zeros(1, BOOK_DTYPE)
     states = {iid: FeatureState(iid, ticks[s]) for s, iid in ids.items()}
     rows: dict[int, list] = {iid: [] for iid in ids.values()}
+    between = {iid: (np.inf, -np.inf) for iid in ids.values()}  # trade prices (ticks) since the last row
     kinds, applied, refused = Counter(), Counter(), Counter()
     for recv_s, text in frames:
         d = dec.decode(text)
@@ -104,6 +106,9 @@ def capture_series(path: Path) -> tuple[list[Series], dict]:
         n = books.fill_trades(d)
         for k in range(n):
             update_from_trade(states[iid], books.trade_records[k : k + 1].tobytes(), t_ns)
+            px = float(books.trade_records[k]["price"]) / ticks[d.inst_id]
+            lo, hi = between[iid]
+            between[iid] = (min(lo, px), max(hi, px))
         if n or d.kind not in (FrameKind.SNAPSHOT, FrameKind.UPDATE):
             continue
         code = books.apply(d, out)
@@ -116,8 +121,10 @@ def capture_series(path: Path) -> tuple[list[Series], dict]:
         if r != Reason.OK:
             refused[Reason(r).name] += 1
         elif st.books > 1:
-            mid = 0.5 * (float(out["bid_px"][0, 0]) + float(out["ask_px"][0, 0]))
-            rows[iid].append((t_ns, row, mid))
+            bid, ask = float(out["bid_px"][0, 0]), float(out["ask_px"][0, 0])
+            tk = ticks[d.inst_id]
+            rows[iid].append((t_ns, row, 0.5 * (bid + ask), bid / tk, ask / tk, *between[iid]))
+            between[iid] = (np.inf, -np.inf)
     series = []
     for sym, iid in ids.items():
         r = rows[iid]
@@ -125,9 +132,9 @@ def capture_series(path: Path) -> tuple[list[Series], dict]:
             continue
         t = np.array([x[0] for x in r], np.int64)
         order = np.argsort(t, kind="stable")
-        mid = np.array([x[2] for x in r])[order]
+        mid, bid, ask, lo, hi = (np.array([x[c] for x in r], np.float64)[order] for c in range(2, 7))
         series.append(Series(f"capture:{path.name}:{sym}", np.stack([x[1] for x in r])[order], t[order],
-                             mid / ticks[sym], ticks[sym] / mid * 1e4, f"capture:{path}"))
+                             mid / ticks[sym], ticks[sym] / mid * 1e4, f"capture:{path}", 1.0, bid, ask, lo, hi))
     info = {"path": str(path), "sha256": file_sha256(path), "frames": len(frames), "instruments": len(ids),
             "ticks": ticks, "frame_kinds": dict(sorted(kinds.items())), "depth_pushes": dict(sorted(applied.items())),
             "books_refused_by_features": dict(sorted(refused.items())), "rows": int(sum(len(s.t_ns) for s in series))}

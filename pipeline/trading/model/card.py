@@ -9,9 +9,13 @@ short card (``hand_made_card``).
 
 ``check_card`` is what the fast stage runs before it serves a model: every card the model has (the
 file beside it, the embedded one) must be valid JSON with an integer ``feature_layout_version`` equal
-to ``pipeline.trading.features.FEATURE_LAYOUT_VERSION``, and a card file's ``model_file.sha256`` must
-be the model file's; a model with no card at all is refused too (nothing says what it was trained
-for). Light on purpose: json, hashlib and the features module only.
+to ``pipeline.trading.features.FEATURE_LAYOUT_VERSION``, with ``input_bounds`` (the per-feature
+bounds of its training rows, ``pipeline.trading.model.decide``: ``{"rule", "lo": [128], "hi": [128]}``,
+lo <= hi, numbers), and a card file's ``model_file.sha256`` must be the model file's; a model with no
+card at all is refused too (nothing says what it was trained for), and so is a card without bounds
+(nothing says which inputs it may be trusted on). A hand-made card (``hand_made_card``) has bounds
+every finite input lies within unless it is given others. Light on purpose: json, hashlib, numpy, the
+features module and the guard's ``decide``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.trading.features import FEATURE_LAYOUT_VERSION
+import numpy as np
 
-CARD_VERSION = 1
+from pipeline.trading.features import FEATURE_LAYOUT_VERSION, N_FEATURES
+from pipeline.trading.model.decide import InputBounds
+
+CARD_VERSION = 2  # 2: input_bounds (the input-range guard) and, for trained models, the at-risk side
+BOUNDS_KEY = "input_bounds"
 CARD_SUFFIX = ".card.json"
 META_KEY = "card"
 LABEL_NAMES = ("HOLD", "LEAN_BUY", "LEAN_SELL", "EMERGENCY")  # pipeline.trading.messages.Label, index order
@@ -41,11 +49,42 @@ def card_path(model_path: str | os.PathLike) -> Path:
     return p.with_name(p.stem + CARD_SUFFIX)
 
 
-def hand_made_card(kind: str, description: str, **extra) -> dict:
+def hand_made_card(kind: str, description: str, bounds: InputBounds | None = None, **extra) -> dict:
     """The card of a model whose weights were set by hand (no training data, no held-out figures):
-    ``kind`` (e.g. ``"hand-set"``), what it does, the current feature layout version, and ``extra``."""
+    ``kind`` (e.g. ``"hand-set"``), what it does, the current feature layout version, its input
+    bounds (``bounds``; default: every finite float32, ``InputBounds.unbounded``), and ``extra``."""
+    b = InputBounds.unbounded() if bounds is None else bounds
+    rule = "hand-set: any finite input" if bounds is None else "hand-set"
     return {"card_version": CARD_VERSION, "kind": kind, "description": description,
-            "feature_layout_version": FEATURE_LAYOUT_VERSION, "labels": list(LABEL_NAMES), **extra}
+            "feature_layout_version": FEATURE_LAYOUT_VERSION, "labels": list(LABEL_NAMES),
+            BOUNDS_KEY: b.to_card(rule), **extra}
+
+
+def input_bounds(card: Mapping, where: str = "the card") -> InputBounds:
+    """The card's per-feature input bounds (``BOUNDS_KEY``) as float32 arrays.
+
+    Raises:
+        CardError: no bounds, or bounds that are not two lists of ``N_FEATURES`` numbers with lo <= hi
+            (``where`` names the card).
+    """
+    b = card.get(BOUNDS_KEY)
+    if not isinstance(b, Mapping):
+        raise CardError(f"{where} has no {BOUNDS_KEY} (the per-feature bounds of its training rows), so nothing "
+                        "says which inputs it may be trusted on: retrain it (`make model`), or give a hand-made "
+                        "model's card bounds (hand_made_card)")
+    arrs = []
+    for k in ("lo", "hi"):
+        v = b.get(k)
+        ok = isinstance(v, list) and len(v) == N_FEATURES and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        if not ok:
+            raise CardError(f"{where}: {BOUNDS_KEY}.{k} is not a list of {N_FEATURES} numbers")
+        arrs.append(np.asarray(v, np.float32))
+    lo, hi = arrs
+    if not (lo <= hi).all():
+        k = int(np.flatnonzero(~(lo <= hi))[0])
+        raise CardError(f"{where}: {BOUNDS_KEY} has lo > hi (or NaN) at slot {k}")
+    return InputBounds(lo, hi)
 
 
 def write_card(model_path: str | os.PathLike, card: Mapping) -> Path:
@@ -103,8 +142,8 @@ def check_card(model_path: str | os.PathLike, metadata: Mapping[str, str] | None
 
     Raises:
         CardError: no card; a card that cannot be parsed; a ``feature_layout_version`` other than
-            ``expected_version`` (both named); a card file whose ``model_file.sha256`` is not the
-            model file's (the card describes another model).
+            ``expected_version`` (both named); a card without valid ``input_bounds``; a card file
+            whose ``model_file.sha256`` is not the model file's (the card describes another model).
         OSError: the model or its card file cannot be read.
     """
     cards = read_cards(model_path, metadata)
@@ -119,6 +158,7 @@ def check_card(model_path: str | os.PathLike, metadata: Mapping[str, str] | None
             raise CardError(f"model {str(model_path)!r}: {where} says feature layout version {v}, but this "
                             f"pipeline computes feature layout version {expected_version} "
                             "(pipeline.trading.features.FEATURE_LAYOUT_VERSION): retrain it (`make model`)")
+        input_bounds(card, f"model {str(model_path)!r}: {where}")
         mf = card.get("model_file")
         if isinstance(mf, dict) and "sha256" in mf:
             got = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()

@@ -20,22 +20,28 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.trading.features import F_IMBALANCE_1, F_IMBALANCE_5, F_SPREAD_TICKS
-from pipeline.trading.messages import Label
+from pipeline.trading.messages import (SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE,
+                                       Label)
 from pipeline.trading.model.capture import REPO
-from pipeline.trading.model.data import IC_HORIZONS_MS, Dataset, TrainParams, synthetic_series
-from pipeline.trading.model.mlp import Model, forward
-from pipeline.trading.model.thresholds import deployed_labels, signal_edge_bps
+from pipeline.trading.model.data import IC_HORIZONS_MS, Dataset, TrainParams, market_params, synthetic_series
+from pipeline.trading.model.decide import InputBounds, deployed_decisions
+from pipeline.trading.model.mlp import Model, forward, forward_side
+from pipeline.trading.model.thresholds import NEVER, deployed_labels, pull_value_bps, signal_edge_bps
 
 __all__ = ["DEFAULT_CONFIG", "PACE_CHECK", "deployed_labels", "deployed_thresholds", "evaluate", "fit_imbalance",
-           "imbalance_predict", "macro_f1_3class", "pace_check", "scores", "spearman", "trading"]
+           "imbalance_predict", "macro_f1_3class", "market_evaluation", "model_decisions", "pace_check", "scores",
+           "spearman", "trading"]
 
 DEFAULT_CONFIG = REPO / "configs" / "default.toml"
 FAST_MODULE = "procs.fast:FastAgent"
 THREE_CLASSES = (Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL)
-#: the paces the pipeline runs: the paper venue's default step (``make up``) and the pipeline bench's
-#: 1,000 updates a second on one instrument; each checked for this much market time after the warm-up
-PACE_CHECK = {"paper venue default (20 ms)": (20, 9_000), "pipeline bench, 1,000 updates/s (1 ms)": (1, 15_000)}
-PACE_CHECK_SEED = 1  # the paper venue's seed in configs/default.toml (BTCUSDT's market, see pace_check)
+#: the paces the pipeline runs: the paper venue's step (``make up``: the market's ``step_ms``) and the
+#: pipeline bench's 1,000 updates a second on one instrument; each checked for this many steps after the
+#: warm-up
+PACE_CHECK = {"paper venue (the market's own step)": (0, 4_000),  # 0: the market's step_ms
+              "pipeline bench, 1,000 updates/s (1 ms)": (1, 3_000)}
+PACE_CHECK_SEED = 1  # the paper venue's seed in configs/default.toml (its markets, see pace_check)
+PACE_CHECK_SYMBOLS = ("BTCUSDT", "ETHUSDT")  # TrainParams.instruments' names in configs/default.toml
 #: Bitget's standard spot fee, maker and taker alike (BITGET_SPOT_STANDARD in pipeline/venue/fees.py, with its
 #: source): each signal's edge is also given as if it paid this instead of ``fee_bps``
 REFERENCE_FEE_BPS = 10.0
@@ -100,7 +106,8 @@ def deployed_thresholds(config: Path | None = DEFAULT_CONFIG) -> dict:
                     source += ", which sets none: FastParams defaults"
                 break
     t = fp.thresholds
-    return {"buy": float(t.buy), "sell": float(t.sell), "emergency": float(t.emergency), "source": source}
+    return {"buy": float(t.buy), "sell": float(t.sell), "emergency": float(t.emergency), "side": float(t.side),
+            "source": source}
 
 
 def imbalance_predict(X: np.ndarray, slot: int, eps: float) -> np.ndarray:
@@ -151,14 +158,39 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     return out
 
 
-def trading(labels: np.ndarray, probs: np.ndarray, ds: Dataset, rows: np.ndarray, fee_bps: float) -> dict:
-    """The trading figures (module docstring) of ``labels`` (one per row of ``rows``) and their
-    probabilities ``probs`` (None for a rule without any: no IC)."""
+def model_decisions(m: Model, X: np.ndarray, th: dict, bounds: InputBounds | None) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, flags) the fast stage writes for rows ``X`` under thresholds ``th`` (``buy``, ``sell``,
+    ``emergency``, ``side``) and the input-range guard ``bounds`` (``decide.deployed_decisions``)."""
+    probs = forward(m, X).astype(np.float32)
+    side = forward_side(m, X)
+    return deployed_decisions(probs, None if side is None else side.astype(np.float32), X, bounds, th["buy"],
+                              th["sell"], th["emergency"], th.get("side", NEVER))
+
+
+def _named(flags: np.ndarray | None, n: int) -> np.ndarray:
+    """0 / 1 (bid) / 2 (ask) per row from SIGNAL flags (None: no side named)."""
+    if flags is None:
+        return np.zeros(n, np.int64)
+    f = np.asarray(flags)
+    return np.where(f & SIGNAL_FLAG_AT_RISK_BID, 1, np.where(f & SIGNAL_FLAG_AT_RISK_ASK, 2, 0)).astype(np.int64)
+
+
+def trading(labels: np.ndarray, probs: np.ndarray, ds: Dataset, rows: np.ndarray, fee_bps: float,
+            flags: np.ndarray | None = None) -> dict:
+    """The trading figures (module docstring) of ``labels`` (one per row of ``rows``), their
+    probabilities ``probs`` (None for a rule without any: no IC) and SIGNAL ``flags`` (the EMERGENCY's
+    side; None: no side named)."""
     lab = np.asarray(labels)
     n = max(1, len(lab))
     edge = signal_edge_bps(lab, ds.move_ticks[rows], ds.X[rows, F_SPREAD_TICKS], ds.tick_bps[rows], fee_bps)
     lean = (lab == Label.LEAN_BUY) | (lab == Label.LEAN_SELL)
+    em = lab == Label.EMERGENCY
+    pull = pull_value_bps(em, _named(flags, len(lab)), ds.filled[rows], ds.markout_ticks[rows], ds.tick_bps[rows],
+                          fee_bps)
     out = {"rate": {c.name: float((lab == c).sum() / n) for c in Label},
+           "pull_value_bps_per_update": float(pull.sum() / n),
+           "out_of_range_rate": float(((np.asarray(flags) & SIGNAL_FLAG_OUT_OF_RANGE) > 0).mean())
+           if flags is not None and len(lab) else 0.0,
            "net_edge_bps_per_update": float(edge.sum() / n),
            "net_edge_bps_per_signal": float(edge[lean].mean()) if lean.any() else None,
            "net_edge_bps_per_signal_at_reference_fee": (float(edge[lean].mean()) - (REFERENCE_FEE_BPS - fee_bps)
@@ -176,31 +208,112 @@ def trading(labels: np.ndarray, probs: np.ndarray, ds: Dataset, rows: np.ndarray
     return out
 
 
-def evaluate(m: Model, ds: Dataset, rows: np.ndarray, th: dict, imb: tuple[int, float], fee_bps: float) -> dict:
-    """``rows`` of ``ds`` scored four ways: ``model`` (the deployed labels under ``th``), ``model_argmax``
-    (not deployed; for comparison), ``always_hold``, ``imbalance_sign`` (slot and eps ``imb``); each
-    with ``scores`` and ``trading``."""
+def random_like(labels: np.ndarray, seed: int) -> np.ndarray:
+    """A random labeler with the label frequencies of ``labels``: the same labels, shuffled (seeded)."""
+    return np.random.default_rng(seed).permutation(np.asarray(labels, np.int64))
+
+
+def evaluate(m: Model, ds: Dataset, rows: np.ndarray, th: dict, imb: tuple[int, float], fee_bps: float,
+             bounds: InputBounds | None = None, seed: int = 0) -> dict:
+    """``rows`` of ``ds`` scored five ways: ``model`` (the labels and flags the stage writes under
+    ``th`` and the input-range guard ``bounds``), ``model_argmax`` (not deployed; for comparison),
+    ``always_hold``, ``imbalance_sign`` (slot and eps ``imb``), ``random_model_rates`` (the model's
+    labels shuffled: its label frequencies, no information; seeded by ``seed``); each with ``scores``
+    and ``trading``."""
     X, y = ds.X[rows], ds.y[rows]
     probs = forward(m, X).astype(np.float32)  # the stage's probabilities are float32
-    preds = {"model": (deployed_labels(probs, th["buy"], th["sell"], th["emergency"]), probs),
-             "model_argmax": (probs.argmax(axis=1), probs),
-             "always_hold": (np.full(len(y), int(Label.HOLD), np.int64), None),
-             "imbalance_sign": (imbalance_predict(X, *imb), None)}
-    return {name: {**scores(y, lab), **trading(lab, pr, ds, rows, fee_bps)} for name, (lab, pr) in preds.items()}
+    lab, flags = model_decisions(m, X, th, bounds)
+    preds = {"model": (lab.astype(np.int64), probs, flags),
+             "model_argmax": (probs.argmax(axis=1), probs, None),
+             "always_hold": (np.full(len(y), int(Label.HOLD), np.int64), None, None),
+             "imbalance_sign": (imbalance_predict(X, *imb), None, None),
+             "random_model_rates": (random_like(lab, seed), None, None)}
+    return {name: {**scores(y, lb), **trading(lb, pr, ds, rows, fee_bps, fl)} for name, (lb, pr, fl) in preds.items()}
 
 
-def pace_check(m: Model, th: dict, p: TrainParams, paces: dict | None = None) -> dict:
-    """The model's label rates under ``th`` on fresh synthetic markets (never trained on: the market
-    the paper venue runs for BTCUSDT with seed ``PACE_CHECK_SEED``, tick 0.1, lot 0.0001), one per
-    entry of ``paces`` (default ``PACE_CHECK``: name -> (pace in ms, steps after the warm-up))."""
+def pace_check(m: Model, th: dict, p: TrainParams, paces: dict | None = None,
+               bounds: InputBounds | None = None) -> dict:
+    """The model's label rates under ``th`` and the guard ``bounds`` on fresh synthetic markets (never
+    trained on: the markets the paper venue runs with seed ``PACE_CHECK_SEED`` for the instruments of
+    ``p.instruments``, named ``PACE_CHECK_SYMBOLS``), one per entry of ``paces`` (default
+    ``pace_check_paces(p)``: name -> (pace in ms, steps after the warm-up)) and instrument (the key
+    ``"<name>, <symbol>"``, or the name alone for one instrument); with the share of updates the guard
+    held (``OUT_OF_RANGE``)."""
     from pipeline.venue.sources import InstrumentSpec, SyntheticSource
 
-    seed = SyntheticSource([InstrumentSpec("BTCUSDT", 0.1, 0.0001)], seed=PACE_CHECK_SEED).market_seed("BTCUSDT")
+    syms = [PACE_CHECK_SYMBOLS[k] if k < len(PACE_CHECK_SYMBOLS) else f"SYN{k:02d}USDT"
+            for k in range(len(p.instruments))]
+    specs = [InstrumentSpec(sym, tick, lot) for sym, (tick, lot) in zip(syms, p.instruments)]
+    source = SyntheticSource(specs, seed=PACE_CHECK_SEED)
     out = {}
-    for name, (pace, steps) in (PACE_CHECK if paces is None else paces).items():
-        s = synthetic_series(p, pace, steps, seed=seed)
-        lab = deployed_labels(forward(m, s.X).astype(np.float32), th["buy"], th["sell"], th["emergency"])
-        n = max(1, len(lab))
-        out[name] = {"pace_ms": pace, "updates": int(len(lab)), "market_s": steps * pace / 1000,
-                     "rate": {c.name: float((lab == c).sum() / n) for c in Label}}
+    for name, (pace, steps) in (pace_check_paces(p) if paces is None else paces).items():
+        for k, spec in enumerate(specs):
+            s = synthetic_series(p, pace, steps, seed=source.market_seed(spec.symbol), instrument=k)
+            lab, flags = model_decisions(m, s.X, th, bounds)
+            n = max(1, len(lab))
+            rate = {c.name: float((lab == c).sum() / n) for c in Label}
+            rate["OUT_OF_RANGE"] = float(((flags & SIGNAL_FLAG_OUT_OF_RANGE) > 0).sum() / n)
+            key = name if len(specs) == 1 else f"{name}, {spec.symbol}"
+            out[key] = {"pace_ms": pace, "updates": int(len(lab)), "market_s": steps * pace / 1000, "rate": rate}
     return out
+
+
+def pace_check_paces(p: TrainParams) -> dict:
+    """``PACE_CHECK`` with the market's own step (``market_params(p.market).step_ms``) in place of 0."""
+    step = market_params(p.market).step_ms
+    return {name: (pace or step, steps) for name, (pace, steps) in PACE_CHECK.items()}
+
+
+#: the rows of the offline evaluation shown in the card: (variant, what it is)
+MARKET_ROWS = (("quote-model", "quoting, fast path on (the model's EMERGENCYs pull quotes)"),
+               ("quote-off", "quoting, fast path off (always HOLD)"),
+               ("quote-imbalance", "quoting, the imbalance rule's EMERGENCYs"),
+               ("quote-random", "quoting, a random labeler with the model's label rates"),
+               ("model", "directional: the model's LEAN signals"), ("hold", "directional: always HOLD"),
+               ("imbalance", "directional: the imbalance rule"),
+               ("random", "directional: a random labeler with the model's label rates"))
+
+
+def _market_row(name: str, what: str, rows: list[dict]) -> dict:
+    """One variant's figures summed (P&L, fees, fills) or averaged (fill rate, 1 s markout) over seeds."""
+    def mean(vals):
+        vals = [v for v in vals if v is not None]
+        return round(float(np.mean(vals)), 4) if vals else None
+
+    mk = [((r.get("markouts") or {}).get(1000) or (r.get("markouts") or {}).get("1000") or {}) for r in rows]
+    return {"variant": name, "what": what, "net_pnl": round(sum(float(r["net_pnl"]) for r in rows), 4),
+            "fees": round(sum(float(r.get("fees", 0.0)) for r in rows), 4),
+            "fills": int(sum(int(r.get("trades", 0)) for r in rows)),
+            "fill_rate": mean([r.get("fill_rate") for r in rows]),
+            "markout_1s_mean_bps": mean([m.get("mean_bps") for m in mk]),
+            "markout_1s_count": int(sum(int(m.get("count", 0)) for m in mk)),
+            "emergency_cancelled": int(sum(int(r.get("emergency_cancelled") or 0) for r in rows))}
+
+
+def market_evaluation(model_path: Path, th: dict, p: TrainParams) -> dict | None:
+    """The offline evaluation's P&L and markouts (``pipeline.trading.evaluation.harness.model_pnl``) of
+    the model at ``model_path`` with thresholds ``th``, on fresh seeds ``p.market_eval_seeds`` of the
+    training market, ``p.market_eval_seconds`` of market time each, Bitget spot's fees: one row per
+    ``MARKET_ROWS`` variant, summed over the seeds; None without seeds. An evaluation that fails is
+    recorded (``error``), not raised: the model and its card stand without it."""
+    if not p.market_eval_seeds:
+        return None
+    from pipeline.trading.evaluation.harness import model_pnl  # the evaluation imports this package: lazily
+
+    try:
+        runs = [model_pnl(model_path, seed=seed, market=p.market, seconds=p.market_eval_seconds,
+                          thresholds={k: th[k] for k in ("buy", "sell", "emergency", "side")})
+                for seed in p.market_eval_seeds]
+    except Exception as exc:  # the evaluation's own errors name the cause; the card says it
+        return {"error": f"{type(exc).__name__}: {exc}"[:500], "seeds": list(p.market_eval_seeds)}
+    rows = [_market_row(name, what, [r["variants"][name] for r in runs]) for name, what in MARKET_ROWS
+            if all(name in r["variants"] for r in runs)]
+    first = runs[0]
+    return {"seeds": list(p.market_eval_seeds), "market": p.market, "seconds_each": p.market_eval_seconds,
+            "maker_fee_bps": first["maker_fee_bps"], "taker_fee_bps": first["taker_fee_bps"],
+            "latency_us": first["latency_us"], "rows": rows,
+            "summary": (f"The offline evaluation (pipeline.trading.evaluation) on {len(runs)} fresh seed(s) of the "
+                        f"{p.market} market, {p.market_eval_seconds} s of market time each, maker / taker fees "
+                        f"{first['maker_fee_bps']:g} / {first['taker_fee_bps']:g} bps: net P&L, fees and fills summed "
+                        "over the seeds (quote currency), fill rate and the 1 s markout of every fill averaged "
+                        "(bps, signed: positive = the mid moved the fill's way).")}

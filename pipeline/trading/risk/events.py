@@ -54,14 +54,16 @@ class CancelSent(Event, frozen=True, kw_only=True):
     instrument_id: int
     order_id: int
     origin_seq: int
-    why: str  # "instruction", "other_side", "reprice", "moved"
+    why: str  # "instruction", "other_side", "reprice", "moved", "emergency" (one side at risk)
     origin: int = OrderOrigin.RISK  # LLM for "instruction" / "other_side"
 
 
 class CancelAllSent(Event, frozen=True, kw_only=True):
     instrument_id: int
     origin_seq: int
-    why: str  # "emergency", "halt", "kill_switch", "daily_loss"
+    # "emergency", "halt", "kill_switch", "daily_loss"; a CONTROL's cause carries its reason when it is
+    # not the operator's ("halt:latency_budget")
+    why: str
     origin: int = OrderOrigin.RISK  # FAST for "emergency"
 
 

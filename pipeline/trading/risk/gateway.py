@@ -12,9 +12,18 @@ applies, replacing all position and open-order state (realized PnL is kept); unt
 NOT_SYNCED. A state report that carries a POSITION_MISMATCH (the venue's position differed from the
 sender's journal; the POSITION already is the venue's) or ends with SYNC_DONE reason ACCOUNT_CHANGED (a
 reset venue) moves ACTIVE to REDUCING (``PositionMismatch`` / ``VenueAccountChanged`` events, cause
-``position_mismatch`` / ``venue_account_changed``) until RESUME. An EMERGENCY SIGNAL cancels the
-instrument's orders at once (one CANCEL_ALL, origin FAST; none again inside ``emergency_cooldown_ms``
-while everything is already cancelling) and denies its new orders (COOLDOWN) for the cool-down. Daily
+``position_mismatch`` / ``venue_account_changed``) until RESUME. An EMERGENCY SIGNAL pulls the
+instrument's quotes at once and denies its new orders (COOLDOWN) for ``emergency_cooldown_ms``; what
+it pulls follows its side bits (``SIGNAL_FLAG_AT_RISK_BID`` / ``SIGNAL_FLAG_AT_RISK_ASK``):
+
+    exactly one side bit   a CANCEL (origin FAST, why "emergency") for each working order of that side
+                           (bid: BUY orders, ask: SELL orders) not already cancelling; the other side's
+                           orders keep working
+    none, or both          one CANCEL_ALL (origin FAST, why "emergency"), none again inside the
+                           cool-down while every order is already cancelling
+
+Either way the live plan is dropped and ``EmergencyReceived`` says whether anything new was pulled
+(``repeated``: inside the cool-down with nothing left to cancel). Daily
 PnL = realized (since start or ``reset_daily_pnl``) + unrealized at the latest ``ref_mid`` (average entry
 price accounting).
 
@@ -29,11 +38,12 @@ import math
 import time
 from typing import Callable
 
-from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_STRUCT, ExecReason, ExecType, Label, OrderCmd, OrderOrigin,
-                                       Side)
+from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_STRUCT,
+                                       ExecReason, ExecType, Label, OrderCmd, OrderOrigin, Side)
 from pipeline.trading.risk.checks import TradingState
-from pipeline.trading.risk.events import (CancelAllSent, EmergencyReceived, Event, FillApplied, MessageRejected,
-                                          PositionMismatch, Synced, SyncRequested, SyncStarted, VenueAccountChanged)
+from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, Event, FillApplied,
+                                          MessageRejected, PositionMismatch, Synced, SyncRequested, SyncStarted,
+                                          VenueAccountChanged)
 from pipeline.trading.risk.ledger import StateReport, Working
 from pipeline.trading.risk.limits import EPS, NS_PER_MS, RiskLimits, resolve_limits
 from pipeline.trading.risk.planner import Planner
@@ -42,6 +52,9 @@ from pipeline.trading.risk.planner import Planner
 # attribute load (it takes the name for a module), a bound method made per call on the hot path.
 EXEC_S = EXEC_STRUCT
 SIGNAL_S = SIGNAL_STRUCT
+_SIDE_BITS = SIGNAL_FLAG_AT_RISK_BID | SIGNAL_FLAG_AT_RISK_ASK
+#: a SIGNAL's side bits -> the side of our orders at risk (exactly one bit; else both sides: CANCEL_ALL)
+_AT_RISK = {SIGNAL_FLAG_AT_RISK_BID: Side.BUY, SIGNAL_FLAG_AT_RISK_ASK: Side.SELL}
 
 
 class RiskGateway(Planner):
@@ -169,27 +182,42 @@ class RiskGateway(Planner):
         return out
 
     # ------------------------------------------------------------------------------------ signals
+    def _emergency(self, bk, side: int | None, fseq: int, out: list) -> None:
+        """The EMERGENCY of the module docstring: ``side`` the side at risk (Side.BUY: our bids), None
+        for both."""
+        now = self.clock()
+        iid = bk.spec.id
+        in_cooldown = bk.cooldown_until_ns > now
+        bk.cooldown_until_ns = now + self.cooldown_ns
+        bk.plan = None
+        if side is None:
+            repeated = in_cooldown and all(w.cancelling for w in bk.working.values())
+            for w in bk.working.values():
+                w.cancelling = True
+            if not repeated:
+                out.append(CancelAllSent(ts_ns=now, cmd=OrderCmd.CANCEL_ALL, instrument_id=iid, origin_seq=fseq,
+                                         why="emergency", origin=OrderOrigin.FAST))
+        else:
+            pulled = [w for w in bk.working.values() if w.side == side and not w.cancelling]
+            repeated = in_cooldown and not pulled
+            for w in pulled:
+                w.cancelling = True
+                out.append(CancelSent(ts_ns=now, cmd=OrderCmd.CANCEL, instrument_id=iid, order_id=w.order_id,
+                                      origin_seq=fseq, why="emergency", origin=OrderOrigin.FAST))
+        out.append(EmergencyReceived(ts_ns=now, instrument_id=iid, feature_seq=fseq,
+                                     cooldown_until_ns=bk.cooldown_until_ns, repeated=repeated))
+
     def on_signal(self, payload, ts_origin_ns: int) -> list[Event]:
         """A SIGNAL payload (56 bytes); ``ts_origin_ns``: when its market data was received."""
         if len(payload) != SIGNAL_S.size:
             return [MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why=f"size {len(payload)}")]
-        iid, label, _flags, fseq, _ets, mid, spread, _p0, _p1, _p2, _p3 = SIGNAL_S.unpack_from(payload, 0)
+        iid, label, flags, fseq, _ets, mid, spread, _p0, _p1, _p2, _p3 = SIGNAL_S.unpack_from(payload, 0)
         bk = self.books.get(iid)
         if bk is None:
             return [MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why=f"unknown instrument {iid}")]
         out: list[Event] = []
         if label == Label.EMERGENCY:
-            now = self.clock()
-            repeated = bk.cooldown_until_ns > now and all(w.cancelling for w in bk.working.values())
-            bk.cooldown_until_ns = now + self.cooldown_ns
-            for w in bk.working.values():
-                w.cancelling = True
-            bk.plan = None
-            if not repeated:
-                out.append(CancelAllSent(ts_ns=now, cmd=OrderCmd.CANCEL_ALL, instrument_id=iid, origin_seq=fseq,
-                                         why="emergency", origin=OrderOrigin.FAST))
-            out.append(EmergencyReceived(ts_ns=now, instrument_id=iid, feature_seq=fseq,
-                                         cooldown_until_ns=bk.cooldown_until_ns, repeated=repeated))
+            self._emergency(bk, _AT_RISK.get(flags & _SIDE_BITS), fseq, out)
         if not (math.isfinite(mid) and mid > 0 and math.isfinite(spread) and spread >= 0):
             out.append(MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why="bad ref_mid / ref_spread"))
             return out

@@ -142,3 +142,72 @@ def test_features_per_instrument_merged_are_the_whole_tape_s():
     assert merged.rows.tobytes() == whole.rows.tobytes()
     assert merged.rows["instrument_id"].tolist() == [1, 2, 2, 1, 2]
     assert merged.rejected == whole.rejected == {"book_crossed_book": 2, "trade_bad_side": 1}
+
+
+def test_the_random_labeler_draws_with_the_other_variant_s_label_and_side_shares():
+    """200,000 rows of a variant with label shares HOLD 0.90, LEAN_BUY 0.04, LEAN_SELL 0.05, EMERGENCY
+    0.01 and, among its EMERGENCYs, bid at risk 30 %, ask 50 %, no side 20 %. Limit fixed before the run:
+    each share drawn within 5 binomial standard errors of its target."""
+    from pipeline.trading.evaluation.decisions import Decisions, random_decisions
+    from pipeline.trading.messages import SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID
+
+    n = 200_000
+    counts = {Label.HOLD: 180_000, Label.LEAN_BUY: 8_000, Label.LEAN_SELL: 10_000, Label.EMERGENCY: 2_000}
+    labels = np.concatenate([np.full(c, lab, np.uint8) for lab, c in counts.items()])
+    flags = np.zeros(n, np.uint8)
+    em = np.flatnonzero(labels == Label.EMERGENCY)
+    flags[em[:600]] = SIGNAL_FLAG_AT_RISK_BID
+    flags[em[600:1600]] = SIGNAL_FLAG_AT_RISK_ASK
+    like = Decisions(labels, np.zeros((n, 4), np.float32), np.zeros(n), "the model", flags)
+    r = random_decisions(like, seed=7)
+    for lab, c in counts.items():
+        p = c / n
+        assert abs(np.mean(r.labels == lab) - p) <= 5 * np.sqrt(p * (1 - p) / n), lab.name
+    drawn = r.labels == Label.EMERGENCY
+    m = int(drawn.sum())
+    for bit, p in ((SIGNAL_FLAG_AT_RISK_BID, 0.3), (SIGNAL_FLAG_AT_RISK_ASK, 0.5), (0, 0.2)):
+        share = np.mean(r.flags[drawn] == bit)
+        assert abs(share - p) <= 5 * np.sqrt(p * (1 - p) / m), bit
+    assert not r.flags[~drawn].any()  # a side only on an EMERGENCY
+    assert r.value.tolist() == ((r.labels == Label.LEAN_BUY).astype(float) - (r.labels == Label.LEAN_SELL)).tolist()
+    again, other = random_decisions(like, seed=7), random_decisions(like, seed=8)
+    assert np.array_equal(again.labels, r.labels) and np.array_equal(again.flags, r.flags)
+    assert not np.array_equal(other.labels, r.labels)
+    assert "HOLD 0.9000" in r.describe and "seed 7" in r.describe
+
+
+def test_the_imbalance_emergency_rule_names_the_side_the_pressure_threatens():
+    from pipeline.trading.evaluation.decisions import imbalance_emergency_decisions
+    from pipeline.trading.messages import SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID
+
+    t = _table({F_IMBALANCE_5: [0.7, -0.8, 0.6, 0.1]})
+    d = imbalance_emergency_decisions(t, 5, 0.6)
+    assert d.labels.tolist() == [Label.EMERGENCY, Label.EMERGENCY, Label.HOLD, Label.HOLD]  # 0.6 is not > 0.6
+    # buyers press (imbalance > 0): our ask is the order they will take; sellers: our bid
+    assert d.flags.tolist() == [SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, 0, 0]
+
+
+def test_the_model_s_flags_are_the_fast_stage_s_side_and_range_guard(tmp_path):
+    """A hand-set model (tests.support.handmodels: EMERGENCY when |imbalance| is large, its at-risk side
+    from the imbalance's sign) with a card whose bounds leave slot 3 in [-1, 1]: the decisions are
+    ``pipeline.trading.model.decide.deployed_decisions``' (the function the fast stage is held to)."""
+    from pipeline.trading.messages import SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE
+    from pipeline.trading.model.decide import InputBounds, deployed_decisions
+    from tests.support.handmodels import imbalance_model
+
+    p = imbalance_model(tmp_path / "h.onnx", lean=4.0, emergency=(20.0, 12.0), side=6.0)
+    lo, hi = InputBounds.unbounded().lo.copy(), InputBounds.unbounded().hi.copy()
+    lo[3], hi[3] = -1.0, 1.0
+    write_card(p, hand_made_card("hand-set", "bounded", bounds=InputBounds(lo, hi)))
+    t = _table({F_IMBALANCE_5: [0.9, -0.9, 0.3, 0.9, 0.0], 3: [0.0, 0.0, 0.0, 5.0, 0.0]})
+    model = OnnxModel(p)
+    assert model.has_side
+    d = model_decisions(t, model, 0.6, 0.6, 0.5, side=0.6)
+    assert d.labels.tolist() == [Label.EMERGENCY, Label.EMERGENCY, Label.LEAN_BUY, Label.HOLD, Label.HOLD]
+    assert d.flags.tolist() == [SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, 0, SIGNAL_FLAG_OUT_OF_RANGE, 0]
+    probs, at_risk = model.outputs(t.X)
+    want = deployed_decisions(probs, at_risk, t.X, model.bounds, 0.6, 0.6, 0.5, 0.6)
+    assert np.array_equal(d.labels, want[0]) and np.array_equal(d.flags, want[1])
+    assert model_decisions(t, model, 0.6, 0.6, 0.5).flags.tolist() == [0, 0, 0, SIGNAL_FLAG_OUT_OF_RANGE, 0]
+    with pytest.raises(EvaluationError, match="side threshold must be above 0.5"):
+        model_decisions(t, model, 0.6, 0.6, 0.5, side=0.4)

@@ -90,3 +90,20 @@ def test_the_engine_s_book_renders_only_the_levels_it_reads():
     assert rb.levels("ABCUSDT") == ([["100.0", "5.00"], ["99.9", "2.50"], ["99.8", "0.12"]],
                                     [["100.2", "0.50"], ["100.3", "7.00"]])
     assert rb.rendered("XYZUSDT") == ([], [])
+
+
+def test_cancelled_orders_keep_their_working_size_and_why_and_filled_orders_are_counted(ex):
+    """A bid of 0.04 at 100.0 rests behind 5; a sell trade of 5.01 at 100.0 eats the queue and fills 0.01
+    of it, a second one of 0.01 fills 0.01 more (one order filled, twice); the EMERGENCY cancel then
+    removes the 0.02 still working."""
+    from pipeline.trading.messages import TRADE_SIDE_SELL, TRADE_STRUCT
+
+    ex.on_order(order(OrderCmd.NEW, 41, Side.BUY, TimeInForce.POST_ONLY, 100.0, 0.04))
+    ex.on_trade(1, TRADE_STRUCT.pack(1, TRADE_SIDE_SELL, 1, T0, 100.0, 5.01))
+    ex.on_trade(1, TRADE_STRUCT.pack(1, TRADE_SIDE_SELL, 2, T0, 100.0, 0.01))
+    assert ex.counts["fills"] == 2 and ex.counts["filled_orders"] == 1
+    ex.on_order(order(OrderCmd.NEW, 42, Side.SELL, TimeInForce.POST_ONLY, 100.3, 0.02))
+    ex.on_order(order(OrderCmd.CANCEL_ALL, 0), why="emergency")
+    got = [(c.ts_ns, c.side, c.price, round(c.size, 9), c.why) for c in ex.cancelled]
+    assert got == [(T0, 1, 100.0, 0.02, "emergency"), (T0, -1, 100.3, 0.02, "emergency")]
+    assert ex.counts["filled_orders"] == 1 and ex.counts["placed"] == 2

@@ -148,3 +148,60 @@ def test_limits_cover_instruments_the_config_does_not_name():
     with pytest.raises(EvaluationError, match="3 decisions for 4"):
         VariantRun(queue_tape(), table, marks_of(table), Decisions(np.zeros(3, np.uint8), np.zeros((3, 4), np.float32),
                                                                    np.zeros(3)), LIMITS, params(1))
+
+
+def test_the_signal_carries_the_variant_s_flags_and_the_warmup_bit():
+    """The gateway reads each row's flags as the fast stage writes them: the variant's at-risk / range
+    bits, and SIGNAL_FLAG_WARMUP where the FEATURES say warm-up (the first book of an instrument)."""
+    from pipeline.trading.messages import SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE, SIGNAL_FLAG_WARMUP
+
+    tape = queue_tape()
+    table = compute_features(tape)
+    n = len(table)
+    flags = np.array([0, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE, 0], np.uint8)
+    d = Decisions(np.zeros(n, np.uint8), np.zeros((n, 4), np.float32), np.zeros(n), "flags", flags)
+    run = VariantRun(tape, table, marks_of(table), d, LIMITS, params(100))
+    seen, on_signal = [], run.gw.on_signal
+    run.gw.on_signal = lambda payload, t: (seen.append(payload[3]), on_signal(payload, t))[1]
+    run.run()
+    assert seen == [SIGNAL_FLAG_WARMUP, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE, 0]
+
+
+def emergency_tape() -> Tape:
+    """Quotes rest at 100.0 / 100.2 from T0; at 10 ms a book whose row says EMERGENCY (bid at risk);
+    at 20 ms sellers trade 10 through the bid (at 99.9) and the book falls to 99.8 / 100.0, where it
+    still is at 1.5 s."""
+    return Tape((INS,), [book(T0, 100.0, 5, 100.2, 5, 1), book(T0 + 10 * MS, 100.0, 5, 100.2, 5, 2),
+                         trade(T0 + 20 * MS, 99.9, 10, 1), book(T0 + 20 * MS, 99.8, 5, 100.0, 5, 3),
+                         book(T0 + 1500 * MS, 99.8, 5, 100.0, 5, 4)])
+
+
+def test_quoting_with_the_fast_path_on_and_off_differ_when_an_emergency_comes():
+    """Off: the resting bid is filled by the sweep and loses 1 tick at 1 s (mid 99.9, 1 s later still
+    99.9). On: the EMERGENCY (bid at risk) pulls the bid alone 100 µs later, before the sweep; the
+    cancelled bid is counted as a fill avoided (the sweep traded through it) with that markout."""
+    from pipeline.trading.messages import SIGNAL_FLAG_AT_RISK_BID
+
+    tape = emergency_tape()
+    table = compute_features(tape)
+    n = len(table)
+    on_labels = np.zeros(n, np.uint8)
+    on_labels[1] = Label.EMERGENCY
+    flags = np.zeros(n, np.uint8)
+    flags[1] = SIGNAL_FLAG_AT_RISK_BID
+    on = Decisions(on_labels, np.zeros((n, 4), np.float32), np.zeros(n), "on", flags)
+    off = Decisions(np.zeros(n, np.uint8), np.zeros((n, 4), np.float32), np.zeros(n), "off")
+    res = {k: run_variant(tape, table, marks_of(table), d, LIMITS, params(100), quote_lots=1)
+           for k, d in (("on", on), ("off", off))}
+    m_off, m_on = res["off"].metrics, res["on"].metrics
+    assert res["off"].counts["quoter"]["quotes_placed"] >= 2 and m_off["trades"] == 1
+    assert m_off["markouts"][1000]["mean_ticks"] == pytest.approx(-1.0)  # bought 100.0, mid 1 s later 99.9
+    assert m_off["emergency_cancelled"] == 0 and m_off["avoided"]["cancelled"] == 0
+    assert m_on["trades"] == 0 and m_on["net_pnl"] != m_off["net_pnl"]
+    assert res["on"].counts["gateway"]["EmergencyReceived"] == 1
+    # the bid was the side at risk: only it is pulled (the ask keeps working; the later reprice is not an EMERGENCY)
+    assert m_on["emergency_cancelled"] == 1 and "CancelAllSent" not in res["on"].counts["gateway"]
+    through = m_on["avoided"]["rules"]["through"]
+    assert through["would_fill"] == 1 and through["markouts"][1000]["sum_ticks"] == pytest.approx(-1.0)
+    assert through["markouts"][1000]["adverse_quote"] == pytest.approx(0.1)
+    assert m_on["fill_rate"] == 0.0 and m_off["fill_rate"] > 0

@@ -12,6 +12,7 @@ from pipeline.trading.evaluation.decisions import Decisions, compute_features, m
 from pipeline.trading.evaluation.replay import Tape
 from pipeline.trading.evaluation.simulator import VariantRun
 from pipeline.trading.evaluation.slowpath import SlowPath
+from pipeline.trading.llm.breaker import BreakerConfig
 from pipeline.trading.llm.hub import LlmParams, Outcome
 from pipeline.trading.messages import Label
 from tests.pipeline.trading.evaluation.test_simulator import INS, LIMITS, MS, T0, book, params
@@ -26,7 +27,7 @@ class FakeHub:
 
     def decide(self, sig, position_lots, *, deadline_ns):
         self.asked.append((int(sig["feature_seq"]), position_lots))
-        d = SimpleNamespace(inst=int(sig["instrument_id"]), act="BUY", off=0, lots=2, ttl=5_000, conf=0.9)
+        d = SimpleNamespace(inst=int(sig["instrument_id"]), act="BUY", off=0, lots=2, ttl=5_000, conf=90)
         return Outcome(decision=d, finish="stop", gen_ns=self.gen_ns)
 
 
@@ -47,7 +48,8 @@ def _run(gen_ms: float, min_gap_ms: int, buys_at: list[int]):
 def test_the_instruction_reaches_the_gateway_after_the_generation_time():
     run, res, hub = _run(gen_ms=7, min_gap_ms=0, buys_at=[1])
     assert hub.asked == [(2, 0)]  # the signal of book seq 2, the gateway flat
-    assert res.counts["llm"] == {"breaker_drops": 0, "conflated": 0, "generations": 1, "instructions": 1, "signals": 1}
+    assert res.counts["llm"] == {"conflated": 0, "generations": 1, "instructions": 1, "probes": 0,
+                                 "probes_valid": 0, "signals": 1}
     assert res.counts["gateway"]["InstructionPlanned"] == 1
     (first,) = run.ex.engine.orders.values()
     # decided at T0 + 10 ms + 7 ms (the generation), at the exchange 100 µs later: BUY to 2 lots
@@ -79,3 +81,35 @@ def test_the_tiny_gguf_in_process():
     assert c["signals"] == 30 and c["generations"] >= 3  # a start at most every 100 ms over 290 ms
     assert c["instructions"] + sum(v for k, v in c.items() if k.startswith("rej_")) == c["generations"]
     assert slow.timings()["gen_s"] > 0
+
+
+class FailingThenValidHub(FakeHub):
+    """Its first ``n_bad`` answers do not validate (invalid JSON); then every answer is FakeHub's."""
+
+    def __init__(self, gen_ms: float, n_bad: int):
+        super().__init__(gen_ms)
+        self.n_bad = n_bad
+
+    def decide(self, sig, position_lots, *, deadline_ns):
+        if len(self.asked) < self.n_bad:
+            self.asked.append((int(sig["feature_seq"]), position_lots))
+            return Outcome(reason="invalid_json", finish="invalid", gen_ns=self.gen_ns)
+        return super().decide(sig, position_lots, deadline_ns=deadline_ns)
+
+
+def test_an_open_breaker_turns_generations_into_probes_whose_answers_never_reach_the_gateway():
+    n_books = 12  # one every 500 ms: 6 s of signals, every one LEAN_BUY
+    tape = Tape((INS,), [book(T0 + k * 500 * MS, 100.0, 5, 100.2, 5, k + 1) for k in range(n_books)])
+    table = compute_features(tape)
+    labels = np.full(len(table), Label.LEAN_BUY, np.uint8)
+    d = Decisions(labels, np.zeros((len(table), 4), np.float32), labels.astype(float))
+    hub = FailingThenValidHub(gen_ms=1, n_bad=2)
+    quick = BreakerConfig(min_outcomes=1, trip_samples=1)  # the first sample's score (2 invalid answers) trips it
+    slow = SlowPath(hub, LlmParams(min_gap_ms=0, breaker=quick), [INS], table, d)
+    lim = LIMITS.__class__(**{**{f: getattr(LIMITS, f) for f in LIMITS.__struct_fields__}, "lean_lots": 0})
+    res = VariantRun(tape, table, marks_of(table), d, lim, params(100), slow).run()
+    c = res.counts["llm"]
+    assert c["generations"] == n_books and c["rej_invalid_json"] == 2  # generations go on while OPEN
+    assert c["probes"] >= 8 and c["probes_valid"] == c["probes"], c  # valid answers after the trip: probes
+    assert c["instructions"] == c["generations"] - 2 - c["probes"], c
+    assert res.counts["gateway"].get("InstructionPlanned", 0) == c["instructions"]

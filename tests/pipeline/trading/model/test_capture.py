@@ -43,6 +43,10 @@ def test_a_capture_replays_through_the_feeds_books_into_rows_at_receive_time(tmp
     # rows: the update at 0.1 s, the update at 0.4 s, the fresh snapshot at 0.7 s (the first snapshot has no previous)
     assert [round((t - t0_ns) / 1e6) for t in s.t_ns] == [100, 400, 700]
     assert s.mid_ticks == pytest.approx([1000.5, 1001.0, 1001.0])  # mids 100.05, 100.1 (ask 100.1 deleted), 100.1
+    assert s.bid_ticks == pytest.approx([1000, 1000, 1000]) and s.ask_ticks == pytest.approx([1001, 1002, 1002])
+    # the trade at 100.1 (0.2 s) lies between the rows at 0.1 s and 0.4 s: the touch labels see it there
+    assert s.trade_lo_ticks[1] == s.trade_hi_ticks[1] == pytest.approx(1001)
+    assert np.isinf(s.trade_lo_ticks[[0, 2]]).all() and np.isinf(s.trade_hi_ticks[[0, 2]]).all()
     assert s.tick_bps == pytest.approx(0.1 / np.array([100.05, 100.1, 100.1]) * 1e4)
     assert info["frames"] == 8 and info["instruments"] == 1 and info["ticks"] == {"BTCUSDT": pytest.approx(0.1)}
     assert info["frame_kinds"] == {"REJECTED": 1, "SNAPSHOT": 2, "TRADE": 1, "UPDATE": 4}
@@ -60,9 +64,12 @@ def test_a_malformed_capture_line_is_an_error_naming_it(tmp_path):
 
 
 def test_the_shared_capture_replays_but_is_too_short_to_train_on(capture_path):
-    """8 instruments, ~30 s: a few hundred rows, and only three of them see the mid move within 500 ms."""
+    """8 instruments, ~30 s: a few hundred rows; on the 5 s horizon no move pays its round trip (spreads
+    of 4 to 175 ticks plus 10 bps a side) and a handful of fills at the touch lose: the real market's
+    proportions, too few rows to learn from."""
     series, info = capture_series(capture_path)
     assert info["instruments"] == len(series) == 8 and info["depth_pushes"] == {"EMITTED": 443}
     assert info["rows"] == 435 and info["sha256"].startswith("bcdd126a0b38")
     ds = build_dataset(series, TrainParams())
-    assert (ds.move_ticks != 0).sum() == 3 and (ds.y != 0).sum() <= 3
+    assert len(ds.y) == 356 and np.bincount(ds.y, minlength=4).tolist() == [341, 0, 0, 15]
+    assert ds.filled.sum(axis=0).tolist() == [13, 18] and (ds.side > 0).sum() == 15  # half the fills lose after 10 bps

@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pytest
 
 from pipeline.trading.features import FEATURE_LAYOUT_VERSION
-from pipeline.trading.model.card import (CARD_VERSION, META_KEY, CardError, card_path, check_card, hand_made_card,
-                                         read_cards, write_card)
+from pipeline.trading.model.card import (BOUNDS_KEY, CARD_VERSION, META_KEY, CardError, card_path, check_card,
+                                         hand_made_card, input_bounds, read_cards, write_card)
+from pipeline.trading.model.decide import F32_MAX, InputBounds
 
 
 def test_the_card_file_sits_beside_the_model():
@@ -24,7 +26,9 @@ def test_a_written_card_names_its_model_file_and_its_hash(tmp_path):
     card = hand_made_card("hand-set", "a test", extra=1)
     assert card == {"card_version": CARD_VERSION, "kind": "hand-set", "description": "a test",
                     "feature_layout_version": FEATURE_LAYOUT_VERSION,
-                    "labels": ["HOLD", "LEAN_BUY", "LEAN_SELL", "EMERGENCY"], "extra": 1}
+                    "labels": ["HOLD", "LEAN_BUY", "LEAN_SELL", "EMERGENCY"],
+                    BOUNDS_KEY: {"rule": "hand-set: any finite input", "lo": [-F32_MAX] * 128, "hi": [F32_MAX] * 128},
+                    "extra": 1}
     path = write_card(model, card)
     assert path == tmp_path / "m.card.json" and not (tmp_path / "m.card.json.tmp").exists()
     doc = json.loads(path.read_text())
@@ -69,3 +73,40 @@ def test_no_card_at_all_is_refused(tmp_path):
     model.write_bytes(b"w")
     with pytest.raises(CardError, match="has no model card"):
         check_card(model, {"labels": "[]"})
+
+
+def _model(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"w")
+    return model
+
+
+def test_a_card_without_input_bounds_is_refused_like_one_without_a_layout_version(tmp_path):
+    model = _model(tmp_path)
+    card = hand_made_card("k", "no bounds")
+    del card[BOUNDS_KEY]
+    with pytest.raises(CardError) as err:
+        check_card(model, {META_KEY: json.dumps(card)})
+    msg = str(err.value)
+    assert f"ONNX metadata has no {BOUNDS_KEY} (the per-feature bounds of its training rows)" in msg
+    assert "make model" in msg
+
+
+@pytest.mark.parametrize("bounds, why", [
+    ({"lo": [0.0] * 127, "hi": [1.0] * 128}, f"{BOUNDS_KEY}.lo is not a list of 128 numbers"),
+    ({"lo": [0.0] * 128, "hi": ["1"] * 128}, f"{BOUNDS_KEY}.hi is not a list of 128 numbers"),
+    ({"lo": [0.0] * 128, "hi": [1.0] * 127 + [-1.0]}, f"{BOUNDS_KEY} has lo > hi (or NaN) at slot 127"),
+    ([0, 1], f"has no {BOUNDS_KEY}"),
+])
+def test_malformed_bounds_are_an_error_naming_what(tmp_path, bounds, why):
+    card = {**hand_made_card("k", "bad bounds"), BOUNDS_KEY: bounds}
+    with pytest.raises(CardError, match=why.replace("(", r"\(").replace(")", r"\)")):
+        check_card(_model(tmp_path), {META_KEY: json.dumps(card)})
+
+
+def test_a_hand_made_card_carries_given_bounds_which_read_back_as_float32():
+    b = InputBounds(np.full(128, -2.5, np.float32), np.full(128, 0.1, np.float32))
+    card = json.loads(json.dumps(hand_made_card("k", "given", bounds=b)))
+    got = input_bounds(card)
+    assert card[BOUNDS_KEY]["rule"] == "hand-set" and np.array_equal(got.lo, b.lo) and np.array_equal(got.hi, b.hi)
+    assert got.hi.dtype == np.float32 and got.hi[0] == np.float32(0.1)  # the float32 value itself, exact again
