@@ -87,7 +87,11 @@ Counters (``ctx.stats``, published with each heartbeat; the first ten fit the st
     queue_drops, checksum_failures, seq_gaps, then: connects, connect_failures, disconnects,
     books_dropped (a depth push that produced no BOOK: awaiting snapshot / invalid / stale /
     unknown instrument), resyncs_throttled, gap_resets, venue_errors, pongs, out_drops (ring full),
-    sends_discarded, record_errors, and rej_<reason> per Reject reason seen.
+    sends_discarded, record_errors, and rej_<reason> per Reject reason seen; skew_ms_<id>: the
+    instrument's clock skew, its book update's exchange timestamp minus the local wall-clock time the
+    frame was received at (ms; negative: the update took that long to arrive, or the clocks differ),
+    sampled on the first frame after ``SKEW_EVERY_NS`` that makes a BOOK (the per-frame path pays one
+    comparison of its receive time with the next sample's due time).
 
 ``ItchFeedAgent`` (``module = "procs.feed:ItchFeedAgent"``): NASDAQ TotalView-ITCH 5.0 through
 ``pipeline.trading.itch.L3Book``, one BOOK per message that changed a configured symbol's book:
@@ -114,8 +118,10 @@ import collections
 import os
 import random
 import socket
+import struct
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Callable, Literal
 
@@ -137,6 +143,10 @@ from pipeline.trading.itch.ingest import FileReplay, MoldDatagrams, start_counte
 from procs.feed_ws import NET_COUNTERS, WsClient
 
 DEFAULT_PORT_URL = "ws://127.0.0.1:{port}/v2/ws/public"
+#: how often the clock skew is sampled (``skew_ms_<id>``)
+SKEW_EVERY_NS = 100_000_000
+#: instrument_id (u16 @0) and exch_ts_ns (u64 @16) of a BOOK payload (pipeline.trading.messages.BOOK_DTYPE)
+_BOOK_ID_TS = struct.Struct("<H14xQ")
 
 _AtLeastMilli = Annotated[float, msgspec.Meta(ge=0.001)]
 _NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -298,6 +308,7 @@ class BitgetFeedAgent(_FeedAgent):
         self._received = ctx.received
         self._net_version = -1
         self._errors_logged = 0
+        self._skew_due_ns = 0  # the next frame received at or after this is looked at for the clock skew
         self._next_retry_ns = 0
 
         self.record_fp = None
@@ -346,7 +357,10 @@ class BitgetFeedAgent(_FeedAgent):
         the output ring and the only user of the books in this mode). Never raises."""
         try:
             if ts >= 0:
-                self._on_frame(ts, item)
+                if ts < self._skew_due_ns:
+                    self._on_frame(ts, item)
+                else:
+                    self._frame_sampling_skew(ts, item)
                 self._received(1)
                 self._request_resyncs()
             else:
@@ -386,7 +400,10 @@ class BitgetFeedAgent(_FeedAgent):
         while n < batch and inbox:
             ts, frame = popleft()
             if ts >= 0:
-                on_frame(ts, frame)
+                if ts < self._skew_due_ns:
+                    on_frame(ts, frame)
+                else:
+                    self._frame_sampling_skew(ts, frame)
             else:
                 self._on_marker(ts, frame)
                 marks += 1
@@ -397,6 +414,19 @@ class BitgetFeedAgent(_FeedAgent):
 
     def _on_marker(self, mark: int, conn_id: int) -> None:
         self.session.on_marker(mark, conn_id, self.net.counters.queue_drops)
+
+    def _frame_sampling_skew(self, ts: int, frame) -> None:
+        """``on_frame``, and when the frame made a BOOK, its instrument's clock skew into
+        ``skew_ms_<id>`` (the BOOK's exchange time minus the wall-clock time of ``ts``); the next
+        sample is then due ``SKEW_EVERY_NS`` later (until a frame makes a BOOK, each frame is looked at)."""
+        s = self.stats
+        before = s["books_emitted"]
+        self._on_frame(ts, frame)
+        if s["books_emitted"] != before:
+            iid, exch_ts_ns = _BOOK_ID_TS.unpack_from(self.session._book_buf)
+            wall_ns = ts + time.time_ns() - time.monotonic_ns()
+            s[f"skew_ms_{iid}"] = round((exch_ts_ns - wall_ns) / 1e6, 3)
+            self._skew_due_ns = ts + SKEW_EVERY_NS
 
     def _send(self, conn_id: int, texts: list[str]) -> bool:
         return self.net.send(conn_id, texts)

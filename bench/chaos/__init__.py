@@ -12,8 +12,9 @@ rewrites (``rewrite``) and orders flowing and settling (``flow``) the scenarios 
 process and ring faults (``process``: SIGKILL, SIGSTOP, ring corruption; ``stall``: stalled consumers;
 ``outage``: the venue stopped and its feed faults), bad input and the slow path (``malformed``,
 ``llm_faults`` with its p99 rule in ``p99_rule``, ``risk_limits``, ``kill_switch``, ``secrets_scan``),
-and the position against the venue (``position``: a full journal disk, a venue reset, a position
-changed behind the back).
+the position against the venue (``position``: a full journal disk, a venue reset, a position
+changed behind the back, a machine crash of the sender), and operating it (``latency_guard``: a stage
+slowed on purpose trips the latency-budget guard).
 
 Output: ``bench/results/<UTC>-chaos/report.md`` and ``results.json``: a table, scenario by scenario,
 of what was injected, what the pipeline did, the measured figure, and the verdict: PASS, FAIL, or

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Callable
 
 from bench.chaos.kill_switch import kill_switch
+from bench.chaos.latency_guard import latency_guard
 from bench.chaos.llm_faults import llm_faults
 from bench.chaos.malformed import malformed_frames
 from bench.chaos.outage import venue_outage
-from bench.chaos.position import disk_full_journal, position_behind_back, venue_fresh_state
+from bench.chaos.position import disk_full_journal, machine_crash_sender, position_behind_back, venue_fresh_state
 from bench.chaos.process import ring_corruption, sigkill_each, sigstop_10s
 from bench.chaos.risk_limits import risk_limits
 from bench.chaos.secrets_scan import secrets_and_permissions
@@ -38,9 +39,16 @@ POSITION: list[tuple[str, Callable]] = [
     ("disk_full_journal", disk_full_journal),
     ("venue_fresh_state", venue_fresh_state),
     ("position_behind_back", position_behind_back),
+    ("machine_crash_sender", machine_crash_sender),
+]
+
+
+#: operating it: the latency-budget guard (issue #26)
+OPERATIONS: list[tuple[str, Callable]] = [
+    ("latency_guard", latency_guard),
 ]
 
 
 def scenarios() -> list[tuple[str, Callable]]:
-    """Every scenario of the three groups, in order."""
-    return [*PROCESS, *INPUT, *POSITION]
+    """Every scenario of the four groups, in order."""
+    return [*PROCESS, *INPUT, *POSITION, *OPERATIONS]

@@ -28,6 +28,7 @@ import numpy as np
 from pipeline.runtime.errors import ConfigError
 from pipeline.runtime.config import Config, ProcessConfig
 from pipeline.runtime.log import EventLog
+from pipeline.runtime.proctable import LAT_BOUNDS_NS, LAT_BUCKETS
 
 LATENCY_WINDOW = 4096  # most recent output latencies kept for the status percentiles
 
@@ -131,6 +132,9 @@ class AgentContext:
         self.stats: dict[str, int] = {}
         self._lat = np.zeros(LATENCY_WINDOW, dtype=np.int64)
         self._lat_n = 0
+        self._hist = np.zeros(LAT_BUCKETS, dtype=np.uint64)  # latency_histogram_ns: counts so far
+        self._hist_sum_ns = 0
+        self._hist_n = 0  # outputs folded into it
         #: the bench's full record of latencies (None unless ``LATENCY_DIR_ENV`` is set for the runner)
         self.tap: LatencyTap | None = None
 
@@ -196,6 +200,16 @@ class AgentContext:
         """Count ``n`` messages taken from inputs."""
         self.msgs_in += n
 
+    def latency_histogram_ns(self) -> tuple[np.ndarray, int]:
+        """The histogram of every output's latency since origin so far (counts per bucket of
+        ``proctable.LAT_BOUNDS_NS``, then the sum in ns), first folding in the outputs since the last
+        call (the runner calls it once per heartbeat, never per message). Outputs that left the
+        ``LATENCY_WINDOW`` ring before a call (more than 4096 in one heartbeat interval) are not counted."""
+        _, add_sum = _fold_latencies(self._hist, self._lat, self._lat_n, self._hist_n)
+        self._hist_n = self._lat_n
+        self._hist_sum_ns += add_sum
+        return self._hist, self._hist_sum_ns
+
     def latency_percentiles_ns(self) -> tuple[int, int]:
         """(p50, p99) of the latest output latencies since origin, (0, 0) before any output."""
         n = min(self._lat_n, LATENCY_WINDOW)
@@ -203,6 +217,20 @@ class AgentContext:
             return 0, 0
         p50, p99 = np.percentile(self._lat[:n], (50, 99))
         return int(p50), int(p99)
+
+
+_BOUNDS_NS = np.array(LAT_BOUNDS_NS, dtype=np.int64)
+
+
+def _fold_latencies(hist: np.ndarray, lat: np.ndarray, total: int, folded: int) -> tuple[int, int]:
+    """Add the latencies of outputs ``folded`` .. ``total`` still in the ring window ``lat`` to ``hist``
+    (buckets of ``LAT_BOUNDS_NS``); returns (their count, their sum in ns; a negative one counts 0)."""
+    take = min(total - folded, len(lat))
+    if take <= 0:
+        return 0, 0
+    sample = np.maximum(lat[np.arange(total - take, total) & (len(lat) - 1)], 0)
+    hist += np.bincount(np.searchsorted(_BOUNDS_NS, sample, side="left"), minlength=LAT_BUCKETS).astype(np.uint64)
+    return take, int(sample.sum())
 
 
 def _port(process: str, what: str, ports: dict, name: str | None):

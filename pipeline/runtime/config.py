@@ -1,8 +1,8 @@
 """Configuration: TOML files decoded into frozen msgspec Structs that reject unknown fields.
 
-One file describes the rings, the processes, the instruments, the supervisor and the GPU budget.
-``load_config`` rejects a bad file before anything starts; every error names the field path
-(``$.processes[1].inputs[0]``) and what is wrong with it.
+One file describes the rings, the processes, the instruments, the supervisor, the GPU budget and the
+stages' latency budgets. ``load_config`` rejects a bad file before anything starts; every error
+names the field path (``$.processes[1].inputs[0]``) and what is wrong with it.
 
 Example (see configs/ for complete files)::
 
@@ -128,6 +128,32 @@ class SupervisorConfig(_Strict):
     stop_grace_ms: PositiveMs = 3_000
     log_max_bytes: Annotated[int, msgspec.Meta(ge=4_096)] = 10_000_000
     log_backups: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
+    # the ops server (pipeline/runtime/ops/): /metrics, /health and the live dashboard on 127.0.0.1 at this
+    # port (0 = off; 1024-65535); its control endpoints require the token in ops_token_file (0600, made by setup)
+    ops_port: Annotated[int, msgspec.Meta(ge=0, le=65_535)] = 0
+    ops_token_file: str = "secrets/ops.token"
+
+
+class StageBudget(_Strict):
+    """One stage's latency budget: the stage's p99 since origin (its runner's, over its latest outputs,
+    published with each heartbeat), in microseconds. Above ``reduce_p99_us`` through the guard's
+    ``window_ms``: the risk gateway goes REDUCING; above ``halt_p99_us`` (0: never) through it: HALTED."""
+
+    reduce_p99_us: Annotated[int, msgspec.Meta(ge=1, le=60_000_000)]
+    halt_p99_us: Annotated[int, msgspec.Meta(ge=0, le=60_000_000)] = 0
+
+
+class LatencyGuardConfig(_Strict):
+    """The supervisor's latency-budget guard (``supervisor.budget``): ``budgets`` per process name (none:
+    the guard is off). A stage breaches a budget when its published p99 (one sample per heartbeat with
+    output) has been above it at every sample for ``window_ms``, over at least ``min_samples`` samples; a
+    risk gateway found less strict than the guard (restarted, say) is told again at most every
+    ``resend_ms``."""
+
+    window_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 5_000
+    min_samples: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 10
+    resend_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 1_000
+    budgets: dict[Name, StageBudget] = {}
 
 
 class Config(_Strict):
@@ -135,6 +161,7 @@ class Config(_Strict):
 
     supervisor: SupervisorConfig = SupervisorConfig()
     gpu: GpuConfig = GpuConfig()
+    latency_guard: LatencyGuardConfig = LatencyGuardConfig()
     rings: list[RingConfig] = []
     processes: list[ProcessConfig] = []
     instruments: list[InstrumentConfig] = []
@@ -201,10 +228,33 @@ def _check(cfg: Config) -> None:
         if ins.id in ids:
             raise ConfigError(f"$.instruments[{i}].id: duplicate instrument id {ins.id}")
         ids.add(ins.id)
+    _check_latency_guard(cfg, seen)
+    if 0 < cfg.supervisor.ops_port < 1024:
+        raise ConfigError(f"$.supervisor.ops_port: must be 0 (off) or 1024-65535, got {cfg.supervisor.ops_port}")
     ep = cfg.supervisor.control_endpoint
     if ep and not _ENDPOINT.match(ep):
         raise ConfigError(f"$.supervisor.control_endpoint: must be ipc://PATH, got {ep!r} (a TCP control endpoint "
                           "would let any local user halt, restart or stop the pipeline; the ipc socket is 0600)")
+
+
+def _check_latency_guard(cfg: Config, processes: set[str]) -> None:
+    """The latency guard's cross-field rules. Raises ConfigError naming the field path."""
+    g = cfg.latency_guard
+    for name, b in g.budgets.items():
+        path = f"$.latency_guard.budgets.{name}"
+        if name not in processes:
+            raise ConfigError(f"{path}: unknown process {name!r}")
+        if b.halt_p99_us and b.halt_p99_us < b.reduce_p99_us:
+            raise ConfigError(f"{path}.halt_p99_us: must be 0 (never) or >= reduce_p99_us ({b.reduce_p99_us}), "
+                              f"got {b.halt_p99_us}")
+    if not g.budgets:
+        return
+    if not cfg.supervisor.control_ring:
+        raise ConfigError("$.latency_guard.budgets: the guard acts through CONTROL: set supervisor.control_ring")
+    most = g.window_ms // cfg.supervisor.heartbeat_interval_ms + 1
+    if g.min_samples > most:
+        raise ConfigError(f"$.latency_guard.min_samples: {g.min_samples} samples need more than window_ms "
+                          f"({g.window_ms}) at one per heartbeat ({cfg.supervisor.heartbeat_interval_ms} ms): at most {most}")
 
 
 def parse_config(text: str | bytes, source: str = "<config>") -> Config:

@@ -29,6 +29,12 @@ Record (1024 bytes; every number an aligned u64 written with one 8-byte store)::
     256     stats_len        bytes used in stage_stats
     264     stage_stats      UTF-8 JSON object, 760 bytes: the stage's own counters (reconnects,
                              resyncs, rejected frames...), published with each heartbeat
+   1024     lat_hist         LAT_BUCKETS u64: how many outputs had an origin-to-output latency up to
+                             each bound of LAT_BOUNDS_NS (1 us .. 1 s, 1-2-5 per decade; bucket i holds
+                             LAT_BOUNDS_NS[i-1] < latency <= LAT_BOUNDS_NS[i], the last one the rest),
+                             counted since the process started, published with each heartbeat
+   1184     lat_sum_ns       u64: the sum of those latencies (ns)
+   1192     (reserved to 1280)
 """
 
 from __future__ import annotations
@@ -43,9 +49,9 @@ import posix_ipc
 from pipeline.runtime.errors import StartupError
 
 MAGIC = int.from_bytes(b"PROCTAB\x00", "little")
-VERSION = 3
+VERSION = 4
 HEADER_BYTES = 64
-RECORD_BYTES = 1024
+RECORD_BYTES = 1280
 ERROR_BYTES = 160
 STATS_BYTES = 760
 
@@ -64,6 +70,12 @@ OFF_ERROR_LEN = 88
 OFF_LAST_ERROR = 96
 OFF_STATS_LEN = 256
 OFF_STAGE_STATS = 264
+OFF_LAT_HIST = 1024
+
+#: the latency histogram's upper bounds (ns): 1 us to 1 s, 1-2-5 per decade (the metrics' buckets)
+LAT_BOUNDS_NS = tuple(m * 10**e for e in range(3, 9) for m in (1, 2, 5)) + (10**9,)
+LAT_BUCKETS = len(LAT_BOUNDS_NS) + 1  # the last bucket: above 1 s
+OFF_LAT_SUM_NS = OFF_LAT_HIST + 8 * LAT_BUCKETS
 
 PHASE_NONE = 0
 PHASE_STARTING = 1
@@ -123,6 +135,19 @@ class ProcRecord:
         self._w[OFF_STATS_LEN // 8] = 0
         self._raw[OFF_STAGE_STATS : OFF_STAGE_STATS + len(data)] = data
         self._w[OFF_STATS_LEN // 8] = len(data)
+
+    def latency_histogram(self) -> tuple[list[int], int]:
+        """(counts per bucket of ``LAT_BOUNDS_NS`` and above, sum in ns) as last published; a read may
+        fall between two of the runner's stores, each count is whole."""
+        first = OFF_LAT_HIST // 8
+        return list(self._w[first:first + LAT_BUCKETS]), self._w[OFF_LAT_SUM_NS // 8]
+
+    def set_latency_histogram(self, counts, sum_ns: int) -> None:
+        """Publish the latency histogram (``LAT_BUCKETS`` counts, the sum in ns)."""
+        first = OFF_LAT_HIST // 8
+        for i in range(LAT_BUCKETS):
+            self._w[first + i] = int(counts[i])
+        self._w[OFF_LAT_SUM_NS // 8] = int(sum_ns)
 
     def clear(self) -> None:
         self._raw[:] = bytes(RECORD_BYTES)

@@ -215,6 +215,7 @@ class Runner:
         p50, p99 = ctx.latency_percentiles_ns()
         rec.set(PT.OFF_LAT_P50_NS, p50)
         rec.set(PT.OFF_LAT_P99_NS, p99)
+        rec.set_latency_histogram(*ctx.latency_histogram_ns())
         if ctx.stats:
             rec.set_stage_stats(ctx.stats)
         self.ports.heartbeat(now)

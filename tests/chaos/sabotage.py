@@ -16,10 +16,11 @@ import pytest
 
 from bench.chaos.flow import MIN_ORDERS
 from bench.chaos.harness import FAIL
+from bench.chaos.latency_guard import GUARD, latency_guard
 from bench.chaos.llm_faults import llm_faults
 from bench.chaos.process import sigkill_each
 from bench.chaos.stall import consumer_stall
-from tests.chaos.saboteurs import StallFastUnderFaults, sender_module, with_hook
+from tests.chaos.saboteurs import StallFastUnderFaults, risk_module, sender_module, with_hook
 
 pytestmark = [pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -78,3 +79,17 @@ def test_a_fast_path_that_stalls_under_the_llm_faults_fails_llm_faults():
     _report(row)
     assert all(row.details["checks"].values()), _report(row)  # the safety checks still hold
     assert row.details["p99_verdict"] == FAIL and row.verdict == FAIL, row.details["p99_why"]
+
+
+def test_a_gateway_that_lets_risk_increasing_orders_through_while_reducing_fails_latency_guard():
+    row = latency_guard(with_hook(risk_module("tests.chaos.saboteurs:LeakyRisk")), True)
+    _report(row)
+    assert row.verdict == FAIL
+    checks = row.details["checks"]
+    assert checks["no risk-increasing order approved while REDUCING"] is False, _report(row)
+    assert row.details["audit"]["increasing"], _report(row)
+
+
+def test_a_run_without_the_guard_fails_latency_guard():
+    row = latency_guard(with_hook(lambda text: text.replace(GUARD, "")), True)
+    assert row.verdict == FAIL and "no latency budget for features" in row.did, _report(row)

@@ -10,6 +10,8 @@ report FAIL.
 - ``StallFastUnderFaults``: a ``bench.chaos.harness.ChaosPipeline`` that, while the llm stage is in a fault
   phase, stops the fast stage for 20 ms every ~40 ms (SIGSTOP / SIGCONT from the harness): a fast path
   that stalls under the LLM's faults.
+- ``LeakyRisk``: the real ``procs.risk.RiskAgent`` whose gateway says REDUCING (event, audit line,
+  stats) but goes on approving as if ACTIVE: the latency guard's REDUCING effect broken.
 - ``with_hook(extra)``: a ``ChaosPipeline`` whose config text is also rewritten by ``extra`` (after the
   scenario's own hook).
 """
@@ -24,6 +26,8 @@ import time
 
 from bench.chaos.harness import ChaosPipeline
 from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd
+from pipeline.trading.risk.checks import TradingState
+from procs.risk import RiskAgent
 from procs.sender import SenderAgent
 
 #: which NEW order (1-based, as read) the broken senders lose or double
@@ -62,6 +66,23 @@ class DuplicatingSender(SenderAgent):
                 super()._on_order(seq, ts, kind, payload)
 
 
+class LeakyRisk(RiskAgent):
+    """Says REDUCING but approves as if ACTIVE (see the module docstring)."""
+
+    def on_start(self, ctx) -> None:
+        super().on_start(ctx)
+        gw, orig = self.gw, self.gw.on_control
+
+        def leaky(payload):
+            out = orig(payload)
+            if gw.state == TradingState.REDUCING:
+                gw.state = TradingState.ACTIVE  # the transition is on record; its effect is not
+                self.stats["sabotage_leaky"] = 1
+            return out
+
+        gw.on_control = leaky
+
+
 def with_hook(extra):
     """A ``ChaosPipeline`` class whose config text is rewritten by the scenario's hook, then ``extra``."""
 
@@ -81,6 +102,16 @@ def sender_module(module: str):
         old = 'module = "procs.sender:SenderAgent"'
         if text.count(old) != 1:
             raise ValueError("no sender stage in the config text")
+        return text.replace(old, f'module = "{module}"')
+    return extra
+
+
+def risk_module(module: str):
+    """Config rewrite: the risk stage's module replaced by ``module``."""
+    def extra(text: str) -> str:
+        old = 'module = "procs.risk:RiskAgent"'
+        if text.count(old) != 1:
+            raise ValueError("no risk stage in the config text")
         return text.replace(old, f'module = "{module}"')
     return extra
 

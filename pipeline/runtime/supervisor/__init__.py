@@ -9,7 +9,9 @@ One module per job:
 - ``runlock``: the run lock (one supervisor per run dir) and its pid file;
 - ``cleanup``: removing what a run leaves behind (``clean_stale``);
 - ``controlplane``: the ``ipc://`` REP socket answering ``status``, ``restart``, ``halt``...;
-- ``status``: the status snapshot and its table view.
+- ``status``: the status snapshot and its table view;
+- ``budget``: the latency-budget guard (pure: runs above each budget, the level, the command);
+- ``termview``: ``up``'s status view (a live screen on a terminal, the table appended otherwise).
 
 The names below are what the CLI (``pipeline/__main__.py``), the tests and the bench use.
 """

@@ -38,6 +38,7 @@ from pipeline.runtime import proctable as PT
 from pipeline.runtime.config import Config, ProcessConfig
 from pipeline.runtime.errors import StartupError
 from pipeline.runtime.log import EventLog
+from pipeline.runtime.ops.server import start_ops_server
 from pipeline.runtime.pinning import available_cores, plan_cores
 from pipeline.runtime.runepoch import EPOCH_FILE, write_run_epoch
 from pipeline.runtime.supervisor.cleanup import clean_stale
@@ -48,7 +49,9 @@ from pipeline.runtime.supervisor.runlock import PID_FILE, RunLock
 from pipeline.runtime.supervisor.states import (
     EXIT_START_PERMANENT, Action, Event, Lifecycle, State, describe_exit, transition,
 )
-from pipeline.runtime.supervisor.status import format_status, process_row, ring_row
+from pipeline.runtime.supervisor.budget import LatencyGuard, Reading
+from pipeline.runtime.supervisor.status import process_row, ring_row
+from pipeline.runtime.supervisor.termview import make_view
 from pipeline.runtime.transport import doorbell_ring
 from pipeline.trading.messages import ControlCmd, ControlReason, Kind, pack_control
 from ringbuf import Ring, layout as L
@@ -93,7 +96,8 @@ class Supervisor:
         self.config_path = str(Path(config_path).resolve())
         self.log = log
         self.clock = clock
-        self.out = out  # where the live status view goes (None: nowhere)
+        self.view = make_view(out) if out is not None else None  # the status view of `up` (None: none)
+        self.guard = LatencyGuard(cfg.latency_guard)  # the latency-budget guard (budget.py)
         sup = cfg.supervisor
         self.run_dir = Path(sup.run_dir)
         self.log_dir = Path(sup.log_dir)
@@ -106,6 +110,7 @@ class Supervisor:
         self.procs: dict[str, Proc] = {}
         self.control_writer = None
         self.control = ControlServer(log)
+        self.ops = None  # the ops server (/metrics, /health, dashboard; pipeline/runtime/ops/), when ops_port is set
         self.launcher = Launcher(cfg, self.config_path, log, self._say)
         self.halted = False
         self.stopping = False
@@ -368,6 +373,7 @@ class Supervisor:
 
     def resume(self) -> bool:
         self.halted = False
+        self.guard.resume()  # only an operator's resume lowers the latency guard
         return self._control(ControlCmd.RESUME, ControlReason.OPERATOR, "operator resume")
 
     def _control(self, cmd: ControlCmd, reason: ControlReason, why: str) -> bool:
@@ -419,15 +425,30 @@ class Supervisor:
                  for p in self.procs.values()]
         return {"supervisor_pid": os.getpid(), "halted": self.halted, "plan": self.plan_note,
                 "launcher": self.launcher.description, "run_epoch": self.run_epoch, "processes": procs,
-                "rings": [ring_row(n, r) for n, r in self.rings.items()]}
+                "rings": [ring_row(n, r) for n, r in self.rings.items()], "latency_guard": self.guard.snapshot(now)}
 
-    def render_status(self, interval_s: float) -> str:
-        """The live view, with message rates since the last render."""
+    def _show_status(self, interval_s: float) -> None:
+        """The status view, with message rates since the last one."""
         st = self.status()
-        view = format_status(st, self._last_status, interval_s,
-                             symbols={i.id: i.symbol for i in self.cfg.instruments})
+        self.view.show(st, self._last_status, interval_s, symbols={i.id: i.symbol for i in self.cfg.instruments})
         self._last_status = {r["name"]: (r["msgs_in"], r["msgs_out"]) for r in st["processes"]}
-        return view
+
+    def _guard_tick(self) -> None:
+        """The latency guard's look (``budget.LatencyGuard``): each budgeted RUNNING stage's published p99
+        in; the CONTROL it calls for out, with reason LATENCY_BUDGET, logged (``latency_guard``)."""
+        recs = {n: self.table.record(p.index) for n, p in self.procs.items()
+                if n in self.guard.stages and p.state is State.RUNNING}
+        readings = {n: Reading(r.get(PT.OFF_PID), r.get(PT.OFF_HEARTBEAT_NS), r.get(PT.OFF_MSGS_OUT),
+                               r.get(PT.OFF_LAT_P99_NS)) for n, r in recs.items()}
+        ctl = next((p for p in self.procs.values() if self.cfg.supervisor.control_ring in p.cfg.inputs), None)
+        live = ctl is not None and ctl.state is State.RUNNING  # the gateway's published state, when it runs
+        risk_state = self.table.record(ctl.index).stage_stats().get("state") if live else None
+        cmd = self.guard.update(self.clock(), readings, risk_state)
+        if cmd is not None:
+            self.halted = self.halted or cmd is ControlCmd.HALT
+            self.log.warning("latency_guard", cmd=cmd.name, guard=self.guard.level.name, reason=self.guard.reason,
+                             risk_state=risk_state)
+            self._control(cmd, ControlReason.LATENCY_BUDGET, self.guard.reason)
 
     # ------------------------------------------------------------------------------ lifecycle
     def up(self, *, status_every_s: float = 1.0, run_for_s: float | None = None) -> int:
@@ -456,6 +477,7 @@ class Supervisor:
                 self._say(f"cleaned a stale run: {', '.join(removed)}")
             self.create()
             self.open_control()
+            self.ops = start_ops_server(self.cfg, self.log, self, self._say)  # its own thread; None when off
             self._say(self.plan_note)
             signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
             signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
@@ -465,6 +487,8 @@ class Supervisor:
             self._supervise(status_every_s, run_for_s)
         finally:
             self.down()
+            if self.view is not None:
+                self.view.close()
         return 0
 
     def _supervise(self, status_every_s: float, run_for_s: float | None) -> None:
@@ -475,31 +499,27 @@ class Supervisor:
         next_status = t0
         while not self.stopping:
             self.tick()
+            if self.guard.stages:
+                self._guard_tick()
             self.serve_control()
             now = time.monotonic()
-            if self.out is not None and status_every_s and now >= next_status:
-                self._show(self.render_status(status_every_s))
+            if self.view is not None and status_every_s and now >= next_status:
+                self._show_status(status_every_s)
                 next_status = now + status_every_s
             if run_for_s is not None and now - t0 >= run_for_s:
                 break
             time.sleep(poll_s)
 
     def _say(self, text: str) -> None:
-        if self.out is not None:
-            print(text, file=self.out, flush=True)
-
-    def _show(self, view: str) -> None:
-        if self.out is None:
-            return
-        if getattr(self.out, "isatty", lambda: False)():
-            self.out.write("\x1b[H\x1b[2J" + view + "\n")
-        else:
-            self.out.write(view + "\n\n")
-        self.out.flush()
+        if self.view is not None:
+            self.view.say(text)
 
     def down(self) -> None:
         """Stop every process (SIGTERM, grace, SIGKILL), remove every resource (the run epoch and,
         last, the pid file), then let go of the run lock. Idempotent; copes with a partial start."""
+        if self.ops is not None:  # first: it reads the rings and the process table closed below
+            self.ops.stop()
+            self.ops = None
         self.stopping = True
         for name in reversed(self.start_order()):  # producers first, so consumers drain
             if name in self.procs:

@@ -4,7 +4,10 @@ CONTROL HALT and KILL_SWITCH halt and send CANCEL_ALL for every configured instr
 order is marked cancelling, each live plan dropped); KILL_SWITCH and a daily-loss breach latch
 (REDUCE_ONLY does not lift them), only RESUME does. REDUCE_ONLY moves to REDUCING unless latched. A
 daily-loss breach (realized + unrealized PnL at or below ``-daily_loss_limit``) halts, latched. Every
-transition is a ``StateChanged`` event; malformed CONTROL is a ``MessageRejected``. Nothing here raises.
+transition is a ``StateChanged`` event; its cause is the command (``halt``, ``kill_switch``, ``resume``,
+``reduce_only``), followed by ``:`` and the CONTROL's reason when that is not OPERATOR
+(``reduce_only:latency_budget``, ``halt:stage_fatal``). Malformed CONTROL is a ``MessageRejected``.
+Nothing here raises.
 (The state report's transitions to REDUCING are the gateway's: ``gateway.RiskGateway``.)
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.trading.messages import ControlCmd, OrderCmd, unpack_control
+from pipeline.trading.messages import ControlCmd, ControlReason, OrderCmd, unpack_control
 from pipeline.trading.risk.checks import PreTradeChecks, TradingState
 from pipeline.trading.risk.events import CancelAllSent, Event, MessageRejected, StateChanged
 from pipeline.trading.risk.limits import InstrumentSpec, RiskLimits
@@ -52,20 +55,21 @@ class TradingStateMachine(PreTradeChecks):
         c = unpack_control(payload)
         if c is None:
             return [MessageRejected(ts_ns=self.clock(), kind="CONTROL", why="malformed")]
-        cmd = c[0]
+        cmd, reason = c[0], c[1]
+        why = "" if reason == ControlReason.OPERATOR else ":" + reason.name.lower()
         out: list[Event] = []
         if cmd == ControlCmd.HALT:
-            return self.halt("halt", False)
+            return self.halt("halt" + why, False)
         if cmd == ControlCmd.KILL_SWITCH:
-            return self.halt("kill_switch", True)
+            return self.halt("kill_switch" + why, True)
         if cmd == ControlCmd.RESUME:
-            self._set_state(TradingState.ACTIVE, "resume", False, out)
+            self._set_state(TradingState.ACTIVE, "resume" + why, False, out)
         elif cmd == ControlCmd.REDUCE_ONLY:
             if self.latched:
                 out.append(StateChanged(ts_ns=self.clock(), old=self.state.name, new=self.state.name,
-                                        cause="reduce_only_ignored_latched", latched=True))
+                                        cause="reduce_only_ignored_latched" + why, latched=True))
             else:
-                self._set_state(TradingState.REDUCING, "reduce_only", None, out)
+                self._set_state(TradingState.REDUCING, "reduce_only" + why, None, out)
         return out
 
     def _check_daily_loss(self, out: list) -> None:

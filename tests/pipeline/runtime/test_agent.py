@@ -71,3 +71,35 @@ def test_without_a_tap_marks_cost_nothing_and_record_nothing():
     ctx = _ctx(ManualClock(10))
     ctx.mark(mark_code(MARK_ORDER_SENT), 5)
     assert ctx.emit(_Port(), Kind.BOOK, b"x", 5) and ctx.tap is None and ctx.latency_percentiles_ns() == (5, 5)
+
+
+def test_the_latency_histogram_counts_each_output_once_in_its_bucket():
+    """Every output since the last call, bucketed by the process table's bounds (a latency on a bound
+    is in that bound's bucket), summed in ns; folded at each call (the runner's heartbeat), never twice."""
+    from pipeline.runtime.proctable import LAT_BUCKETS
+
+    port = _Port()
+    ctx = _ctx(ManualClock(10**12), outputs={"out": port})
+    for lat_ns in (500, 1_000, 1_001, 3_000_000, 2_000_000_000):
+        ctx.emit(port, 1, b"x", 10**12 - lat_ns)
+    counts, sum_ns = ctx.latency_histogram_ns()
+    expected = [0] * LAT_BUCKETS
+    for bucket in (0, 0, 1, 11, 19):  # <=1us, <=1us, <=2us, <=5ms, above 1 s
+        expected[bucket] += 1
+    assert list(counts) == expected and sum_ns == 500 + 1_000 + 1_001 + 3_000_000 + 2_000_000_000
+    counts, sum_ns = ctx.latency_histogram_ns()
+    assert list(counts) == expected, "nothing new: nothing added"
+    ctx.emit(port, 1, b"x", 10**12 - 150_000)
+    counts, _ = ctx.latency_histogram_ns()
+    assert counts[7] == 1 and int(counts.sum()) == 6  # 150 us: the <=200 us bucket
+
+
+def test_outputs_beyond_the_window_between_two_calls_are_not_counted():
+    from pipeline.runtime.agent import LATENCY_WINDOW
+
+    port = _Port()
+    ctx = _ctx(ManualClock(10**12), outputs={"out": port})
+    for _ in range(LATENCY_WINDOW + 100):
+        ctx.emit(port, 1, b"x", 10**12 - 1_000)
+    counts, sum_ns = ctx.latency_histogram_ns()
+    assert int(counts.sum()) == LATENCY_WINDOW and sum_ns == LATENCY_WINDOW * 1_000

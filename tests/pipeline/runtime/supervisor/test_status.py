@@ -38,3 +38,40 @@ def test_without_symbols_or_a_pnl_the_lines_say_what_they_know():
     assert [line.split() for line in lines[i + 1:i + 3]] == [["#1", "(1)", "risk", "0", "-"],
                                                              ["#2", "(2)", "risk", "1.5", "-"]]
     assert not any(line.startswith("instrument") for line in format_status(snapshot({"state": "ACTIVE"})).splitlines())
+
+
+GUARD_OK = {"level": 0, "state": "OK", "reason": "", "for_ms": 0, "trips": 0, "window_ms": 5_000, "min_samples": 10,
+            "stages": {"features": {"reduce_p99_us": 50_000, "halt_p99_us": 250_000, "p99_us": 812.4, "above_ms": 0,
+                                    "samples": 0, "lowest_p99_us": 0.0, "breach": "OK", "armed": True},
+                       "fast": {"reduce_p99_us": 40_000, "halt_p99_us": 0, "p99_us": 0.0, "above_ms": 0, "samples": 0,
+                                "lowest_p99_us": 0.0, "breach": "OK", "armed": False}}}
+REASON = "features p99 above 50,000 us for 5.0 s (51 samples, lowest 61,000 us)"
+
+
+def with_guard(guard, halted=False):
+    return {**snapshot(RISK), "halted": halted, "latency_guard": guard}
+
+
+def test_the_latency_guard_says_its_level_why_and_each_budget():
+    lines = format_status(with_guard(GUARD_OK)).splitlines()
+    assert lines[0].split()[4] == "trading"
+    i = lines.index(next(line for line in lines if line.startswith("latency guard")))
+    assert lines[i] == "latency guard: OK (acts when a stage's p99 stays above a budget for 5000 ms)"
+    assert lines[i + 1] == "  p99 us (reduce / halt budget): features 812 (50,000 / 250,000)  fast 0 (40,000 / -) (arming)"
+    slow = {**GUARD_OK["stages"]["features"], "p99_us": 70_000.0, "above_ms": 5_300, "samples": 54,
+            "lowest_p99_us": 61_000.0, "breach": "REDUCING"}
+    reducing = {**GUARD_OK, "level": 1, "state": "REDUCING", "reason": REASON, "for_ms": 3_200, "trips": 1,
+                "stages": {**GUARD_OK["stages"], "features": slow}}
+    lines = format_status(with_guard(reducing)).splitlines()
+    assert lines[0].split()[4] == "REDUCING"
+    i = lines.index(next(line for line in lines if line.startswith("latency guard")))
+    assert lines[i] == f"latency guard: REDUCING for 3.2 s: {REASON}; only an operator's resume lifts it"
+    assert "features 70,000 (50,000 / 250,000) above for 5.3 s REDUCING  fast" in lines[i + 1]
+    halted = {**reducing, "level": 2, "state": "HALTED"}
+    assert format_status(with_guard(halted, halted=True)).splitlines()[0].split()[4] == "HALTED"
+
+
+def test_without_budgets_the_guard_has_no_lines():
+    for guard in (None, {**GUARD_OK, "stages": {}}):
+        text = format_status(with_guard(guard))
+        assert "latency guard" not in text and text.splitlines()[0].split()[4] == "trading"

@@ -3,7 +3,9 @@ and cancels that pass while halted."""
 
 from __future__ import annotations
 
-from pipeline.trading.messages import Action, ControlCmd, ExecType, Side
+import pytest
+
+from pipeline.trading.messages import Action, ControlCmd, ControlReason, ExecType, Side, pack_control
 from pipeline.trading.risk import (CancelAllSent, CancelSent, MessageRejected, RiskLimits, StateChanged, TradingState,
                                    resolve_limits)
 from pipeline.trading.risk.ledger import Working
@@ -53,3 +55,26 @@ def test_the_state_machine_halts_over_the_ledger_alone():
     out = []
     sm._check_daily_loss(out)
     assert of(out, StateChanged)[0].cause == "daily_loss" and sm.state == TradingState.HALTED and sm.latched
+
+
+# (id, commands (cmd, reason) in order, the last StateChanged's cause)
+CAUSES = [
+    ("an operator's command says only the command", [(ControlCmd.HALT, ControlReason.OPERATOR)], "halt"),
+    ("the latency guard's REDUCE_ONLY names its reason", [(ControlCmd.REDUCE_ONLY, ControlReason.LATENCY_BUDGET)],
+     "reduce_only:latency_budget"),
+    ("the latency guard's HALT", [(ControlCmd.HALT, ControlReason.LATENCY_BUDGET)], "halt:latency_budget"),
+    ("a FATAL stage's HALT", [(ControlCmd.HALT, ControlReason.STAGE_FATAL)], "halt:stage_fatal"),
+    ("REDUCE_ONLY ignored while latched, with its reason",
+     [(ControlCmd.KILL_SWITCH, ControlReason.OPERATOR), (ControlCmd.REDUCE_ONLY, ControlReason.LATENCY_BUDGET)],
+     "reduce_only_ignored_latched:latency_budget"),
+    ("the operator's resume", [(ControlCmd.HALT, ControlReason.LATENCY_BUDGET), (ControlCmd.RESUME, ControlReason.OPERATOR)],
+     "resume"),
+]
+
+
+@pytest.mark.parametrize("commands,cause", [r[1:] for r in CAUSES], ids=[r[0] for r in CAUSES])
+def test_a_state_change_names_the_command_and_a_reason_other_than_the_operator(commands, cause):
+    gw, clock = gateway()
+    for cmd, reason in commands:
+        out = gw.on_control(pack_control(cmd, reason, 1))
+    assert of(out, StateChanged)[-1].cause == cause
