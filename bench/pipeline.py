@@ -46,8 +46,14 @@ when they arrived, by the venue's own rule (``VALIDITY_RULE``; its default ``max
 
 Every percentile is HdrHistogram's (``bench.report.hdr_summary``: 1 ns to 60 s, 3 significant digits).
 
+Isolation (``--isolation``; ``--rounds``, ``--window-s``): the same config in one run with the llm stage
+running the real default model, switched between generating back to back and stopped in interleaved
+windows; the fast path's SIGNAL p50 / p99 under each and their ratio, judged by a rule fixed in
+``bench.pipeline_isolation`` (p99 ratio <= 1.5 holds).
+
 Modules: ``bench.pipeline_config`` (the scenario and its config), ``bench.pipeline_figures`` (the stages
-measured, ``summarize``), ``bench.pipeline_report`` (report.md), ``bench.pipeline_plots`` (the PNGs).
+measured, ``summarize``), ``bench.pipeline_report`` (report.md), ``bench.pipeline_plots`` (the PNGs),
+``bench.pipeline_isolation`` (the isolation measurement).
 """
 
 from __future__ import annotations
@@ -228,7 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="measured seconds per scenario")
     ap.add_argument("--only", default=None, help="comma-separated scenario names")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--isolation", action="store_true",
+                    help="the real model generating against it stopped, interleaved (bench.pipeline_isolation)")
+    ap.add_argument("--rounds", type=int, default=20, help="--isolation: rounds of (stopped, busy) windows")
+    ap.add_argument("--window-s", type=float, default=3.0, help="--isolation: seconds a window")
+    ap.add_argument("--model", default="shipped", choices=["shipped", "hand-set"],
+                    help="--isolation: the fast stage's classifier (bench.pipeline_config.MODELS)")
     args = ap.parse_args(argv)
+    if args.isolation:
+        from bench import pipeline_isolation
+
+        return pipeline_isolation.main(args.rounds, args.window_s, args.out, args.model)
     out_dir, machine = report.start("stress" if args.stress else "pipeline", args.out)
     plan = stress_plan(args.seconds) if args.stress else default_plan(args.quick, args.seconds)
     if args.only:

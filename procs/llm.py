@@ -11,24 +11,31 @@
   (``pipeline.trading.messages.unpack_position``, written by the risk stage whenever an instrument's
   position changes, and once after its first sync) replaces the instrument's position in lots; a
   message of another kind, the wrong size or an unconfigured instrument is counted (``unknown_kind`` /
-  ``pos_rejected`` / ``unknown_instrument``) and ignored. Without that ring (it is optional) every
+  ``pos_rejected`` / ``unknown_instrument``) and ignored. The prompt shows the position and its latest
+  changes (the stage sees POSITIONs, not fills: a change is the fills' net effect;
+  ``pipeline.trading.llm.prompt.PositionTrack``). Without that ring (it is optional) every
   position is ``unknown``, as it is before the first POSITION of an instrument;
 - at most one generation is in flight, on a thread scheduled SCHED_IDLE (``sched_idle``) with
   niceness ``nice`` (10), so the fast path's processes win a shared core, and starts are at least
   ``min_gap_ms`` apart; the newest waiting
   signal replaces an older one (``conflated``);
-- when the worker is free and the circuit breaker (``pipeline.trading.llm.breaker``) allows, the waiting signal
-  is submitted with a deadline ``deadline_ms`` from now and the instrument's latest position; while
-  the breaker is OPEN waiting signals are dropped (``breaker_drops``): the system runs fast-path only;
-- a finished generation that validated becomes one INSTRUCTION (``INSTRUCTION_DTYPE``: the signal's
+- when the worker is free, the waiting signal is submitted with a deadline ``deadline_ms`` from now
+  and the instrument's latest position, whatever the circuit breaker's state
+  (``pipeline.trading.llm.breaker``): while it is OPEN generations still run, as probes;
+- a finished generation's answer is validated and its outcome recorded by the breaker. One that
+  validated becomes one INSTRUCTION (``INSTRUCTION_DTYPE``: the signal's
   instrument, the answer's action / lots / offset / confidence / ttl, ``signal_seq`` = the signal's
   ``feature_seq``, ``issued_ns`` = the clock at emission, ``instruction_id`` = 1, 2, ...) written with
-  the signal's ts_origin_ns; the output is never waited on (full: ``instr_drops``). Anything else is
-  counted as ``rej_<reason>`` (``pipeline.trading.llm.schema.REASONS``) and nothing is written.
+  the signal's ts_origin_ns, unless the breaker is OPEN when the answer comes back: then it is a
+  probe, dropped and counted (``probes``, those that validated also ``probes_valid``), and nothing
+  reaches risk: the system runs fast-path only. The output is never waited on (full:
+  ``instr_drops``). An answer that did not validate is counted as ``rej_<reason>``
+  (``pipeline.trading.llm.schema.REASONS``) and nothing is written;
 - a generation still running ``hang_grace_ms`` past its deadline (a call that yields no token never
   reaches the per-token deadline check) is hung: counted (``hung``) as a late failure for the breaker
   at once, and aborted; its answer, if it ever comes, is dropped (``rej_hung``);
-- breaker state changes are log events (``llm_breaker``: warning when it opens, info otherwise);
+- breaker state changes are log events (``llm_breaker``: old, new, score, why; warning when it
+  opens, info otherwise), and status shows the state, its reason and the latest score sample;
 - idle (any ``wait`` but busy-spin), the stage sleeps ``idle_poll_ms`` (2) between looks at its rings,
   or until the generation in flight finishes (``wait_for_work``), instead of the runner's back-off.
 
@@ -37,9 +44,10 @@ naming the process and the field (``llm: bad params: Object contains unknown fie
 defaults to the only input besides ``position_input``; ``LlmParams.gpu_need`` is what the
 supervisor's GPU budget counts for the stage.
 
-Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker,
-score, signals, conflated, breaker_drops, generations, instructions, instr_drops, rej_<reason>,
-rejected, unknown_kind, unknown_instrument, pos_rejected, hung,
+Status (``ctx.stats``): model (file name, ``(stand-in)`` for the generated tiny model), breaker
+(closed / open / half_open), breaker_why (the reason for that state), score (the breaker's latest
+sample; null with no evidence), signals, conflated, generations, instructions, instr_drops, probes,
+probes_valid, rej_<reason>, rejected, unknown_kind, unknown_instrument, pos_rejected, hung,
 prompt_tok / prompt_eval (prompt tokens in total / actually evaluated, summed), gen_tok, gen_ms_last,
 gpu_mib (the weights' size when offloaded).
 """
@@ -56,6 +64,7 @@ from pipeline.runtime.errors import ConfigError
 from pipeline.trading.llm.breaker import BreakerState, CircuitBreaker
 from pipeline.trading.llm.hub import CONTENT_REASONS, GenerationWorker, Job, LlmHub, LlmParams
 from pipeline.trading.llm.hub import parse_params as _hub_params
+from pipeline.trading.llm.prompt import PositionTrack
 from pipeline.trading.llm.schema import instruction_bytes
 from pipeline.trading.messages import SIGNAL_CTX_DTYPE, Kind, unpack_position
 
@@ -83,7 +92,7 @@ def parse_params(name: str, params: dict) -> LlmParams:
 
     Raises:
         ConfigError: an unknown or ill-typed field, named with the process (``llm: bad params: Object
-            contains unknown field ...``); ``min_ttl_ms > max_ttl_ms`` (the hub's own check).
+            contains unknown field ...``).
     """
     parse_stage_params(name, params, LlmParams)
     return _hub_params(dict(params))
@@ -119,7 +128,7 @@ class LlmAgent(Agent):
         self.inp = ctx.input(_signal_input(p, ctx.inputs))
         self.out = _NoWait(ctx.output(p.output))
         self.pos_in = ctx.inputs.get(p.position_input)  # optional: without it every position is unknown
-        self.positions: dict[int, int] = {}  # instrument id -> lots, from the latest POSITION of each
+        self.track = PositionTrack()  # each instrument's latest POSITION (lots) and its recent changes
         self.instruments = {i.id: i for i in ctx.config.instruments}
         factory = type(self).hub_factory
         self.hub = factory(p, self.instruments, ctx.clock) if factory else LlmHub(p, self.instruments, clock=ctx.clock)
@@ -137,9 +146,10 @@ class LlmAgent(Agent):
         self.pending: tuple[bytes, int] | None = None  # the newest SIGNAL_CTX not yet asked about
         self.next_id = 1
         self.stats = ctx.stats
-        self.stats.update(model=self.hub.model_name, breaker=self.breaker.state.value, score=1.0, signals=0,
-                          conflated=0, breaker_drops=0, generations=0, instructions=0, instr_drops=0,
-                          prompt_tok=0, prompt_eval=0, gen_tok=0, gen_ms_last=0, gpu_mib=self.hub.gpu_mib)
+        self.stats.update(model=self.hub.model_name, breaker=self.breaker.state.value, breaker_why=self.breaker.why,
+                          score=None, signals=0, conflated=0, generations=0, instructions=0, instr_drops=0,
+                          probes=0, probes_valid=0, prompt_tok=0, prompt_eval=0, gen_tok=0, gen_ms_last=0,
+                          gpu_mib=self.hub.gpu_mib)
         ctx.log.info("llm_ready", model=p.model_path, stand_in=self.hub.stand_in, n_ctx=p.n_ctx,
                      n_gpu_layers=p.n_gpu_layers, grammar=p.grammar, system_tokens=len(self.hub.sys_tokens),
                      position_source=p.position_input if self.pos_in is not None else "none")
@@ -157,11 +167,11 @@ class LlmAgent(Agent):
         if instrument_id not in self.instruments:
             self._bump("unknown_instrument")
             return
-        self.positions[instrument_id] = lots
+        self.track.update(instrument_id, lots, self.ctx.clock())
 
     def position_lots(self, instrument_id: int) -> int | None:
         """The instrument's position in lots, from the risk stage's latest POSITION; None when unknown."""
-        return self.positions.get(instrument_id)
+        return self.track.lots(instrument_id)
 
     # -------------------------------------------------------------------------------- work
     def _bump(self, key: str, n: int = 1) -> None:
@@ -203,16 +213,13 @@ class LlmAgent(Agent):
             raw, ts = self.pending
             self.pending = None
             sig = np.frombuffer(raw, SIGNAL_CTX_DTYPE, 1)[0]
-            if self.breaker.allow():
-                now = self.ctx.clock()
-                self.next_start_ns = now + self.min_gap_ns
-                job = Job(sig=sig, ts_origin_ns=ts, position_lots=self.position_lots(int(sig["instrument_id"])),
-                          deadline_ns=now + self.deadline_ns, submitted_ns=now)
-                self.worker.submit(job)
-                self.inflight, self.hung = job, False
-                self.stats["generations"] += 1
-            else:
-                self.stats["breaker_drops"] += 1
+            now = self.ctx.clock()  # whatever the breaker's state: while OPEN, the answer is a probe
+            self.next_start_ns = now + self.min_gap_ns
+            job = Job(sig=sig, ts_origin_ns=ts, position_lots=self.track.view(int(sig["instrument_id"]), now),
+                      deadline_ns=now + self.deadline_ns, submitted_ns=now)
+            self.worker.submit(job)
+            self.inflight, self.hung = job, False
+            self.stats["generations"] += 1
             work += 1
         return work
 
@@ -251,14 +258,17 @@ class LlmAgent(Agent):
         st["prompt_eval"] += out.prompt_evaluated
         st["gen_tok"] += out.gen_tokens
         st["gen_ms_last"] = round(out.gen_ns / 1e6, 3)
-        ok = False
-        if out.ok:
+        live = self.breaker.live()  # OPEN when the answer comes back: a probe, dropped whatever it says
+        if not live:
+            st["probes"] += 1
+        if out.ok and not live:
+            st["probes_valid"] += 1
+        elif out.ok:
             payload = instruction_bytes(out.decision, signal_seq=int(job.sig["feature_seq"]),
                                         issued_ns=self.ctx.clock(), instruction_id=self.next_id)
             if self.ctx.emit(self.out, Kind.INSTRUCTION, payload, job.ts_origin_ns):
                 self.next_id += 1
                 st["instructions"] += 1
-                ok = True
             else:
                 st["instr_drops"] += 1
         else:
@@ -268,15 +278,17 @@ class LlmAgent(Agent):
                 self.ctx.log.warning("llm_answer_rejected", reason=out.reason, detail=out.detail[:200],
                                      finish=out.finish, feature_seq=int(job.sig["feature_seq"]),
                                      text=out.text[:120], count=n)
-        self._note(self.breaker.record(success=ok, on_time=out.on_time, anomaly=out.reason in CONTENT_REASONS))
+        # success: the answer validated (a full output ring is not the model's failure)
+        self._note(self.breaker.record(success=out.ok, on_time=out.on_time, anomaly=out.reason in CONTENT_REASONS))
 
-    def _note(self, t) -> None:
-        self.stats["score"] = round(self.breaker.score(), 3)
-        if t is None:
-            return
-        self.stats["breaker"] = t.new.value
-        log = self.ctx.log.warning if t.new is BreakerState.OPEN else self.ctx.log.info
-        log("llm_breaker", old=t.old.value, new=t.new.value, score=t.score, why=t.why)
+    def _note(self, transitions) -> None:
+        """Status from the breaker; each transition logged (``llm_breaker``; a warning when it opens)."""
+        sc = self.breaker.score()
+        self.stats["score"] = None if sc is None else round(sc, 3)
+        for t in transitions:
+            self.stats["breaker"], self.stats["breaker_why"] = t.new.value, t.why
+            log = self.ctx.log.warning if t.new is BreakerState.OPEN else self.ctx.log.info
+            log("llm_breaker", old=t.old.value, new=t.new.value, score=t.score, why=t.why)
 
     def on_close(self) -> None:
         worker = getattr(self, "worker", None)

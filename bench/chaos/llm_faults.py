@@ -7,9 +7,11 @@ text), ``timeout`` (``deadline_ms`` 1), ``slow`` (every token takes ``slow_token
 the generation thread, busy, not asleep, so an answer would take 30 s; quick: 3 s: a model that slow
 uses its core for the whole generation, with the real one's SCHED_IDLE and niceness; ``busy_cpu``);
 a ``normal`` phase (the healthy hub) is measured too, for context, not judged. Each phase starts
-with a fresh breaker. Safety checks, always judged: no INSTRUCTION written and no LLM-origin ORDER
-decided or sent (risk's and the sender's latency taps, the audit log) in any fault phase, and the
-breaker opens (stage counter and an ``llm_breaker`` log event) in each.
+with a fresh breaker; once it is OPEN the faulty model keeps generating, as the breaker's probes (their
+answers dropped), so a fault loads the machine for the whole phase. Safety checks, always judged: no
+INSTRUCTION written and no LLM-origin ORDER decided or sent (risk's and the sender's latency taps, the
+audit log) in any fault phase, and the breaker opens (stage counter and an ``llm_breaker`` log event)
+in each.
 
 The fast path's p99 criterion: the statistic and the verdict rule, fixed on 2026-12-01 (issue #19),
 are ``bench.chaos.p99_rule``'s; the scenario's verdict is FAIL when a safety check failed, else that
@@ -65,19 +67,16 @@ def busy_cpu(seconds: float) -> None:
         hashlib.sha256(_BUSY_BUF)
 
 
-def slow_tokens(tokens, per_token_s: float):
-    """``tokens`` with ``per_token_s`` of CPU work (``busy_cpu``) before each one: a model that slow,
-    using the CPU all along, not sleeping between tokens."""
-    for tok in tokens:
-        busy_cpu(per_token_s)
-        yield tok
+#: tokens the hub samples for one answer (the grammar forces the rest, fed without sampling): the slow
+#: fault spreads ``slow_answer_s`` over these
+SAMPLED_TOKENS = 8
 
 
 class FaultyLlmAgent(_LlmBase):
     """``procs.llm.LlmAgent`` with a fault phase read from ``params.fault_file`` (checked every 50 ms):
     ``idle`` (signals drained, nothing generated), ``normal``, ``garbage`` (no grammar, temperature 5),
     ``timeout`` (deadline 1 ms), ``slow`` (each token takes ``slow_token_ms`` more of CPU work in the
-    generation thread: ``slow_tokens``). A phase change waits
+    generation thread: ``LlmHub.before_token``). A phase change waits
     for the generation in flight, starts a fresh circuit breaker and is logged (``fault_phase``). Test
     and bench use only."""
 
@@ -93,7 +92,6 @@ class FaultyLlmAgent(_LlmBase):
         self._base_p = self.hub.p
         self._base_deadline_ns = self.deadline_ns
         self._base_grammar = self.hub._grammar
-        self._base_generate = self.hub.llm.generate
         self._next_check = 0
         self.stats["fault"] = self.mode
 
@@ -102,21 +100,17 @@ class FaultyLlmAgent(_LlmBase):
 
         hub = self.hub
         hub.p, self.deadline_ns, hub._grammar = self._base_p, self._base_deadline_ns, self._base_grammar
-        hub.llm.generate = self._base_generate
+        hub.before_token = None
         if mode == "garbage":
             hub.p = msgspec.structs.replace(self._base_p, temperature=5.0, top_k=0, top_p=1.0)
             hub._grammar = lambda iid: None
         elif mode == "timeout":
             self.deadline_ns = 1_000_000
         elif mode == "slow":
-            base, per_token_s = self._base_generate, self.slow_token_ms / 1000
-
-            def slow_generate(*a, **kw):  # runs in the generation worker's thread
-                return slow_tokens(base(*a, **kw), per_token_s)
-
-            hub.llm.generate = slow_generate
+            per_token_s = self.slow_token_ms / 1000
+            hub.before_token = lambda: busy_cpu(per_token_s)  # runs in the generation worker's thread
         self.breaker = CircuitBreaker(self.p.breaker, self.ctx.clock)
-        self.stats.update(fault=mode, breaker=self.breaker.state.value)
+        self.stats.update(fault=mode, breaker=self.breaker.state.value, breaker_why=self.breaker.why, score=None)
         self.ctx.log.info("fault_phase", mode=mode)
         self.mode = mode
 
@@ -161,9 +155,11 @@ class LlmFaultPlan:
 
     @classmethod
     def of(cls, quick: bool) -> "LlmFaultPlan":
+        # the document's breaker (OPEN after 3 samples below 0.72; a faulty model's probes never lift the
+        # score to 0.85, so it stays OPEN); quick: samples every 250 ms and 3 outcomes enough to judge
         if quick:
-            return cls(3.0, 2, 1.0, 3.0, 60, {"trip_after_s": 0.5, "min_samples": 3, "cooldown_s": 60.0})
-        return cls(10.0, 30, 2.0, 30.0, 120, {"cooldown_s": 120.0})
+            return cls(3.0, 2, 1.0, 3.0, 60, {"sample_ms": 250, "min_outcomes": 3})
+        return cls(10.0, 30, 2.0, 30.0, 120, {})
 
 
 @dataclass(slots=True)
@@ -188,7 +184,7 @@ def faulty_llm_hook(fault_file: Path, nice: int, plan: LlmFaultPlan):
     def hook(text: str) -> str:
         return replace_process(text, "llm", llm_process(
             "bench.chaos.llm_faults:FaultyLlmAgent", nice=nice, max_tokens=plan.max_tokens, fault_file=str(fault_file),
-            slow_token_ms=round(1000 * plan.slow_answer_s / plan.max_tokens, 1), breaker=plan.breaker))
+            slow_token_ms=round(1000 * plan.slow_answer_s / SAMPLED_TOKENS, 1), breaker=plan.breaker))
     return hook
 
 
@@ -253,6 +249,7 @@ def _long_phases(p, fault_file: Path, plan: LlmFaultPlan, run: LlmRun) -> None:
         run.windows[mode] = (t0, time.monotonic_ns())
         st = p.stage("llm")
         run.phases[mode] = {"breaker_open_after_s": opened, "breaker": st.get("breaker"),
+                            "breaker_why": st.get("breaker_why"), "probes": st.get("probes"),
                             "rejects": {k: v for k, v in st.items() if k.startswith("rej_")}}
     _switch(p, fault_file, "idle", "the last idle window")
     run.windows["idle3"] = _timed(plan.phase_s)
@@ -260,8 +257,8 @@ def _long_phases(p, fault_file: Path, plan: LlmFaultPlan, run: LlmRun) -> None:
 
 def _interleaved_windows(p, fault_file: Path, plan: LlmFaultPlan, run: LlmRun) -> None:
     """The judged p99: short windows, idle and each fault in turn (``window_p99s``), so that the
-    machine's drift over the run lands on every condition alike (a phase change starts a fresh
-    breaker: in these windows the faulty LLM works all the time, the harsher case)."""
+    machine's drift over the run lands on every condition alike (the faulty LLM works all the time,
+    before its breaker opens and after, as probes)."""
     for _ in range(plan.cycles):
         for mode in ("idle", "garbage", "idle", "timeout", "idle", "slow"):
             _switch(p, fault_file, mode, f"an interleaved {mode} window")

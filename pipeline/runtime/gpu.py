@@ -1,8 +1,14 @@
 """GPU budget: what the configured models need must fit the device's free memory with a reserve.
 
-Each stage says what it needs (its params' ``gpu_need()``, a ``GpuNeed``); ``budget_from_config``
+Each stage says what it needs (its params' ``gpu_need()``, a ``GpuNeed``: the llm stage its weights
+file and its KV cache from the GGUF header, the fast stage its ONNX arena limit); ``budget_from_config``
 adds them up, pure ``check_budget`` decides, and a probe (NVML through nvidia-ml-py when installed,
 else ``nvidia-smi``) says what the device has free.
+
+The ``[gpu]`` table's figures are floors: each budget line is the larger of the table's figure and
+what the stages say. A config can so state the budget it was planned for (the 7B example: design
+document 002's LLM ~4.4 GiB + ONNX 2 GiB + reserve on a 12 GB card) and still be held to a model file
+bigger than planned; with the file not yet in place, the planned figure is what is checked.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class GpuNeed(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     llm_weights_mib: int = 0
+    llm_kv_cache_mib: int = 0
     onnx_mem_limit_mib: int = 0
 
 
@@ -89,16 +96,19 @@ def stage_gpu_need(proc: ProcessConfig) -> GpuNeed:
 
 
 def budget_from_config(cfg) -> GpuConfig:
-    """The GPU budget of a whole ``Config``: ``cfg.gpu`` with what the stages will take filled in where
-    the ``[gpu]`` table leaves it at 0: the sum of every process's ``stage_gpu_need``."""
+    """The GPU budget of a whole ``Config``: each line of ``cfg.gpu`` (weights, KV cache, ONNX arena)
+    raised to the sum of every process's ``stage_gpu_need`` where that is larger (the table's figures
+    are floors: the module docstring)."""
     gpu = cfg.gpu
-    llm_mib = onnx_mib = 0
+    llm_mib = kv_mib = onnx_mib = 0
     for proc in cfg.processes:
         need = stage_gpu_need(proc)
         llm_mib += need.llm_weights_mib
+        kv_mib += need.llm_kv_cache_mib
         onnx_mib += need.onnx_mem_limit_mib
     return msgspec.structs.replace(
-        gpu, llm_weights_mib=gpu.llm_weights_mib or llm_mib, onnx_mem_limit_mib=gpu.onnx_mem_limit_mib or onnx_mib)
+        gpu, llm_weights_mib=max(gpu.llm_weights_mib, llm_mib), llm_kv_cache_mib=max(gpu.llm_kv_cache_mib, kv_mib),
+        onnx_mem_limit_mib=max(gpu.onnx_mem_limit_mib, onnx_mib))
 
 
 def needed_mib(cfg: GpuConfig) -> int:

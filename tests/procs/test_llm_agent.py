@@ -1,6 +1,6 @@
 """The LLM hub stage (procs/llm.py) on the real llama-cpp-python and the generated tiny model: in-process
-with a fake context (200 generations through the gate, conflation, the breaker), and end to end under
-the supervisor (SIGNAL_CTX -> llm -> INSTRUCTION)."""
+with a fake context (200 generations through the gate, conflation, the breaker's probes and recovery),
+and end to end under the supervisor (SIGNAL_CTX -> llm -> INSTRUCTION)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.llm.hub import LlmParams
-from pipeline.trading.llm.prompt import example_signal
+from pipeline.trading.llm.prompt import PositionView, example_signal
 from pipeline.trading.messages import INSTRUCTION_DTYPE, Action, Kind, pack_position
 from pipeline.runtime.runner import load_agent_class
 from procs.llm import LlmAgent, parse_params
@@ -27,7 +27,7 @@ from tests.support.paths import REPO_ROOT
 from tests.support.ports import ListInput, RecordingPort
 from tests.support.wait import wait_until
 
-LIMITS = dict(max_position_lots=10, max_offset_ticks=20, min_ttl_ms=100, max_ttl_ms=10_000)
+LIMITS = dict(max_position_lots=10, max_offset_ticks=20, ttl_ms=2000)
 
 
 def start(params, *, clock=None, name="llm", inputs=("sig_llm",)):
@@ -67,7 +67,7 @@ def check_instruction(r, sent: dict) -> None:
     assert int(r["action"]) in {a.value for a in Action} and int(r["flags"]) == 0
     assert -LIMITS["max_position_lots"] <= int(r["target_lots"]) <= LIMITS["max_position_lots"]
     assert 0 <= int(r["limit_offset_ticks"]) <= LIMITS["max_offset_ticks"]
-    assert LIMITS["min_ttl_ms"] <= int(r["ttl_ms"]) <= LIMITS["max_ttl_ms"]
+    assert int(r["ttl_ms"]) == LIMITS["ttl_ms"]
     c = float(r["confidence"])
     assert 0.0 <= c <= 1.0 and abs(c * 100 - round(c * 100)) < 1e-3
     if int(r["action"]) == Action.FLATTEN:
@@ -136,30 +136,130 @@ def test_bad_input_is_counted_and_never_reaches_the_model():
     agent.on_close()
 
 
-def test_an_open_breaker_drops_signals_runs_nothing_and_says_so():
-    clk = ManualClock()
-    agent, ctx = start({"max_tokens": 8, "breaker": {"min_samples": 2, "cooldown_s": 5, "close_after_probes": 1},
-                        **LIMITS}, clock=clk)
-    q = ctx.inputs["sig_llm"].msgs
-    for s in (1, 2):  # max_tokens 8: every answer is truncated
-        q.append((Kind.SIGNAL_CTX, sig_bytes(s), s))
-        settle(agent)
-    assert ctx.stats["rej_truncated"] == 2 and ctx.stats["breaker"] == "closed"
-    logged = ctx.log.named("llm_answer_rejected")  # every rejection counted and logged (the first ten, then 1/100)
-    assert [(e["reason"], e["feature_seq"], e["count"]) for e in logged] == [("truncated", 1, 1), ("truncated", 2, 2)]
-    assert ctx.stats["rejected_answers"] == 2
-    clk.advance_s(3)
-    agent.do_work()
-    assert ctx.stats["breaker"] == "open"
-    opened = ctx.log.named("llm_breaker")
-    assert opened[-1]["new"] == "open" and any(e[0] == "warning" and e[1] == "llm_breaker" for e in ctx.log.events)
-    q.append((Kind.SIGNAL_CTX, sig_bytes(3), 3))
-    settle(agent)
-    assert ctx.stats["breaker_drops"] == 1 and ctx.stats["generations"] == 2 and not ctx.outputs["instr"].msgs
-    clk.advance_s(5)
-    agent.do_work()
-    assert ctx.stats["breaker"] == "half_open"
-    agent.on_close()
+class _ScriptedHub:
+    """The real hub on the tiny model (at temperature 0 under the production grammar its answers
+    validate), with two switches: while ``fail`` is set every answer is invalid JSON at once; ``gate``
+    holds each decision until it is set."""
+
+    def __init__(self, p, instruments, clock):
+        import threading
+
+        from pipeline.trading.llm.hub import LlmHub
+
+        self.real = LlmHub(p, instruments, clock=clock)
+        self.model_name, self.stand_in = self.real.model_name, self.real.stand_in
+        self.sys_tokens, self.gpu_mib = self.real.sys_tokens, self.real.gpu_mib
+        self.fail = False
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def decide(self, sig, position_lots, *, deadline_ns, abort):
+        from pipeline.trading.llm.hub import Outcome
+
+        self.gate.wait(30)
+        if self.fail:
+            return Outcome(reason="invalid_json", detail="scripted", finish="invalid")
+        return self.real.decide(sig, position_lots, deadline_ns=deadline_ns, abort=abort)
+
+    def close(self):
+        self.real.close()
+
+
+class _Drive:
+    """A stage on ``_ScriptedHub`` and a manual clock: ``ask(n)`` sends n signals one by one, each
+    answered before the next; ``tick(n)`` runs the stage's loop once a second for n seconds."""
+
+    def __init__(self, monkeypatch, params):
+        hubs = []
+        monkeypatch.setattr(LlmAgent, "hub_factory", staticmethod(lambda *a: hubs.append(_ScriptedHub(*a)) or hubs[0]))
+        self.clk = ManualClock()
+        self.agent, self.ctx = start(params, clock=self.clk)
+        self.hub, self.st, self.out = hubs[0], self.ctx.stats, self.ctx.outputs["instr"].msgs
+        self.seq = 0
+
+    def ask(self, n=1):
+        for _ in range(n):
+            self.seq += 1
+            self.ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(self.seq), self.seq))
+            settle(self.agent)
+
+    def tick(self, seconds):
+        for _ in range(seconds):
+            self.clk.advance_s(1)
+            self.agent.do_work()
+
+
+def test_an_open_breaker_runs_generations_as_probes_drops_their_answers_and_recovers_by_the_rules(monkeypatch):
+    d = _Drive(monkeypatch, {"breaker": {"min_outcomes": 2}})
+    st, log = d.st, d.ctx.log
+    try:
+        assert (st["breaker"], st["breaker_why"], st["score"]) == ("closed", "start", None)
+        d.hub.fail = True
+        d.ask(2)
+        assert st["rej_invalid_json"] == 2 and st["instructions"] == 0
+        d.tick(2)
+        assert st["breaker"] == "closed" and st["score"] == round(0.3 + 0.1 / 3, 3), "two samples below 0.72"
+        d.tick(1)
+        assert st["breaker"] == "open" and st["breaker_why"] == "score below 0.72 for 3 s (3 samples)"
+        assert log.events[-1][:2] == ("warning", "llm_breaker")
+        assert {k: log.named("llm_breaker")[-1][k] for k in ("old", "new", "why")} == {
+            "old": "closed", "new": "open", "why": st["breaker_why"]}
+        # OPEN: every signal still gets a generation; its answer is validated, scored, dropped, counted
+        d.hub.fail = False
+        d.ask(3)
+        assert (st["generations"], st["probes"], st["probes_valid"], st["instructions"]) == (5, 3, 3, 0)
+        assert not d.out, "nothing reaches risk while OPEN"
+        d.tick(1)
+        assert st["score"] == round(0.6 * 3 / 5 + 0.3 + 0.1 / 3, 3), "the probes were scored"
+        # nothing generated for two minutes: the window empties, no evidence, still OPEN
+        d.tick(120)
+        assert st["breaker"] == "open" and st["score"] is None
+        d.ask(2)  # two good probes: the score is 1.0 from the next sample on
+        d.tick(29)
+        assert st["breaker"] == "open"
+        d.tick(1)
+        assert st["breaker"] == "half_open" and st["breaker_why"] == "score at or above 0.85 for 30 s (30 samples)"
+        # HALF_OPEN: answers reach risk; a round of 5 that all succeed closes
+        d.ask(4)
+        assert len(d.out) == 4 and st["breaker"] == "half_open"
+        d.ask(1)
+        assert len(d.out) == 5 and st["breaker"] == "closed"
+        assert st["breaker_why"] == "a round of 5 half-open requests all succeeded"
+        assert [e["new"] for e in log.named("llm_breaker")] == ["open", "half_open", "closed"]
+        rej = sum(v for k, v in st.items() if k.startswith("rej_"))
+        assert st["generations"] == st["instructions"] + st["instr_drops"] + st["probes_valid"] + rej == 12
+    finally:
+        d.agent.on_close()
+
+
+def test_an_answer_that_comes_back_after_the_breaker_opened_is_a_dropped_probe(monkeypatch):
+    """What reaches risk is decided by the breaker's state when the answer comes back."""
+    d = _Drive(monkeypatch, {"deadline_ms": 60_000, "breaker": {"min_outcomes": 2}})
+    st = d.st
+    try:
+        d.hub.fail = True
+        d.ask(2)
+        d.tick(2)
+        d.hub.fail, _ = False, d.hub.gate.clear()
+        d.ctx.inputs["sig_llm"].msgs.append((Kind.SIGNAL_CTX, sig_bytes(3), 3))
+        d.agent.do_work()
+        assert st["generations"] == 3 and d.agent.worker.busy and st["breaker"] == "closed", "started while CLOSED"
+        d.tick(1)
+        assert st["breaker"] == "open"
+        d.hub.gate.set()
+        assert d.agent.worker.wait(10.0)
+        d.agent.do_work()
+        assert (st["probes"], st["probes_valid"], st["instructions"]) == (1, 1, 0) and not d.out
+    finally:
+        d.agent.on_close()
+
+
+def test_a_bad_breaker_threshold_fails_the_start_naming_the_field():
+    with pytest.raises(ConfigError) as err:
+        start({"breaker": {"trip_below": 1.5}})
+    assert str(err.value) == "llm: bad params: Expected `float` <= 1.0 - at `$.breaker.trip_below`"
+    with pytest.raises(ConfigError, match="unknown field `cooldown_s` - at `\\$.breaker`"):
+        start({"breaker": {"cooldown_s": 10}})
 
 
 def test_status_names_the_model_as_a_stand_in_and_counts_prompt_tokens():
@@ -207,7 +307,7 @@ def test_signals_in_validated_instructions_out_under_the_supervisor(pipe):
                       params="rate_per_s = 20, count = 30")
             + process("llm", "procs.llm:LlmAgent", inputs=["sig_llm"], outputs=["instr"], extra=BACK_OFF,
                       params=f'model_path = "{tiny_model()}", n_ctx = 2048, max_position_lots = 10, '
-                             f'max_offset_ticks = 20, min_ttl_ms = 100, max_ttl_ms = 10000')
+                             f'max_offset_ticks = 20, ttl_ms = 2000')
             + process("risk", "PayloadSink", inputs=["instr"], extra='wait = "blocking"\n',
                       params=f'out = "{out}"')
             + INSTRUMENTS)
@@ -412,7 +512,9 @@ def test_the_position_is_the_latest_position_message_of_the_instrument(monkeypat
         _decide(agent, ctx, 3, iid=2)
         pos.append((Kind.POSITION, pack_position(1, 0, 13), 13))
         _decide(agent, ctx, 4)
-        assert hub.seen == [(1, None), (2, 5), (3, -2), (4, 0)]
+        # the first POSITION of an instrument is a level, not a move; later changes are its recent moves
+        assert hub.seen == [(1, None), (2, PositionView(lots=5, moves=(2,))), (3, PositionView(lots=-2)),
+                            (4, PositionView(lots=0, moves=(-5, 2)))]
         assert agent.position_lots(1) == 0 and agent.position_lots(2) == -2
         assert ctx.log.named("llm_ready")[0]["position_source"] == "pos"
         assert ctx.msgs_in == 4 + 4  # signals and positions both taken from inputs
@@ -433,7 +535,7 @@ def test_a_malformed_position_is_counted_and_ignored(monkeypatch):
         assert hub.seen == [(1, None)] and agent.position_lots(1) is None and agent.position_lots(99) is None
         ctx.inputs["pos"].msgs.append((Kind.POSITION, pack_position(1, -4, 14), 14))
         _decide(agent, ctx, 2)
-        assert hub.seen[-1] == (2, -4) and st["pos_rejected"] == 2
+        assert hub.seen[-1] == (2, PositionView(lots=-4)) and st["pos_rejected"] == 2
     finally:
         agent.on_close()
 

@@ -11,19 +11,24 @@ from pipeline.runtime.log import EventLog
 def check_stage_params(cfg: Config) -> None:
     """Convert every process's ``params`` to the ``params_type`` of its agent class (a class without
     one takes any params), so that a typo in a param stops ``up`` before any process starts rather
-    than failing that stage's start. Imports each agent module (``module = "pkg.mod:Class"``).
+    than failing that stage's start; then the params' own ``preflight()`` where they have one (the llm
+    stage: its model file resolves and is a whole GGUF). Imports each agent module
+    (``module = "pkg.mod:Class"``).
 
     Raises:
         ConfigError: an unknown or ill-typed param, naming the process and the field
             (``features: bad params: Object contains unknown field `tau_ofi_msx```).
-        StartupError: an agent module or class cannot be loaded, or its module raised while imported
-            (naming the process and why).
+        StartupError: an agent module or class cannot be loaded, its module raised while imported, or
+            its params' ``preflight()`` refused (naming the process and why).
     """
     from pipeline.runtime.runner import load_stage_params  # (the stages' code: only for `up`, not every CLI call)
 
     for proc in cfg.processes:
         try:
-            load_stage_params(proc)
+            params = load_stage_params(proc)
+            check = getattr(params, "preflight", None)
+            if callable(check):
+                check()
         except ConfigError:
             raise
         except StartupError as exc:

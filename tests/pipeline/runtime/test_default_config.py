@@ -2,7 +2,12 @@
 comes up (paper venue, feed, features, fast, llm, risk, sender), BOOK messages flow into the md ring
 with valid checksums, FEATURES into feat, SIGNALs into sig_risk and sig_llm, validated INSTRUCTIONs
 into instr, the risk gateway syncs with the sender, nothing is rejected, an operator halt reaches the
-gateway through the control ring, and `down` leaves nothing."""
+gateway through the control ring, and `down` leaves nothing.
+
+Two lines of the copy differ besides the paths: the operator's web server is off (the ops tests run it),
+and the fast stage's LEAN thresholds are 0 so that every signal goes to the slow path. The deployed
+model on the calibrated market never LEANs (no move beats its round trip) and says EMERGENCY on ~0.6 %
+of updates, a few a minute at ~4 books/s: too few for this test to see the LLM answer in its time."""
 
 from __future__ import annotations
 
@@ -22,7 +27,9 @@ def test_default_config_runs_every_stage_against_the_paper_venue(pipe):
                      ('run_dir = "run"', f'run_dir = "{pipe.run_dir}"'),
                      ('log_dir = "logs"', f'log_dir = "{pipe.log_dir}"'),
                      ('port_file = "run/venue.port"', f'port_file = "{pipe.run_dir}/venue.port"'),
-                     ('venue_port_file = "run/venue.rest.port"', f'venue_port_file = "{pipe.run_dir}/venue.rest.port"')):
+                     ('venue_port_file = "run/venue.rest.port"', f'venue_port_file = "{pipe.run_dir}/venue.rest.port"'),
+                     ("ops_port = 8790", "ops_port = 0"),
+                     ("thresholds = { buy = 1.01, sell = 1.01,", "thresholds = { buy = 0.0, sell = 0.0,")):
         assert old in text, f"configs/default.toml no longer has {old!r}"
         text = text.replace(old, new)
     path = pipe.tmp / "default.toml"
@@ -67,7 +74,7 @@ def test_default_config_runs_every_stage_against_the_paper_venue(pipe):
         return next(p for p in pipe.status()["processes"] if p["name"] == name)["stage"]
 
     llm = wait_until(lambda: (s := stage("llm")).get("instructions", 0) >= 3 and s, 30, 0.1, "3 INSTRUCTIONs")
-    assert llm["model"] == "tiny.gguf (stand-in)" and llm["breaker"] == "closed" and llm["instr_drops"] == 0
+    assert llm["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and llm["breaker"] == "closed" and llm["instr_drops"] == 0
     risk = wait_until(lambda: (s := stage("risk")).get("synced") == 1 and s, 30, 0.1, "the gateway synced")
     assert risk["state"] == "ACTIVE" and risk.get("errors", 0) == 0 and risk["rejected"] == 0
     sender = stage("sender")

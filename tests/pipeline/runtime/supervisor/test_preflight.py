@@ -54,6 +54,16 @@ def test_an_agent_module_that_raises_at_import_is_a_startup_error_naming_the_pro
         check_stage_params(parse_config(text))
 
 
+def test_a_params_preflight_that_refuses_is_a_startup_error_naming_the_process(tmp_path):
+    """The llm stage's params check their model before anything starts (``LlmParams.preflight``)."""
+    missing = tmp_path / "no-such-model.gguf"
+    text = (ring("sig", payload=576) + ring("instr", payload=128)
+            + process("llm", "procs.llm:LlmAgent", inputs=["sig"], outputs=["instr"], extra=BACK_OFF,
+                      params=f'model_path = "{missing}"'))
+    with pytest.raises(StartupError, match=r"^process llm: .*no-such-model\.gguf"):
+        check_stage_params(parse_config(text))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_up_with_a_typo_in_one_stages_params_fails_before_anything_starts(pipe):
