@@ -37,7 +37,8 @@ small share of updates by design: the report counts each label per scenario (the
 counters over the measured window) and names the model file (path and sha256) of every row.
 "Fast path" orders are those the gateway decided on a SIGNAL: lean orders and EMERGENCY cancels (origin
 FAST) and reprices of working orders after a price move (origin RISK). The
-sender's journal fsync before each send is part of that latency, as in production.
+sender writes each intent, sends, then fsyncs on the journal's own thread (group commit), as in
+production: the fsync is no longer part of the order-sent latency (its own row follows the send).
 
 Stress (``--stress``): the same pipeline with faults injected at the venue (frame delay, frame drops,
 price jumps, disconnects, sequence gaps, bad checksums); per scenario throughput, p99, resyncs, signals,

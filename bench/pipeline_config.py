@@ -46,9 +46,9 @@ def write_bench_model(path: Path) -> Path:
     """The bench's classifier: the default model's architecture and size (MLP 128-32-4, the same ONNX
     graph), so inference costs the same, with weights set by hand so its labels follow the 5-level
     book imbalance whatever the market's time scale: LEAN_BUY above +0.3, LEAN_SELL below -0.3, else
-    HOLD; never EMERGENCY. The trained default model, fed a venue stepping every millisecond (20 times
-    faster than the flow it learnt from), calls nearly every tick EMERGENCY, which would leave no
-    orders to time. Its model card (``pipeline.trading.model.card``, kind ``hand-set``) is in the ONNX
+    HOLD; never EMERGENCY. The trained default model, fed a venue stepping every millisecond (hundreds
+    of times faster than the calibrated market it learnt from), meets inputs outside its card's bounds
+    and says HOLD (out of range) on every update, which would leave no orders to time. Its model card (``pipeline.trading.model.card``, kind ``hand-set``) is in the ONNX
     metadata and beside it, so the fast stage accepts it."""
     from pipeline.trading.features import F_IMBALANCE_5
     from pipeline.trading.model import Model, to_onnx

@@ -28,13 +28,16 @@ FLOW_WAIT_S = 20.0
 #: too few for the order minimums of a scenario's window (not measured in chaos runs)
 FLOW_MODEL = "hand-set"
 
+#: the llm stage's minimum gap between generations where orders must flow (``orders_flow``)
+LLM_GAP_MS = 2000
+
 
 def orders_flow(text: str) -> str:
     """The config with orders and fills flowing (with ``FLOW_MODEL``'s LEAN signals): the risk
     gateway's lean quotes GTC (they rest at the venue, so its market fills them) at
     ``risk_aversion = 1.0`` (near the mid; the bench's 50 quotes so deep that nothing fills), and the
     fast stage's EMERGENCY label off (threshold 2: never; buy / sell at procs.fast's defaults), so no
-    cool-down stops the flow. On the 2-core VM (2026-12-01) that is ~30 ORDERs and ~20 fills a second.
+    cool-down stops the flow, and the llm stage (if any) asking at most every ``LLM_GAP_MS``. On the 2-core VM (2026-12-01) that is ~30 ORDERs and ~20 fills a second.
 
     Raises:
         ValueError: the config text lacks what it rewrites (the bench config changed).
@@ -49,6 +52,11 @@ def orders_flow(text: str) -> str:
                           new, count=1)
     if (k1, k2, k3) != (1, 1, 1):
         raise ValueError(f"orders_flow: the config text changed (tif {k1}, risk_aversion {k2}, fast params {k3})")
+    # the llm stage (when there is one) asks at most every LLM_GAP_MS: the stand-in's instructions all
+    # validate under the grammar, and each (a CANCEL, a FLATTEN, a plan that blocks lean quotes for its
+    # ttl) would otherwise stop the lean flow several times a second
+    new, _ = re.subn(r'(module = "procs.llm:LlmAgent"\n(?:[^\n]*\n)*?params = \{[^\n]*?)min_gap_ms = \d+',
+                     r"\g<1>min_gap_ms = " + str(LLM_GAP_MS), new, count=1)
     return new
 
 
@@ -128,14 +136,18 @@ def order_counts_check(c: dict) -> tuple[bool, list[str]]:
     (after ``quiesce``, in a run without restarts): ``risk_out`` (risk's own msgs_out) ==
     ``ring_written`` (the orders ring's write cursor) == ``ring_read`` (its read cursor) == ``sender_in``
     (the sender's msgs_in); ``risk_approved`` (NEW orders risk wrote) == ``journal_new`` (distinct
-    NEW orders in the sender's journal); ``sender_dups`` (a NEW read again) == 0 and
+    NEW orders in the sender's journal) + ``sender_refused`` (NEWs the sender answered REJECTED HALTED
+    without an intent while its journal's fsync was stalled: ``jstalled``; a stopped sender's fsync,
+    resumed, counts as stalled until it returns); ``sender_dups`` (a NEW read again) == 0 and
     ``sender_malformed`` == 0. Returns (ok, what did not hold)."""
     bad = []
     ends = {k: c[k] for k in ("risk_out", "ring_written", "ring_read", "sender_in")}
     if len(set(ends.values())) != 1:
         bad.append("ORDERs written != read: " + ", ".join(f"{k} {v}" for k, v in ends.items()))
-    if c["risk_approved"] != c["journal_new"]:
-        bad.append(f"NEW orders approved by risk {c['risk_approved']} != journaled by the sender {c['journal_new']}")
+    refused = c.get("sender_refused", 0)
+    if c["risk_approved"] != c["journal_new"] + refused:
+        bad.append(f"NEW orders approved by risk {c['risk_approved']} != journaled by the sender {c['journal_new']}"
+                   + (f" + refused unjournaled {refused}" if refused else ""))
     if c["sender_dups"]:
         bad.append(f"NEW orders read twice by the sender: {c['sender_dups']}")
     if c["sender_malformed"]:
@@ -149,6 +161,7 @@ def order_ends(p) -> dict:
     risk, sender, ring = p.proc("risk"), p.proc("sender"), p.ring("orders")
     return {"risk_out": risk["msgs_out"], "ring_written": ring["write_cursor"], "ring_read": ring["read_cursor"],
             "sender_in": sender["msgs_in"], "risk_approved": risk["stage"].get("approved", -1),
-            "journal_new": len(st.orders), "sender_dups": sender["stage"].get("dups", -1),
+            "journal_new": len(st.orders), "sender_refused": sender["stage"].get("jstalled", 0),
+            "sender_dups": sender["stage"].get("dups", -1),
             "sender_malformed": sender["stage"].get("malformed", -1), "journal_fills": len(st.trade_ids),
             "venue_fills": int(p.stage("venue").get("fills", -1)), "risk_cancels": risk["stage"].get("cancels", -1)}

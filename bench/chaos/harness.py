@@ -81,14 +81,16 @@ class ChaosPipeline:
     ``with ChaosPipeline(rate=1000, **overrides) as p:`` starts it and waits until every process is
     RUNNING and the risk gateway has synced. ``venue`` is merged into the paper venue's params (its
     faults, ``allow_admin``); ``text_hook(text) -> text`` may rewrite the config text before it is written; ``model`` names the
-    fast stage's classifier (``bench.pipeline_config.MODELS``; None: bench.pipeline's default).
+    fast stage's classifier (``bench.pipeline_config.MODELS``; default ``"hand-set"``, bench.pipeline's
+    imbalance-following MLP: the shipped model, trained on the calibrated market's ~550 ms books, meets
+    inputs outside its card's bounds at the scenarios' 1,000 updates/s and says HOLD on every update,
+    which would leave the scenarios without signals, LLM work or orders).
     """
 
     def __init__(self, *, rate: int = 1_000, instruments: int = 1, llm: bool = True, venue: dict | None = None,
                  text_hook: Callable[[str], str] | None = None, name: str = "chaos", ready_timeout_s: float = 90,
-                 model: str | None = None):
-        extra = {"model": model} if model is not None else {}  # None: bench.pipeline's default model
-        self.scenario = Scenario(name, rate, instruments=instruments, llm=llm, faults=dict(venue or {}), **extra)
+                 model: str = "hand-set"):
+        self.scenario = Scenario(name, rate, instruments=instruments, llm=llm, faults=dict(venue or {}), model=model)
         self.text_hook = text_hook
         self.ready_timeout_s = ready_timeout_s
         self.tmpdir: tempfile.TemporaryDirectory | None = None

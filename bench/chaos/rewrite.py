@@ -41,7 +41,7 @@ def no_emergency(text: str) -> str:
     Raises:
         ValueError: no fast stage params in the text.
     """
-    new, k = re.subn(r"emergency = [0-9.]+ \}", "emergency = 2.0 }", text, count=1)
+    new, k = re.subn(r"(thresholds = \{[^}]*?)emergency = [0-9.]+", r"\1emergency = 2.0", text, count=1)
     if k == 0:  # no thresholds table: add one that keeps the bench's defaults but never EMERGENCY
         new, k = re.subn(r'(module = "procs.fast:FastAgent"\n(?:.*\n)*?params = \{ )',
                          r"\1thresholds = { buy = 0.3, sell = 0.3, emergency = 2.0 }, ", text, count=1)

@@ -37,6 +37,10 @@ def test_a_dropped_order_fails_the_count_check():
     # dropped by the sender: read, never journaled (nor sent)
     ok, bad = order_counts_check(_ends(journal_new=69))
     assert not ok and bad == ["NEW orders approved by risk 70 != journaled by the sender 69"]
+    # answered REJECTED HALTED without an intent (a stalled fsync) is accounted for; one more is not
+    assert order_counts_check(_ends(journal_new=67, sender_refused=3)) == (True, [])
+    ok, bad = order_counts_check(_ends(journal_new=67, sender_refused=2))
+    assert not ok and bad == ["NEW orders approved by risk 70 != journaled by the sender 67 + refused unjournaled 2"]
     # the two ends of one side disagree (risk's own count against the ring's)
     assert not order_counts_check(_ends(risk_out=121))[0]
 

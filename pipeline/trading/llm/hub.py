@@ -16,8 +16,9 @@ around the user's text, so the system turn is a fixed token prefix; without a te
 
 1. prompt tokens = the prefix's tokens (tokenized once, at start) + the state line, the frame's suffix
    and the answer's opening (tokenized per call, separately, so no token straddles the boundary);
-2. ``Llama.generate(reset=True)`` keeps the longest cached prefix of the previous call's KV state and
-   evaluates only the rest (``reuse_prefix = false`` resets first: the "without reuse" figure);
+2. the longest prefix of the previous call's KV state that the prompt shares is kept (llama-cpp-python's
+   own prefix rule: ``n_tokens`` set back to it, then ``Llama.eval`` of the rest) and only the rest is
+   evaluated (``reuse_prefix = false`` resets first: the "without reuse" figure);
    ``prompt_evaluated`` counts the tokens that really went through the model (the same rule as
    llama-cpp-python's prefix match);
 3. tokens are sampled under the GBNF grammar (``schema.grammar_text``; temperature 0.05 by default)
