@@ -187,11 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (4.0 if args.quick else 30.0)
     out_dir, machine = report.start("sender", args.out)
     res = run_ab(seconds, args.rate, args.journal_dir, args.sync_window_us)
+    jdir = Path(args.journal_dir).resolve()
+    jdir_shown = str(jdir.relative_to(REPO)) if jdir.is_relative_to(REPO) else "a directory outside the repository"
     after, before = res["after"], res["before"]
     d, lo, hi = median_diff_ci(before.pop("raw_read_to_sent_ns"), after.pop("raw_read_to_sent_ns"))
     v = verdict(lo, hi)
     results = {"machine": machine, "seconds": seconds, "rate_per_s": args.rate, "sync_window_us": args.sync_window_us,
-               "journal_dir": str(args.journal_dir), "after_send": after, "before_send": before,
+               "journal_dir": jdir_shown, "after_send": after, "before_send": before,
                "p50_diff_us": d, "p50_diff_ci95_us": [lo, hi], "verdict": v}
     rows = [("ORDER read -> request sent, after_send (intent written, request, fsync later)", after["read_to_sent"]),
             ("ORDER read -> request sent, before_send (intent written and fsync'd, then request)",
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     md = [f"# Order sender: journal fsync before or after the send, A/B in one run, {machine['date']}", "",
           report.machine_line(machine),
           f"{seconds:g} s, {args.rate:g} orders/s in all, alternated A B B A between the two senders; journals in "
-          f"{args.journal_dir}; first tenth of each arm dropped.", "",
+          f"{jdir_shown}/; first tenth of each arm dropped.", "",
           "| measured | p50 µs | p99 µs | n |", "|---|---|---|---|"]
     md += [f"| {name} | {r['p50_us']:.1f} | {r['p99_us']:.1f} | {r['n']} |" for name, r in rows]
     md += ["", f"p50(before) - p50(after), ORDER read -> request sent: {d:.1f} µs, 95 % bootstrap interval "
