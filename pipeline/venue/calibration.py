@@ -122,11 +122,6 @@ class Reading:
     counts: Counter
 
 
-def _decimals(text: str) -> int:
-    _, dot, frac = text.partition(".")
-    return len(frac) if dot else 0
-
-
 def _decode_all(lines: Iterable[str], counts: Counter) -> list:
     """The decoded book and trade pushes of capture lines; everything else counted."""
     from pipeline.trading.bitget.capture import RECV, parse_line
@@ -157,31 +152,15 @@ def _decode_all(lines: Iterable[str], counts: Counter) -> list:
     return out
 
 
-def _grids(decoded: list) -> dict[str, tuple[float, float]]:
-    """Each instrument's (tick, lot): the decimals of its snapshots' price / size strings (and of its
-    trades' when it has no snapshot)."""
-    pdec: dict[str, int] = {}
-    sdec: dict[str, int] = {}
-    for d in decoded:
-        sym = d.inst_id
-        pdec.setdefault(sym, 0)
-        sdec.setdefault(sym, 0)
-        if d.books is not None and d.snapshot:
-            for lv in d.books:
-                for text in lv.bid_lv[:50] + lv.ask_lv[:50]:
-                    p, _, s = text.partition(":")
-                    pdec[sym], sdec[sym] = max(pdec[sym], _decimals(p)), max(sdec[sym], _decimals(s))
-    return {s: (10.0 ** -pdec[s], 10.0 ** -sdec[s]) for s in sorted(pdec)}
-
-
 def read_lines(lines: Iterable[str]) -> Reading:
     """The instruments of capture lines (module docstring). Never raises on the lines' content."""
     from pipeline.trading.bitget.book import Applied, BitgetBooks
+    from pipeline.trading.bitget.values import snapshot_grids
     from pipeline.trading.messages import BOOK_DTYPE
 
     counts: Counter = Counter()
     decoded = _decode_all(lines, counts)
-    grids = _grids(decoded)
+    grids = snapshot_grids(decoded)
     ids = {s: k for k, s in enumerate(grids, 1)}
     recs = {s: Recorded(s, *grids[s]) for s in grids}
     books, out = BitgetBooks(ids), np.zeros(1, BOOK_DTYPE)

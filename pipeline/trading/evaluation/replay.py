@@ -107,12 +107,6 @@ def _bump(d: dict[str, int], key: str, n: int = 1) -> None:
     d[key] = d.get(key, 0) + n
 
 
-def _decimals(text: str) -> int:
-    """Decimals written in a number string ("0.5000" -> 4, "12" -> 0)."""
-    _, dot, frac = text.partition(".")
-    return len(frac) if dot else 0
-
-
 # ------------------------------------------------------------------------------------- synthetic
 def _synthetic_events(instruments: Sequence[TapeInstrument], seed: int, steps: int, start_ms: int,
                       params=None) -> tuple[list[MarketEvent], dict[str, int], int, int]:
@@ -387,22 +381,12 @@ def _read_capture_frames(path: Path, bad: dict[str, int], counts: dict[str, int]
 
 def _capture_instruments(frames: Iterable[_Frame]) -> tuple[TapeInstrument, ...]:
     """Instruments of decoded book / trade pushes: ids 1.. in instId order, tick and lot from the
-    decimals of the snapshot strings (prices and sizes of book levels; trade prices / sizes too)."""
-    pdec: dict[str, int] = {}
-    sdec: dict[str, int] = {}
-    for fr in frames:
-        d = fr.decoded
-        sym = d.inst_id
-        pdec.setdefault(sym, 0)
-        sdec.setdefault(sym, 0)
-        if d.books is not None and d.snapshot:
-            for lv in d.books:
-                for text in lv.bid_lv[:50] + lv.ask_lv[:50]:
-                    p, _, s = text.partition(":")
-                    pdec[sym] = max(pdec[sym], _decimals(p))
-                    sdec[sym] = max(sdec[sym], _decimals(s))
-    return tuple(TapeInstrument(id=k, symbol=s, tick_size=10.0 ** -pdec[s], lot_size=10.0 ** -sdec[s])
-                 for k, s in enumerate(sorted(pdec), 1))
+    decimals of the snapshot strings (``bitget.values.snapshot_grids``)."""
+    from pipeline.trading.bitget.values import snapshot_grids
+
+    grids = snapshot_grids(fr.decoded for fr in frames)
+    return tuple(TapeInstrument(id=k, symbol=sym, tick_size=tick, lot_size=lot)
+                 for k, (sym, (tick, lot)) in enumerate(grids.items(), 1))
 
 
 def _capture_lots(instruments: tuple[TapeInstrument, ...], events: list[MarketEvent]) -> tuple[TapeInstrument, ...]:
