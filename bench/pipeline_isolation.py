@@ -65,9 +65,18 @@ MIN_WINDOWS = 10
 WORDS = {"PASS": "HOLDS", "FAIL": "DOES NOT HOLD", "INCONCLUSIVE": "INCONCLUSIVE"}
 
 #: the llm stage's params in this measurement: the default config's model and sampling, no gap between
-#: generations, a deadline no answer reaches (a late answer is load all the same), its ttl as the bench's
-REAL_LLM = {"model_path": DEFAULT_MODEL, "n_ctx": 1024, "n_threads": 1, "temperature": 0.05, "max_tokens": 64,
+#: generations, a deadline no answer reaches (a late answer is load all the same), its ttl as the bench's;
+#: its threads are the default config's (``default_llm_threads``)
+REAL_LLM = {"model_path": DEFAULT_MODEL, "n_ctx": 1024, "temperature": 0.05, "max_tokens": 64,
             "deadline_ms": 10_000, "min_gap_ms": 0, "ttl_ms": 250}
+
+
+def default_llm_threads() -> int:
+    """``n_threads`` of the llm process in configs/default.toml (what ``make up`` runs; 1 when unset)."""
+    from pipeline.runtime.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.toml")
+    return int(cfg.process("llm").params.get("n_threads", 1))
 
 
 #: the llm stage's start: the model loads at nice 10 while the fast path already runs on the same cores
@@ -173,6 +182,7 @@ def measure(rounds: int, window_s: float, model: str = "shipped") -> tuple[Isola
     Raises:
         RuntimeError / TimeoutError: the pipeline did not come up, or the stage did not switch phases.
     """
+    threads = default_llm_threads()
     with tempfile.TemporaryDirectory(prefix="bench-iso-") as d:
         phase_file, lat = Path(d) / "phase", Path(d) / "lat"
         phase_file.write_text("stopped")
@@ -181,7 +191,8 @@ def measure(rounds: int, window_s: float, model: str = "shipped") -> tuple[Isola
         def hook(text: str) -> str:
             return replace_process(text, "llm", llm_process("bench.pipeline_isolation:PhasedLlmAgent",
                                                             ready_timeout_ms=READY_TIMEOUT_MS,
-                                                            phase_file=str(phase_file), **REAL_LLM))
+                                                            phase_file=str(phase_file), **REAL_LLM,
+                                                            n_threads=threads))
 
         run = IsolationRun()
         with latency_taps(lat), ChaosPipeline(rate=1_000, llm=True, text_hook=hook, name="isolation",
@@ -230,7 +241,8 @@ def markdown(machine: dict, rounds: int, window_s: float, f: dict, llm_stage: di
     return [f"# Isolation under a real model {machine['date']}", "", report.machine_line(machine),
             f"One pipeline run at 1,000 book updates/s (bench.pipeline's config, the fast stage on the "
             f"{MODELS[model]}); the llm "
-            f"stage runs {DEFAULT_MODEL} (one thread, nice 10, generation thread SCHED_IDLE), switched between "
+            f"stage runs {DEFAULT_MODEL} ({default_llm_threads()} thread(s) as configs/default.toml, nice 10, "
+            f"generation thread SCHED_IDLE), switched between "
             f"stopped and busy (generating back to back) in {rounds} rounds of {window_s:g} s windows.", "",
             "| condition | windows | SIGNALs | p50 µs (judged) | p99 µs (judged) | pooled p50 / p99 µs | llm CPU | generations |",
             "|---|---|---|---|---|---|---|---|"] + [
