@@ -50,13 +50,13 @@ from bench.evaluate_report import plots, report_markdown, table_text
 from pipeline.trading.evaluation import decisions as D
 from pipeline.trading.evaluation.harness import (FALLBACK_LATENCY_US, MarketContext, SpecOutcome, evaluate_spec,
                                                  market_context)
-from pipeline.trading.evaluation.judgement import fast_path_verdicts
+from pipeline.trading.evaluation.judgement import fast_path_verdicts, planner_verdicts
 from pipeline.trading.evaluation.replay import (EvaluationError, Tape, capture_tape, check_finite_tape, itch_tape,
                                                synthetic_parts)
 from pipeline.trading.evaluation.simulator import SimParams
-from pipeline.trading.evaluation.variants import (DEFAULT_CONFIG, DIRECTIONAL, DIRECTIONAL_CONTROLS, QUOTE_CONTROLS,
-                                                  QUOTE_OFF, QUOTE_ON, REPO, PipelineConfig, synthetic_params,
-                                                  variant_list)
+from pipeline.trading.evaluation.variants import (DEFAULT_CONFIG, DIRECTIONAL, DIRECTIONAL_CONTROLS, PLANNER_PAIRS,
+                                                  QUOTE_CONTROLS, QUOTE_OFF, QUOTE_ON, REPO, PipelineConfig,
+                                                  synthetic_params, variant_list)
 from pipeline.trading.messages import Kind
 
 REPORTS = REPO / "bench" / "reports"
@@ -369,6 +369,7 @@ def run(args: argparse.Namespace) -> tuple[dict, dict, list]:
         curves.append(cur)
     results["verdicts"] = fast_path_verdicts(results["markets"], on=QUOTE_ON, off=QUOTE_OFF, controls=QUOTE_CONTROLS,
                                              directional=DIRECTIONAL, directional_controls=DIRECTIONAL_CONTROLS)
+    results["planner_verdicts"] = planner_verdicts(results["markets"], PLANNER_PAIRS)
     total = time.perf_counter() - t0
     books = sum(m.books for m in markets)
     timings.update(total_s=total, books=books, updates_per_s_end_to_end=_rate(books, total))

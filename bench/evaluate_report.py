@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.evaluate_tables import fill_table, net_by_seed_table, on_off_table, verdict_lines
+from bench.evaluate_tables import (fill_table, net_by_seed_table, on_off_table, planner_table, planner_verdict_lines,
+                                   verdict_lines)
+from pipeline.trading.evaluation.variants import PLANNER_PAIRS
 from pipeline.trading.evaluation.metrics import drawdown
 
 TARGET_UPDATES_PER_S = 30_000  # issue #22: the fast-path-only variants, offline, on this machine
@@ -192,7 +194,14 @@ def report_markdown(results: dict, timings: dict, plots: list[str]) -> str:
                f"Fills and markouts (markout = side x (mid {results['markout_horizons_ms']} ms after the fill - fill "
                f"price), per fill; what EMERGENCY cancels avoided: the cancelled orders followed for "
                f"{results['avoid_window_ms']} ms, pipeline.trading.evaluation.markouts):", "",
-               *fill_table(market, results["markout_horizons_ms"]), "", "Variants:", ""]
+               *fill_table(market, results["markout_horizons_ms"]), ""]
+        planners = planner_table(market, PLANNER_PAIRS)
+        if planners:
+            md += ["The risk gateway's planners on the same decisions (design document 000 section 3.3: the "
+                   "depth-aware planner waits for liquidity, reprices a partial fill beyond 2 sigma of realized "
+                   "volatility; slippage = side x (fill price - the parent's arrival mid), size-weighted, positive "
+                   "= a cost; pipeline.trading.evaluation.slippage):", "", *planners, ""]
+        md += ["Variants:", ""]
         for v in market["variants"]:
             md.append(f"- {v['name']}: {v['describe']}; lean_lots {v['lean_lots']}; labels {v['counts']['labels']}; "
                       f"gateway {v['counts']['gateway']}; exchange {v['counts']['exchange']}"
@@ -204,6 +213,10 @@ def report_markdown(results: dict, timings: dict, plots: list[str]) -> str:
                f"Seeds {[m.get('seed') for m in results['markets']]}.", "", *on_off_table(results), "",
                "Net P&L after fees per seed (quote):", "", *net_by_seed_table(results), "", *verdict_lines(results),
                ""]
+    if results.get("planner_verdicts"):
+        md += ["## The depth-aware planner against the simple one, over the seeds", "",
+               "Same rule as above, each measure oriented so that higher is better (a = the depth-aware variant):",
+               "", *planner_verdict_lines(results["planner_verdicts"]), ""]
     md.append(_end_to_end(timings)[0].upper() + _end_to_end(timings)[1:] + ".")
     if "machine" in timings:
         from bench.report import machine_line

@@ -89,6 +89,33 @@ def net_by_seed_table(results: dict) -> list[str]:
     return _md(head, rows)
 
 
+def planner_table(market: dict, pairs) -> list[str]:
+    """The planner comparison of one market: for each (depth-aware, simple) pair it has, both rows side by
+    side: planner, fills, fill rate, size-weighted slippage against the arrival mid in bps (ticks), net
+    P&L after fees, and the depth-aware planner's parent orders by the state they ended in or passed."""
+    head = ["variant", "planner", "fills", "fill rate", "slippage vs arrival mid, bps (ticks)", "net P&L",
+            "parents: filled / expired / cancelled / waited"]
+    rows = []
+    for pair in pairs:
+        got = [_row(market, n) for n in pair]
+        if any(v is None for v in got):
+            continue
+        for v in got:
+            s = v.get("slippage") or {}
+            par = (v.get("counts") or {}).get("parents")
+            par_txt = "-" if par is None else (f"{par.get('FILLED', 0)} / {par.get('EXPIRED', 0)} / "
+                                               f"{par.get('CANCELLED', 0)} / {par.get('WAIT_LIQUIDITY', 0)}")
+            rows.append([v["name"], v.get("planner", "-"), str(v["trades"]), _f(v.get("fill_rate"), "{:.3f}"),
+                         f"{_f(s.get('mean_bps'), '{:.3f}')} ({_f(s.get('mean_ticks'), '{:.2f}')})",
+                         _f(v.get("net_pnl"), "{:.6f}"), par_txt])
+    return _md(head, rows) if rows else []
+
+
+def planner_verdict_lines(verdicts: list[dict]) -> list[str]:
+    """The planner comparison's verdicts in words (``judgement.planner_verdicts``; the same rule)."""
+    return [_verdict_line(c, c["measure"]) for c in verdicts]
+
+
 def _verdict_line(c: dict, measure: str) -> str:
     ci = c["ci95"]
     ci_txt = f"[{ci[0]:+.6g}, {ci[1]:+.6g}]" if ci else "-"

@@ -21,9 +21,9 @@ INSTRUCTION written (llm) and order request sent for LLM-origin orders. Results 
 
 Orders on the fast path: the default config's gateway only cancels on the fast path (``lean_lots = 0``).
 The bench turns fast-path quoting on (``lean_lots = 1``) with immediate-or-cancel passive orders, so each
-LEAN signal can send an order as soon as the previous one is answered (an IOC order priced a few ticks
-away from the touch, ``risk_aversion = 50``, is cancelled by the venue at once, so the position stays at
-zero and the lean target is never reached), throttled by the gateway to
+LEAN signal can send an order as soon as the previous one is answered (an IOC order priced at least half
+the spread from the mid on its own side, ``risk_aversion = 2``, the gateway's most, so it does not cross
+and the venue cancels it at once: the position stays at zero and the lean target is never reached), throttled by the gateway to
 ``max_orders_per_s = 100``: a steady stream of orders whose tick-to-request latency is measured. A live
 LLM plan takes precedence over lean quoting, so the bench bounds the hub's ttl to 100-250 ms.
 
@@ -52,9 +52,25 @@ running the real default model, switched between generating back to back and sto
 windows; the fast path's SIGNAL p50 / p99 under each and their ratio, judged by a rule fixed in
 ``bench.pipeline_isolation`` (p99 ratio <= 1.5 holds).
 
+The limit: before the first scenario the bench measures, in its own process, each fast-path stage's hot
+compute and the wake-up floor per hop (``bench.pipeline_limit``; ``--no-limit`` skips it) and prints
+beside each scenario's SIGNAL written and order request sent "limit = sum of compute + hops x floor" and
+the ratio of the measured p50 to it.
+
+The venue's source (``--source``): ``synthetic`` (each scenario's default: the market model, stepped live
+in the venue) or ``encoded`` (the model's frames built when the venue starts and looped,
+``pipeline.venue.sources.EncodedSource``: the venue's CPU stays small). Every scenario reports the venue's
+CPU (process CPU seconds over the window's wall time) beside its figures. ``--rates R1,R2,..
+--instruments N`` runs only that sweep (source encoded unless ``--source`` says otherwise), with the ring
+drops of each ring and whether it kept up (0 drops).
+
+SCHED_FIFO (``--sched fifo``): the hot-path stages switched between SCHED_OTHER and SCHED_FIFO in
+interleaved windows of one run, judged by a rule fixed in ``bench.pipeline_sched``.
+
 Modules: ``bench.pipeline_config`` (the scenario and its config), ``bench.pipeline_figures`` (the stages
 measured, ``summarize``), ``bench.pipeline_report`` (report.md), ``bench.pipeline_plots`` (the PNGs),
-``bench.pipeline_isolation`` (the isolation measurement).
+``bench.pipeline_isolation`` (the isolation measurement), ``bench.pipeline_limit`` (the limit),
+``bench.pipeline_sched`` (the SCHED_FIFO A/B).
 """
 
 from __future__ import annotations
@@ -66,13 +82,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench import report
-from bench.pipeline_config import REPO, Scenario, config_text, model_info, model_path
+from bench.pipeline_config import MODEL, REPO, Scenario, config_text, model_info, model_path
 from bench.pipeline_figures import summarize
+from bench.pipeline_limit import limit_line, limits, measure_compute, measure_floor
 from bench.pipeline_plots import plots
 from bench.pipeline_report import failed_result, labels_line, markdown, model_short
 from pipeline.runtime.agent import LATENCY_DIR_ENV
@@ -88,6 +106,19 @@ def _cpu_ticks(pid: int) -> int:
         return int(fields[11]) + int(fields[12])  # utime + stime (clock ticks)
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def _wakeups(pid: int) -> int:
+    """The voluntary context switches of every thread of ``pid`` so far (each one a sleep that ended in
+    a wake-up: a park on a ring or socket, a back-off sleep); 0 when it cannot be read."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches")), 0)
+    except (OSError, ValueError):
+        return total
+    return total
 
 
 def _status(cfg) -> dict | None:
@@ -152,10 +183,12 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
             st0 = _status_for_measure(cfg, "before the measured window")
             pids = {p["name"]: p["pid"] for p in st0["processes"]}
             cpu0 = {n: _cpu_ticks(pid) for n, pid in pids.items()}
+            wake0 = {n: _wakeups(pid) for n, pid in pids.items()}
             t0 = time.monotonic_ns()
             time.sleep(sc.seconds)
             t1 = time.monotonic_ns()
             cpu1 = {n: _cpu_ticks(pid) for n, pid in pids.items()}
+            wake1 = {n: _wakeups(pid) for n, pid in pids.items()}
             st1 = _status_for_measure(cfg, "after the measured window")
             load = os.getloadavg()
         finally:
@@ -174,7 +207,8 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
         for f in lat_dir.glob("*.lat.npy"):
             rec = np.load(f)
             taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
-    return summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model)
+    return summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model,
+                     wakeups={n: wake1[n] - wake0[n] for n in wake0})
 
 
 def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
@@ -201,6 +235,13 @@ def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
     plan += [Scenario("ring-1k-no-warm", 1_000, seconds=s, warm=False)]
     plan += [Scenario("ring-1k-exec", 1_000, seconds=s, launcher="exec")]  # every stage a fresh interpreter
     return plan
+
+
+def rate_plan(rates: list[int], instruments: int, seconds: float, source: str, model: str) -> list[Scenario]:
+    """The sweep of ``--rates``: one scenario per offered rate over ``instruments``, the venue's
+    ``source``, the fast stage's ``model``; named ``rate-<rate>-<instruments>i-<source>``."""
+    return [Scenario(f"rate-{r}-{instruments}i-{source}", r, instruments=instruments, seconds=seconds, source=source,
+                     model=model) for r in rates]
 
 
 def stress_plan(seconds: float | None) -> list[Scenario]:
@@ -235,23 +276,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="measured seconds per scenario")
     ap.add_argument("--only", default=None, help="comma-separated scenario names")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-limit", action="store_true",
+                    help="skip the limit (each stage's hot compute and the wake-up floor, bench.pipeline_limit)")
     ap.add_argument("--isolation", action="store_true",
                     help="the real model generating against it stopped, interleaved (bench.pipeline_isolation)")
-    ap.add_argument("--rounds", type=int, default=20, help="--isolation: rounds of (stopped, busy) windows")
-    ap.add_argument("--window-s", type=float, default=3.0, help="--isolation: seconds a window")
+    ap.add_argument("--rounds", type=int, default=20, help="--isolation / --sched: rounds of windows")
+    ap.add_argument("--window-s", type=float, default=3.0, help="--isolation / --sched: seconds a window")
     ap.add_argument("--model", default="shipped", choices=["shipped", "hand-set"],
-                    help="--isolation: the fast stage's classifier (bench.pipeline_config.MODELS)")
+                    help="the fast stage's classifier (bench.pipeline_config.MODELS): --isolation's, --rates'")
+    ap.add_argument("--source", default=None, choices=["synthetic", "encoded"],
+                    help="the venue's market source for every scenario (default: each scenario's, synthetic)")
+    ap.add_argument("--rates", default=None,
+                    help="comma-separated offered rates (updates/s): run only this sweep over --instruments")
+    ap.add_argument("--instruments", type=int, default=16, help="--rates: instruments the rate is spread over")
+    ap.add_argument("--sched", default=None, choices=["fifo"],
+                    help="A/B: the hot-path stages under SCHED_FIFO against SCHED_OTHER in interleaved windows of "
+                         "one run (bench.pipeline_sched; --rounds, --window-s, --model, --source, --priority)")
+    ap.add_argument("--priority", type=int, default=10, help="--sched fifo: the SCHED_FIFO priority (1..99)")
     args = ap.parse_args(argv)
+    if args.stress and args.source == "encoded":
+        ap.error("--stress injects faults into the frames the venue builds: it needs --source synthetic")
+    if args.sched:
+        from bench import pipeline_sched
+
+        return pipeline_sched.main(args.rounds, args.window_s, args.out, args.model, args.source or "synthetic",
+                                   args.priority)
     if args.isolation:
         from bench import pipeline_isolation
 
         return pipeline_isolation.main(args.rounds, args.window_s, args.out, args.model)
     out_dir, machine = report.start("stress" if args.stress else "pipeline", args.out)
     plan = stress_plan(args.seconds) if args.stress else default_plan(args.quick, args.seconds)
+    if args.rates:
+        plan = rate_plan([int(r) for r in args.rates.split(",")], args.instruments, args.seconds or 5.0,
+                         args.source or "encoded", args.model)
+    elif args.source:
+        plan = [replace(s, source=args.source) for s in plan]
     if args.only:
         keep = set(args.only.split(","))
         plan = [s for s in plan if s.name in keep]
-    results = [run_and_say(sc) for sc in plan]
+    machine["limit"] = limit = None if args.no_limit else measure_limit(MODEL)
+    results = [run_and_say(sc, limit) for sc in plan]
     ok = [r for r in results if "error" not in r]
     made = plots(out_dir, ok) if ok else []
     md, summary = markdown(machine, results, args.stress, made)
@@ -259,17 +324,42 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_and_say(sc: Scenario) -> dict:
+def measure_limit(model: Path | None) -> dict | None:
+    """Each fast-path stage's hot compute (in this process, ``model``'s ONNX call) and the wake-up
+    floor per hop, measured now (before any pipeline window), printed; None without a model file.
+
+    Raises:
+        RuntimeError: the floor's run failed (``bench.pipeline_limit.measure_floor``)."""
+    if model is None or not model.is_file():
+        print("-- limit: no model file to time; not computed", flush=True)
+        return None
+    compute = measure_compute(model)
+    floor = measure_floor()
+    print("-- limit: hot compute p50 " + ", ".join(f"{k} {v['p50_us']:.1f}" for k, v in compute.items())
+          + f" µs; wake-up floor p50 {floor['p50_us']:.1f} µs (p99 {floor['p99_us']:.0f})", flush=True)
+    return {"compute": compute, "floor": floor, "model": str(model.name)}
+
+
+def run_and_say(sc: Scenario, limit: dict | None = None) -> dict:
     """``run_scenario(sc)`` with a line before and after on stdout; a scenario that did not come up
-    gives ``failed_result``."""
+    gives ``failed_result``. With ``limit`` (``measure_limit``) the result gets its ``"limit"`` rows
+    (``bench.pipeline_limit.limits``)."""
     print(f"-- {sc.name}: {sc.rate}/s, {sc.instruments} instrument(s), {sc.transport}, {sc.seconds:g} s, "
-          f"{sc.model} model", flush=True)
+          f"{sc.model} model, {sc.source} venue", flush=True)
     try:
         res = run_scenario(sc)
     except RuntimeError as exc:
         print(f"   FAILED: {exc}", flush=True)
         return failed_result(sc, str(exc))
+    if limit is not None:
+        res["limit"] = limits(res["stages"], {k: v["p50_us"] for k, v in limit["compute"].items()},
+                              limit["floor"]["p50_us"])
+        for key, row in res["limit"].items():
+            print(f"   {limit_line(key, row)}", flush=True)
     o = res["stages"]["order_sent"]
+    drops = ", ".join(f"{k} {v}" for k, v in res["ring_drops"].items() if v) or "none"
+    print(f"   venue CPU {res['processes'].get('venue', {}).get('cpu_pct', '-')} % of a core; ring drops: {drops}",
+          flush=True)
     print(f"   {res['books_per_s']:.0f} books/s, drops {res['drops_total']}, order sent p50 "
           f"{o.get('p50_us', float('nan')):.0f} µs p99 {o.get('p99_us', float('nan')):.0f} µs (n {o.get('n', 0)}); "
           f"{model_short(res)}: {labels_line(res)}", flush=True)

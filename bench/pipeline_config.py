@@ -39,6 +39,8 @@ class Scenario:
     warm: bool = True  # the default config's keep_warm_us on the processes it gives one (not spinning ones)
     launcher: str = "fork-server"  # supervisor.launcher: stages forked from the fork server, or each exec'd
     model: str = "shipped"  # the fast stage's classifier: a key of MODELS
+    source: str = "synthetic"  # the venue's market source: "synthetic" (the model, live) or "encoded" (its
+    #                            frames built before the window and looped: the venue's CPU stays small)
 
 
 # ------------------------------------------------------------------------------------- models
@@ -127,8 +129,8 @@ RINGS = (
 )
 
 #: the risk gateway's limits in the bench: fast-path quoting on (``lean_lots = 1``), IOC orders far from
-#: the touch (``risk_aversion = 50``), throttled to 100 orders a second (the module docstring of bench.pipeline)
-RISK_LIMITS = {"lean_lots": 1, "tif": "IOC", "risk_aversion": 50.0, "max_position_lots": 20, "collar_bps": 200.0,
+#: the touch (``risk_aversion = 2``, the gateway's most: passive, never crossing), throttled to 100 orders a second (the module docstring of bench.pipeline)
+RISK_LIMITS = {"lean_lots": 1, "tif": "IOC", "risk_aversion": 2.0, "max_position_lots": 20, "collar_bps": 200.0,
                "max_orders_per_s": 100, "max_open_orders": 50, "max_notional": 1000000.0,
                "max_gross_notional": 10000000.0, "max_notional_per_min": 100000000.0, "daily_loss_limit": 1000000.0,
                "min_notional": 0.0}
@@ -150,10 +152,19 @@ def llm_process(module: str = "procs.llm:LlmAgent", *, place: str = "", nice: in
                       **extra, params={**LLM_PARAMS, **params})
 
 
+#: market time an encoded venue's frames cover before they loop
+ENCODED_LOOP_MS = 2_000
+
+
 def venue_params(sc: Scenario, run: Path) -> dict:
-    """The paper venue's params for ``sc``: the pacing of its rate, its port files, the key, and ``sc.faults``."""
+    """The paper venue's params for ``sc``: the pacing of its rate, its port files, the key, ``sc.faults``,
+    and for an encoded source (``sc.source``) its units (``ENCODED_LOOP_MS`` of market time) and channels."""
     step_ms, speed = venue_pacing(sc.rate, sc.instruments)
-    return {"port": 0, "seed": 1, "step_ms": step_ms, "speed": speed, "port_file": str(run / "venue.port"),
+    encoded = {}
+    if sc.source == "encoded":
+        encoded = {"source": "encoded", "encoded_units": max(ENCODED_LOOP_MS // step_ms, 10),
+                   "encoded_channels": list(sc.channels)}
+    return {**encoded, "port": 0, "seed": 1, "step_ms": step_ms, "speed": speed, "port_file": str(run / "venue.port"),
             "rest_port_file": str(run / "venue.rest.port"), "key_file": str(KEY), "rate_limit_per_s": 10_000.0,
             "max_away_ticks": DEFAULT_MAX_AWAY_TICKS,  # the venue's own rule (VALIDITY_RULE), said explicitly
             **sc.faults}

@@ -47,11 +47,21 @@ def label_counts(st0: dict, st1: dict) -> dict:
     return {k: int(f1.get(k, 0)) - int(f0.get(k, 0)) for k in LABEL_KEYS}
 
 
+def per_message(wakeups: int | None, msgs_in: int) -> float | None:
+    """Wake-ups per message read (None without a count or a message): about 1 when a stage wakes for
+    every message, well under 1 when it reads several per wake-up (batching), over 1 when it wakes for
+    other things too (keep-warm, heartbeats, back-off sleeps)."""
+    if wakeups is None or msgs_in <= 0:
+        return None
+    return round(wakeups / msgs_in, 3)
+
+
 def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: dict, seconds: float,
-              load, model: dict | None = None) -> dict:
+              load, model: dict | None = None, wakeups: dict | None = None) -> dict:
     """The figures of one run of ``sc``: ``taps`` (process -> its latency tap records inside the window),
     the status ``st0`` / ``st1`` and CPU ticks ``cpu0`` / ``cpu1`` at the window's ends, its length in
-    ``seconds``, the load average, and ``model`` (``model_info``; None: only its kind is known)."""
+    ``seconds``, the load average, ``model`` (``model_info``; None: only its kind is known) and
+    ``wakeups`` (process -> its threads' voluntary context switches over the window; None: not counted)."""
     stages = {}
     for key, label, proc, code in STAGES:
         rec = taps.get(proc)
@@ -72,6 +82,9 @@ def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: 
                     "msgs_in": p["msgs_in"] - procs0.get(n, {}).get("msgs_in", 0),
                     "msgs_out": p["msgs_out"] - procs0.get(n, {}).get("msgs_out", 0),
                     "stage": p["stage"]}
+        w = (wakeups or {}).get(n)
+        procs[n]["wakeups"] = w
+        procs[n]["wakeups_per_msg"] = per_message(w, procs[n]["msgs_in"])
     rings0 = {r["name"]: r for r in st0["rings"]}
     ring_drops = {r["name"]: r["dropped"] - rings0.get(r["name"], {}).get("dropped", 0) for r in st1["rings"]}
     books = stages["book"].get("n", 0)

@@ -11,6 +11,7 @@ from pathlib import Path
 from bench import report
 from bench.pipeline_config import MODEL, MODELS, REPO, Scenario, model_info, model_path
 from bench.pipeline_figures import LABEL_KEYS
+from bench.pipeline_limit import limit_line
 from pipeline.venue.orders import DEFAULT_MAX_AWAY_TICKS
 
 #: the share of a scenario's SIGNALs labelled EMERGENCY from which the report says the model calls
@@ -30,6 +31,7 @@ VALIDITY_RULE = (f"an order is valid against the venue's book when, on arrival a
 TARGET_P50_US = 100.0
 TARGET_P99_US = 400.0
 TARGET_PEER_RATIO = 3.0
+LIMIT_RATIO_GOAL = 1.5  # order sent p50 within this many times the limit measured in the same run
 
 
 def describe_model(sc: Scenario) -> dict:
@@ -94,10 +96,14 @@ def stage_table(res: dict) -> list[str]:
 
 
 def process_table(res: dict) -> list[str]:
-    """A result's processes: core, wait, CPU, messages in and out, input drops."""
-    md = ["| process | core | wait | CPU % | in | out | input drops |", "|---|---|---|---|---|---|---|"]
+    """A result's processes: core, wait, CPU, messages in and out, input drops, and the wake-ups (its
+    threads' voluntary context switches over the window) in all and per message read."""
+    md = ["| process | core | wait | CPU % | in | out | input drops | wake-ups | wake-ups / message in |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for n, p in res["processes"].items():
-        md.append(f"| {n} | {p['core']} | {p['wait']} | {p['cpu_pct']} | {p['msgs_in']} | {p['msgs_out']} | {p['drops']} |")
+        w, per = p.get("wakeups"), p.get("wakeups_per_msg")
+        md.append(f"| {n} | {p['core']} | {p['wait']} | {p['cpu_pct']} | {p['msgs_in']} | {p['msgs_out']} | "
+                  f"{p['drops']} | {'-' if w is None else w} | {'-' if per is None else per} |")
     return md
 
 
@@ -170,10 +176,15 @@ def verdicts(results: list[dict]) -> list[str]:
             out.append(f"- Tick to order request sent, fast path, 1,000 updates/s ({who}): p50 {o['p50_us']:.0f} µs "
                        f"(target <= {TARGET_P50_US:.0f}: {'MET' if o['p50_us'] <= TARGET_P50_US else 'MISSED'}), "
                        f"p99 {o['p99_us']:.0f} µs (target <= {TARGET_P99_US:.0f}: "
-                       f"{'MET' if o['p99_us'] <= TARGET_P99_US else 'MISSED'}), n {o['n']}.")
+                       f"{'MET' if o['p99_us'] <= TARGET_P99_US else 'MISSED'}), n {o['n']}; venue CPU "
+                       f"{r['processes'].get('venue', {}).get('cpu_pct', '-')} % of a core.")
         else:
             out.append(f"- Tick to order request sent, fast path ({who}): no fast-path order in the window "
                        "(nothing to judge).")
+        lim = (r.get("limit") or {}).get("order_sent") or {}
+        if lim.get("ratio") is not None:
+            out.append(f"- Order sent p50 against the limit ({who}): {lim['ratio']:.2f}x {lim['limit_us']:.0f} µs "
+                       f"(goal <= {LIMIT_RATIO_GOAL:g}x: {'MET' if lim['ratio'] <= LIMIT_RATIO_GOAL else 'MISSED'}).")
         out.append(f"- SIGNALs of {who}: {labels_line(r)}.")
     bases = [r for r in results if r["scenario"]["name"] in ("ring-1k", "ring-1k-hand-set")]
     for ring, peer in ((b, peer) for b in bases for peer in ("zmq", "mp-queue")):
@@ -206,6 +217,7 @@ def verdicts(results: list[dict]) -> list[str]:
                    f"drops {r['drops_total']}, SIGNAL p50 / p99 {sig.get('p50_us', float('nan')):.0f} / "
                    f"{sig.get('p99_us', float('nan')):.0f} µs, venue CPU {r['processes']['venue']['cpu_pct']} % "
                    f"({model_short(r)}).")
+    out += rate_lines(results)
     for n in (1, 4, 16):
         r = next((r for r in results if r["scenario"]["instruments"] == n and r["scenario"]["rate"] == 1_000
                   and r["scenario"]["transport"] == "ring" and r["scenario"]["llm"] and not r["scenario"]["faults"]
@@ -216,6 +228,22 @@ def verdicts(results: list[dict]) -> list[str]:
             out.append(f"- {n} instrument(s) at 1,000/s: SIGNAL p50 / p99 {sig.get('p50_us', float('nan')):.0f} / "
                        f"{sig.get('p99_us', float('nan')):.0f} µs, pipeline CPU (venue excluded) {cpu:.0f} % of a core "
                        f"({model_short(r)}).")
+    return out
+
+
+def rate_lines(results: list[dict]) -> list[str]:
+    """The ``--rates`` sweep (scenarios named ``rate-...``), by offered rate: BOOKs/s measured, drops
+    per ring (0 drops: kept up), SIGNAL p50 / p99 and the venue's CPU."""
+    out = []
+    for r in sorted((r for r in results if r["scenario"]["name"].startswith("rate-")),
+                    key=lambda r: r["scenario"]["rate"]):
+        sc, sig = r["scenario"], r["stages"]["signal"]
+        drops = ", ".join(f"{k} {v}" for k, v in r["ring_drops"].items()) or "no ring"
+        kept = "0 ring drops: KEPT UP" if r["drops_total"] == 0 else f"{r['drops_total']} ring drops: DID NOT KEEP UP"
+        out.append(f"- {sc['rate']:,}/s offered over {sc['instruments']} instrument(s), venue source "
+                   f"{sc.get('source', 'synthetic')}: {r['books_per_s']:,.0f} BOOKs/s measured; {kept} ({drops}); "
+                   f"SIGNAL p50 / p99 {sig.get('p50_us', float('nan')):.0f} / {sig.get('p99_us', float('nan')):.0f} µs; "
+                   f"venue CPU {r['processes'].get('venue', {}).get('cpu_pct', '-')} % of a core ({model_short(r)}).")
     return out
 
 
@@ -234,6 +262,7 @@ def markdown(machine: dict, results: list[dict], stress: bool, made: list[str]) 
            f"the {MODELS['hand-set']} (bench.pipeline.write_bench_model: the same graph and size, weights set by hand "
            "to follow the book imbalance) runs beside it as its own scenario. SIGNALs by label over each measured "
            "window (the fast stage's counters):", ""] + models_table(results) + [""]
+    md += limit_section(machine.get("limit"))
     for r in results:
         md += scenario_section(r)
     if stress:
@@ -249,7 +278,8 @@ def scenario_section(r: dict) -> list[str]:
     """One scenario's section: what it offered, its model, and its figures or its error."""
     sc = r["scenario"]
     md = [f"## {sc['name']}: {sc['rate']:,} updates/s offered, {sc['instruments']} instrument(s), "
-          f"transport {sc['transport']}" + ("" if sc["llm"] else ", no LLM hub")
+          f"transport {sc['transport']}, venue source {sc.get('source', 'synthetic')}"
+          + ("" if sc["llm"] else ", no LLM hub")
           + (f", faults {sc['faults']}" if sc["faults"] else ""), ""]
     m = r.get("model") or {}
     said = m.get("fast_stage_sha256_8")
@@ -258,10 +288,28 @@ def scenario_section(r: dict) -> list[str]:
     md += [f"Model: {m.get('label', sc.get('model', '?'))}{check}.", ""]
     if "error" in r:
         return md + [f"FAILED: {r['error'][:500]}", ""]
-    md += [f"{r['books_per_s']:,.0f} BOOKs/s measured over {r['seconds']} s; ring drops {r['drops_total']} "
+    md += [f"{r['books_per_s']:,.0f} BOOKs/s measured over {r['seconds']} s; venue CPU "
+           f"{r['processes'].get('venue', {}).get('cpu_pct', '-')} % of a core; ring drops {r['drops_total']} "
            f"({', '.join(f'{k} {v}' for k, v in r['ring_drops'].items() if v) or 'none'}); load {r['load_avg']}; "
            f"plan: {r['plan']}.", "", f"SIGNALs by label: {labels_line(r)}.", ""]
+    if r.get("limit"):
+        md += ["Against the limit (measured in this run; see \"The limit\"):", ""]
+        md += [f"- {limit_line(k, row)}" for k, row in r["limit"].items()] + [""]
     return md + stage_table(r) + [""] + process_table(r) + [""]
+
+
+def limit_section(limit: dict | None) -> list[str]:
+    """The report's "The limit" section: each stage's hot compute and the wake-up floor, measured in
+    this run before the pipeline's windows (``bench.pipeline_limit``); [] when not measured."""
+    if not limit:
+        return []
+    md = ["## The limit", "", "limit = sum of the stages' hot compute (p50) + hops x the wake-up floor (p50); "
+          "SIGNAL written: feed + features + fast, 2 hops; order request sent: those + risk + sender, 4 hops "
+          "(bench.pipeline_limit). Measured in this process before the pipeline's windows:", "",
+          "| measured | p50 µs | p99 µs | n |", "|---|---|---|---|"]
+    for v in [*limit["compute"].values(), limit["floor"]]:
+        md.append(f"| {v['label']} | {v['p50_us']:.1f} | {v['p99_us']:.1f} | {v['n']} |")
+    return md + [""]
 
 
 def failed_result(sc: Scenario, error: str) -> dict:

@@ -33,7 +33,10 @@ Params: ``input`` (default: the only input), ``risk_output`` ("sig_risk"), ``llm
 ``model_path`` ("models/generated/fast.onnx"), ``providers`` ("auto" | "cpu" | "cuda"),
 ``require_gpu`` (false), ``device_id`` (0), ``gpu_mem_limit_mib`` (256), ``arena_extend_strategy``
 ("kSameAsRequested" | "kNextPowerOfTwo"), ``thresholds`` ({buy = 0.4, sell = 0.4, emergency = 0.5,
-side = 1.01}: ``side`` above 0.5; above 1 never names a side), ``warmup_runs`` (20). Typed
+side = 1.01}: ``side`` above 0.5; above 1 never names a side), ``warmup_runs`` (20), ``signal_depth``
+(false; true: every SIGNAL to ``risk_output`` is ``SIGNAL_DEPTH_DTYPE``, 296 bytes, the SIGNAL followed
+by the FEATURES vector's 15 levels a side, one 240-byte copy, for the risk gateway's depth-aware
+planner; the start fails with a ConfigError naming the ring when it cannot hold 296 bytes). Typed
 (``FastParams``): an unknown or ill-typed field fails the start with a ConfigError naming the process
 and the field (``fast: bad params: Object contains unknown field ...``).
 The model must have a card made for this pipeline's feature layout (``check_model_card``: a card
@@ -66,8 +69,10 @@ from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.gpu import GpuNeed
+from pipeline.trading.features import F_ASK_DIST_0, F_ASK_SIZE_0, F_BID_DIST_0, F_BID_SIZE_0
 from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
-                                       OFF_FEATURES_VECTOR, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE, SIGNAL_FLAG_AT_RISK_ASK,
+                                       OFF_FEATURES_VECTOR, OFF_SIGNAL_DEPTH, SIGNAL_CTX_DTYPE, SIGNAL_DEPTH_BYTES,
+                                       SIGNAL_DEPTH_DTYPE, SIGNAL_DEPTH_LEVELS, SIGNAL_DTYPE, SIGNAL_FLAG_AT_RISK_ASK,
                                        SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE, SIGNAL_FLAG_WARMUP,
                                        SIGNAL_STRUCT, Kind, Label)
 
@@ -79,6 +84,13 @@ _SIG_WARMUP = int(SIGNAL_FLAG_WARMUP)
 _SIG_BID, _SIG_ASK, _SIG_OOR = int(SIGNAL_FLAG_AT_RISK_BID), int(SIGNAL_FLAG_AT_RISK_ASK), int(SIGNAL_FLAG_OUT_OF_RANGE)
 AT_RISK_OUTPUT = "at_risk"  # pipeline.trading.model.decide.AT_RISK_OUTPUT (float32 [N, 2]: bid, ask at risk)
 CUDA_EP = "CUDAExecutionProvider"
+# the SIGNAL's depth block is the FEATURES vector's level slots, in their order: one contiguous copy
+_NDEPTH = 4 * SIGNAL_DEPTH_LEVELS
+assert (F_ASK_DIST_0, F_BID_SIZE_0, F_ASK_SIZE_0) == tuple(F_BID_DIST_0 + k * SIGNAL_DEPTH_LEVELS for k in (1, 2, 3))
+_DEPTH_SRC = slice(OFF_FEATURES_VECTOR + 4 * F_BID_DIST_0, OFF_FEATURES_VECTOR + 4 * (F_BID_DIST_0 + _NDEPTH))
+_DEPTH_DST = slice(OFF_SIGNAL_DEPTH, SIGNAL_DEPTH_BYTES)
+_DEPTH_FIELDS = (("depth_bid_dist", F_BID_DIST_0), ("depth_ask_dist", F_ASK_DIST_0), ("depth_bid_sz", F_BID_SIZE_0),
+                 ("depth_ask_sz", F_ASK_SIZE_0))
 CPU_EP = "CPUExecutionProvider"
 
 
@@ -107,6 +119,7 @@ class FastParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     arena_extend_strategy: Literal["kSameAsRequested", "kNextPowerOfTwo"] = "kSameAsRequested"
     thresholds: FastThresholds = FastThresholds()
     warmup_runs: Annotated[int, msgspec.Meta(ge=0)] = 20
+    signal_depth: bool = False  # SIGNALs to risk carry the book's levels (SIGNAL_DEPTH_DTYPE, 296 bytes)
 
     def gpu_need(self) -> GpuNeed:
         """What the stage puts on the GPU (``pipeline.runtime.gpu``): the CUDA arena's limit
@@ -242,6 +255,13 @@ class FastAgent(Agent):
         self.llm = ctx.output(p.llm_output, required=False)
         if self.risk is None and self.llm is None:
             raise ConfigError(f"fast: neither a risk nor an llm output among {sorted(ctx.outputs)}")
+        self.depth = p.signal_depth
+        if self.depth and self.risk is not None:
+            room = {r.name: r.max_payload_bytes for r in ctx.config.rings}.get(p.risk_output, SIGNAL_DEPTH_BYTES)
+            if room < SIGNAL_DEPTH_BYTES:
+                raise ConfigError(f"{ctx.name}: params.signal_depth needs ring {p.risk_output!r} to hold "
+                                  f"{SIGNAL_DEPTH_BYTES}-byte SIGNALs (max_payload_bytes >= {SIGNAL_DEPTH_BYTES}), "
+                                  f"it has {room}")
         self.th_buy = p.thresholds.buy
         self.th_sell = p.thresholds.sell
         self.th_emergency = p.thresholds.emergency
@@ -276,7 +296,7 @@ class FastAgent(Agent):
         self.at_risk = np.full((n, 2), 0.5, np.float32)  # stays 0.5 / 0.5 without the model's at_risk output
         self.feat = np.zeros(n, FEATURES_DTYPE)
         self.ts = np.zeros(n, np.int64)
-        self.sig = np.zeros(n, SIGNAL_DTYPE)
+        self.sig = np.zeros(n, SIGNAL_DEPTH_DTYPE if self.depth else SIGNAL_DTYPE)
         self.sig_bytes = memoryview(self.sig).cast("B")
         self.ctx_rec = np.zeros(1, SIGNAL_CTX_DTYPE)  # one SIGNAL_CTX, filled per non-HOLD signal
         self.ctx_bytes = memoryview(self.ctx_rec).cast("B")
@@ -285,7 +305,8 @@ class FastAgent(Agent):
         self.n = 0
         self.one: tuple | None = None  # (payload, ts) of a poll that brought a single FEATURES
         self._last = bytes(_FEATURES_BYTES)  # keep_warm's input: the latest FEATURES payload
-        self.sig1 = bytearray(SIGNAL_DTYPE.itemsize)  # the single path's SIGNAL
+        self.sig1 = bytearray(SIGNAL_DEPTH_BYTES if self.depth else SIGNAL_DTYPE.itemsize)  # the single path's SIGNAL
+        self.sig1_head = memoryview(self.sig1)[:SIGNAL_DTYPE.itemsize]  # without the depth block (SIGNAL_CTX's)
         self._bindings: dict[int, object] = {}
         self.stats = ctx.stats
         self.stats.update(provider="CUDA" if self.provider == CUDA_EP else self.provider.replace("ExecutionProvider", ""),
@@ -421,6 +442,8 @@ class FastAgent(Agent):
             lab = _HOLD
             sflags = (sflags & _SIG_WARMUP) | _SIG_OOR
         SIGNAL_STRUCT.pack_into(self.sig1, 0, iid, lab, sflags, seq, exch_ts, mid, spread, *p)
+        if self.depth:
+            self.sig1[_DEPTH_DST] = payload[_DEPTH_SRC]
         return lab, sflags
 
     def _count_flags(self, flags: int, x: np.ndarray) -> None:
@@ -452,7 +475,7 @@ class FastAgent(Agent):
             else:
                 st["risk_drops"] += 1
         if self.llm is not None and lab != _HOLD:
-            self.ctx_sig[:] = self.sig1
+            self.ctx_sig[:] = self.sig1_head
             self.ctx_vec[:] = self.x[0]
             if not self.ctx.emit(self.llm, Kind.SIGNAL_CTX, self.ctx_bytes, ts_origin_ns):
                 st["llm_drops"] += 1
@@ -470,6 +493,10 @@ class FastAgent(Agent):
         s["feature_seq"], s["exch_ts_ns"] = f["book_seq"], f["exch_ts_ns"]
         s["ref_mid"], s["ref_spread"] = f["ref_mid"], f["ref_spread"]
         s["probs"] = probs
+        if self.depth:
+            v = f["features"]
+            for name, first in _DEPTH_FIELDS:
+                s[name] = v[:, first : first + SIGNAL_DEPTH_LEVELS]
         return lab
 
     def _emit(self, n: int) -> None:
@@ -484,7 +511,8 @@ class FastAgent(Agent):
         flags = self.sig["flags"][:n]
         for i in np.flatnonzero(flags > _SIG_WARMUP).tolist():
             self._count_flags(int(flags[i]), self.x[i])
-        size = SIGNAL_DTYPE.itemsize
+        size = self.sig.dtype.itemsize
+        head = SIGNAL_DTYPE.itemsize
         emit, risk, llm, ts, mv = self.ctx.emit, self.risk, self.llm, self.ts, self.sig_bytes
         for i in range(n):
             payload = mv[i * size : (i + 1) * size]
@@ -495,7 +523,7 @@ class FastAgent(Agent):
                 else:
                     self.stats["risk_drops"] += 1
             if llm is not None and lab[i] != Label.HOLD:
-                self.ctx_sig[:] = payload
+                self.ctx_sig[:] = payload[:head]
                 self.ctx_vec[:] = f["features"][i]
                 if not emit(llm, Kind.SIGNAL_CTX, self.ctx_bytes, t):
                     self.stats["llm_drops"] += 1

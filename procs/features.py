@@ -14,7 +14,13 @@ Params (``[[processes]] params = {...}``): ``input`` / ``output`` ring names (de
 one), ``tau_ofi_ms`` (1000), ``tau_trade_ms`` (1000), ``tau_vol_fast_ms`` (1000),
 ``tau_vol_slow_ms`` (10000), ``vpin_buckets`` (50), ``vpin_bucket_volume``: a number, or a
 ``{symbol: volume}`` table of configured symbols (default, and for a symbol the table leaves out: 1000
-lots of the instrument). Typed (``FeatureStageParams``): an unknown or ill-typed field is a ConfigError
+lots of the instrument), ``basis_pairs`` (none by default): ``[{spot = ID, perp = ID}, ...]``, the
+instrument ids of the spot and the USDT-FUTURES perpetual of one base (the same symbol, the same
+venue: two subscriptions of one feed), whose BOOKs then give each other the basis slots 90..93
+(``pipeline.trading.features.pair_basis``), and ``tau_basis_ms`` (60000), the basis statistics' decay.
+A pair naming an unconfigured id, the same id twice, an id of another pair, two symbols or venues, or
+a leg of the wrong product type is a ConfigError naming the field (``$.basis_pairs[0].perp``), raised
+by the start. Typed (``FeatureStageParams``): an unknown or ill-typed field is a ConfigError
 naming the process and the field (``features: bad params: ...``), raised by the supervisor's check
 before any process starts, and by the start itself.
 
@@ -32,7 +38,7 @@ import numpy as np
 from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError
-from pipeline.trading.features import OK, FeatureParams, FeatureState, Reason, compute, update_from_trade
+from pipeline.trading.features import OK, FeatureParams, FeatureState, Reason, compute, pair_basis, update_from_trade
 from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
 
 _BOOK_BYTES = BOOK_DTYPE.itemsize
@@ -41,6 +47,14 @@ _U16 = np.dtype("<u2")
 
 
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
+_InstrumentId = Annotated[int, msgspec.Meta(ge=1, le=65_535)]
+
+
+class BasisPairParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One spot-perpetual pair of one base, by instrument id."""
+
+    spot: _InstrumentId
+    perp: _InstrumentId
 
 
 class FeatureStageParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -54,6 +68,8 @@ class FeatureStageParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     tau_vol_slow_ms: _Positive = 10_000.0
     vpin_buckets: Annotated[int, msgspec.Meta(ge=1)] = 50
     vpin_bucket_volume: _Positive | dict[str, _Positive] | None = None  # None: 1000 lots of each instrument
+    basis_pairs: list[BasisPairParams] = []
+    tau_basis_ms: _Positive = 60_000.0
 
 
 def parse_params(name: str, params: dict) -> FeatureStageParams:
@@ -63,6 +79,41 @@ def parse_params(name: str, params: dict) -> FeatureStageParams:
         ConfigError: an unknown or ill-typed field, named with the process.
     """
     return parse_stage_params(name, params, FeatureStageParams)
+
+
+def check_basis_pairs(name: str, pairs: list[BasisPairParams], instruments) -> list[tuple[str, int, int]]:
+    """``pairs`` checked against the configured ``instruments``: ``[(where, spot id, perp id), ...]``.
+
+    Raises:
+        ConfigError: naming process ``name`` and the field (``$.basis_pairs[i].spot`` / ``.perp``): an id
+            that is not configured, one id as both legs or in two pairs, legs of two symbols or two
+            venues, or a leg whose ``product_type`` is not its role's (SPOT / USDT-FUTURES).
+    """
+    by_id = {inst.id: inst for inst in instruments}
+    seen: set[int] = set()
+    out = []
+    for i, pair in enumerate(pairs):
+        where = f"$.basis_pairs[{i}]"
+
+        def bad(field: str, why: str):
+            return ConfigError(f"{name}: bad params: {why} - at `{where}.{field}`")
+
+        for field, iid in (("spot", pair.spot), ("perp", pair.perp)):
+            if iid not in by_id:
+                raise bad(field, f"instrument {iid} is not configured")
+            if iid in seen:
+                raise bad(field, f"instrument {iid} is already a leg of a basis pair")
+            seen.add(iid)
+            want = "SPOT" if field == "spot" else "USDT-FUTURES"
+            got = getattr(by_id[iid], "product_type", want)
+            if got != want:
+                raise bad(field, f"instrument {iid} is {got}, the {field} leg must be {want}")
+        spot, perp = by_id[pair.spot], by_id[pair.perp]
+        if spot.symbol != perp.symbol or spot.venue != perp.venue:
+            raise bad("perp", f"the legs of one base are one symbol on one venue, not {spot.symbol} on {spot.venue} "
+                              f"and {perp.symbol} on {perp.venue}")
+        out.append((where, pair.spot, pair.perp))
+    return out
 
 
 class FeatureAgent(Agent):
@@ -94,6 +145,11 @@ class FeatureAgent(Agent):
             except ValueError as exc:  # a decay constant under 1 ns
                 raise ConfigError(f"{ctx.name}: bad params: {exc}") from None
             self.states[inst.id] = FeatureState(inst.id, inst.tick_size, params)
+        for _where, spot, perp in check_basis_pairs(ctx.name, p.basis_pairs, ctx.config.instruments):
+            try:
+                pair_basis(self.states[spot], self.states[perp], int(p.tau_basis_ms * 1_000_000))
+            except ValueError as exc:  # a decay constant under 1 ns
+                raise ConfigError(f"{ctx.name}: bad params: {exc} - at `$.tau_basis_ms`") from None
         self.buf = np.zeros(1, FEATURES_DTYPE)
         self.payload = memoryview(self.buf).cast("B")
         self.stats = ctx.stats

@@ -94,7 +94,10 @@ Counters (``ctx.stats``, published with each heartbeat; the first ten fit the st
     comparison of its receive time with the next sample's due time).
 
 ``ItchFeedAgent`` (``module = "procs.feed:ItchFeedAgent"``): NASDAQ TotalView-ITCH 5.0 through
-``pipeline.trading.itch.L3Book``, one BOOK per message that changed a configured symbol's book:
+``pipeline.trading.itch.L3Book``, one BOOK per message that changed a configured symbol's book, and a
+TRADE per execution (``pipeline.trading.itch.executions.ExecutionBook``: E, printable C, and P, the
+non-displayed ones, flagged ``TRADE_FLAG_HIDDEN``) written just before the BOOK it changed, stamped
+with ``ctx.clock()`` when it is written; every BOOK carries ``BOOK_FLAG_HIDDEN_REPORTED``:
 
 - ``path``: replay a BinaryFILE (``.gz`` too) at ``speed`` ``"max"`` (default) or a factor of
   the original pace (1.0 = as recorded, by ITCH timestamps against ``ctx.clock``); the file is
@@ -109,7 +112,8 @@ Counters (``ctx.stats``, published with each heartbeat; the first ten fit the st
   default 0 in the payload), ``skip_empty`` / ``require_end`` (BinaryFILE variants), ``session``.
 
 Counters: messages, books_emitted, rejected, decode_errors, datagrams, bad_datagrams, gaps,
-missing, duplicates, foreign, out_drops, replay_done, file_errors.
+missing, duplicates, foreign, out_drops (BOOKs and TRADEs), replay_done, file_errors, trades_emitted,
+hidden_trades (the TRADEs of P messages among them).
 """
 
 from __future__ import annotations
@@ -136,10 +140,11 @@ from pipeline.trading.bitget.errors import BitgetError
 from pipeline.trading.bitget.frames import BOOK_CHANNELS, CHANNELS, INST_TYPES
 from pipeline.trading.bitget.pacing import Backoff
 from pipeline.trading.bitget.session import LOG_FIRST_REJECTS, FeedSession
-from pipeline.trading.itch.book import L3Book
 from pipeline.trading.itch.errors import ItchError
+from pipeline.trading.itch.executions import ExecutionBook
 from pipeline.trading.itch.framing import iter_file_frames
 from pipeline.trading.itch.ingest import FileReplay, MoldDatagrams, start_counters
+from pipeline.trading.messages import OFF_TRADE_FLAGS, TRADE_FLAG_HIDDEN, Kind
 from procs.feed_ws import NET_COUNTERS, WsClient
 
 DEFAULT_PORT_URL = "ws://127.0.0.1:{port}/v2/ws/public"
@@ -460,11 +465,12 @@ class ItchFeedAgent(_FeedAgent):
         name = ctx.name
         symbols = _instrument_map(ctx, "symbols", p.symbols)
         try:
-            self.book = L3Book(symbols, midnight_epoch_ns=p.midnight_epoch_ns)
+            self.book = ExecutionBook(symbols, midnight_epoch_ns=p.midnight_epoch_ns, on_trade=self._emit_trade)
         except ItchError as exc:
             raise ConfigError(f"process {name}: {exc}") from None
         self.stats = ctx.stats
         start_counters(self.stats)
+        self.stats.update(trades_emitted=0, hidden_trades=0)
         ports = {"stats": ctx.stats, "log": ctx.log, "clock": ctx.clock, "emit": ctx.emit, "out": self.out}
         self.sock = None
         self.port = None
@@ -484,6 +490,15 @@ class ItchFeedAgent(_FeedAgent):
             if p.port_file:
                 write_port_file(p.port_file, self.port)
             ctx.log.info("feed_starting", venue="itch-moldudp64", port=self.port, symbols=symbols)
+
+    def _emit_trade(self, payload) -> None:
+        """An execution's TRADE into the output, ahead of its BOOK (``out_drops`` when the ring is full)."""
+        s = self.stats
+        if self.ctx.emit(self.out, Kind.TRADE, payload, self.ctx.clock()):
+            s["trades_emitted"] += 1
+            s["hidden_trades"] += payload[OFF_TRADE_FLAGS] & TRADE_FLAG_HIDDEN
+        else:
+            s["out_drops"] += 1
 
     def _bind(self, port: int, recv_buffer_bytes: int) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -22,7 +22,9 @@ The decisions are ``pipeline.trading.risk.gateway.RiskGateway``'s (see there); t
   ``do_work``; no fsync (the sender's journal is the durable record of what was sent).
 
 Params (``RiskParams``: an unknown or ill-typed field fails the start naming the process and the field):
-``limits`` (table, ``pipeline.trading.risk.limits.RiskLimits``; ConfigError naming the bad field),
+``limits`` (table, ``pipeline.trading.risk.limits.RiskLimits``; ConfigError naming the bad field;
+``risk_aversion`` outside [0.1, 2.0] too), ``execution`` (table, ``pipeline.trading.risk.execution.ExecutionParams``:
+``planner = "simple" | "depth"`` and the depth-aware planner's settings; ConfigError naming the bad field),
 ``audit_path`` ("<supervisor.log_dir>/risk_audit.jsonl"), ``control_input`` ("control"), ``exec_input``
 ("exec"), ``signal_input`` ("sig_risk"), ``instruction_input`` ("instr"), ``output`` ("orders"),
 ``position_output`` ("pos").
@@ -36,8 +38,10 @@ values it; refreshed at every fill and sync, and otherwise on the first ``do_wor
 message time is a heartbeat interval past the last refresh: one comparison per batch, none per message),
 pdiff_lots_<id> (the venue's position minus the journal's, in lots, when the sender found them apart: risk
 is then REDUCING), acct_changed (state reports from a sender that found a new venue account),
-pos_written / pos_dropped (POSITION messages written / refused by the position output), and deny_<reason lower> per denial reason
-seen (``deny_max_position``...).
+pos_written / pos_dropped (POSITION messages written / refused by the position output), deny_<reason lower> per denial reason
+seen (``deny_max_position``...), and with ``planner = "depth"`` par_<id> (right after the pnl_<id>: the
+instrument's latest parent order, ``execution.SHORT`` of its state and its filled / target lots, e.g.
+``PART 2/5``; "-" before the first).
 """
 
 from __future__ import annotations
@@ -47,16 +51,20 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from pipeline.runtime.agent import MARK_DECIDED, Agent, mark_code
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.runepoch import read_run_epoch
-from pipeline.trading.messages import EXEC_STRUCT, SIGNAL_STRUCT, ExecType, Kind, Label, pack_position
+from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_DEPTH_DTYPE, SIGNAL_STRUCT, ExecType, Kind, Label,
+                                       pack_position)
 from pipeline.trading.risk.checks import DenyReason
 from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, FillApplied, InstructionExpired,
                                           MessageRejected, OrderApproved, OrderDenied, PositionMismatch, StateChanged,
                                           Synced, SyncStarted, VenueAccountChanged, encode_order)
+from pipeline.trading.risk.events import ParentChanged
+from pipeline.trading.risk.execution import SHORT, ExecutionParams, ParentState, decode_execution
 from pipeline.trading.risk.gateway import RiskGateway
 from pipeline.trading.risk.limits import RiskLimits, decode_limits
 
@@ -69,17 +77,25 @@ class _Shadow:
     advancing 10 ms a step. ``step`` feeds one message in a cycle of four (a HOLD, a LEAN_BUY, the
     CANCELLED of what it opened, an EMERGENCY) and returns its events."""
 
-    def __init__(self, instruments, limits: RiskLimits):
+    def __init__(self, instruments, limits: RiskLimits, execution: ExecutionParams | None = None):
         self.t = 10**12
         lim = msgspec.structs.replace(limits, max_orders_per_s=1_000_000, max_notional_per_min=1e300, min_notional=0.0,
                                       emergency_cooldown_ms=0)
-        self.gw = RiskGateway(instruments, lim, lambda: self.t)
+        self.gw = RiskGateway(instruments, lim, lambda: self.t, execution=execution)
         self.gw.start()
         self.gw.on_exec(EXEC_STRUCT.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0))
         spec = instruments[0]
         self.iid, mid = spec.id, spec.tick_size * 100_000
-        sig = lambda label: SIGNAL_STRUCT.pack(  # noqa: E731
+        head = lambda label: SIGNAL_STRUCT.pack(  # noqa: E731
             self.iid, label, 0, 1, 0, mid, 2 * spec.tick_size, 0.0, 0.0, 0.0, 0.0)
+        sig = head
+        if self.gw.depth_mode:  # SIGNALs with depth, deep at the touch: the gate opens, the same paths are taken
+            def sig(label):
+                r = np.frombuffer(head(label) + bytes(SIGNAL_DEPTH_DTYPE.itemsize - SIGNAL_STRUCT.size),
+                                  SIGNAL_DEPTH_DTYPE, 1).copy()
+                r["depth_bid_dist"][0, 0] = r["depth_ask_dist"][0, 0] = 1.0
+                r["depth_bid_sz"][0, 0] = r["depth_ask_sz"][0, 0] = 1e12
+                return r.tobytes()
         self.msgs = [sig(Label.HOLD), sig(Label.LEAN_BUY), None, sig(Label.EMERGENCY)]
         self.i = 0
 
@@ -99,6 +115,7 @@ class RiskParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     """The stage's params (see the module docstring); ``limits`` is decoded by ``decode_limits``."""
 
     limits: dict[str, Any] | None = None
+    execution: dict[str, Any] | None = None
     audit_path: str = ""
     control_input: str = "control"
     exec_input: str = "exec"
@@ -117,8 +134,9 @@ class RiskAgent(Agent):
         self.ctx = ctx
         prm = parse_stage_params(ctx.name, ctx.params, RiskParams)
         limits = decode_limits(prm.limits)
+        self.execution = execution = decode_execution(prm.execution)
         epoch = read_run_epoch(ctx.config.supervisor.run_dir)  # StartupError: not started by `up`
-        self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock, epoch=epoch)
+        self.gw = RiskGateway(ctx.config.instruments, limits, ctx.clock, epoch=epoch, execution=execution)
         self.out = ctx.output(prm.output)
         self.pos_out = ctx.output(prm.position_output, required=False)  # None: no POSITION messages
         self._pos_sent: dict[int, int] = {}  # instrument -> the lots of its latest POSITION written
@@ -150,10 +168,13 @@ class RiskAgent(Agent):
         self._shadow = None  # keep_warm's private gateway, made on first use
         self._ts = ctx.clock()
         self._publish_pnl()  # every pnl_<id> 0.0, after the pos_lots_<id> (the status record keeps the first keys)
+        if self.gw.depth_mode:  # each instrument's parent order: "-" until its first
+            for iid in self.gw.books:
+                self.stats[f"par_{iid}"] = "-"
         self._handle(self.gw.start())
         self._flush()
         ctx.log.info("risk_ready", audit_path=self.audit_path, inputs=[p for p in ctx.inputs],
-                     instruments=sorted(self.gw.books), tif=limits.tif)
+                     instruments=sorted(self.gw.books), tif=limits.tif, planner=execution.planner)
 
     # ---------------------------------------------------------------------------------------- input
     def _on_control(self, seq, ts, kind, payload):
@@ -205,7 +226,7 @@ class RiskAgent(Agent):
         private shadow gateway with its own clock. Nothing is written; the real gateway is untouched."""
         sh = self._shadow
         if sh is None:
-            sh = self._shadow = _Shadow(self.ctx.config.instruments, self.gw.limits)
+            sh = self._shadow = _Shadow(self.ctx.config.instruments, self.gw.limits, self.execution)
         for ev in sh.step():
             self.enc.encode(ev)
             if ev.cmd:
@@ -343,6 +364,10 @@ class RiskAgent(Agent):
         elif isinstance(ev, SyncStarted):
             st["synced"] = 0
             ctx.log.warning("risk_sync_started", solicited=ev.solicited)
+        elif isinstance(ev, ParentChanged):
+            plan = gw.books[ev.instrument_id].plan
+            lots = f" {round(ev.filled / gw.books[ev.instrument_id].spec.lot, 3):g}/{plan.target_lots}" if plan else ""
+            st[f"par_{ev.instrument_id}"] = SHORT[ParentState[ev.new]] + lots
 
     def _write_position(self, iid: int, position: float, as_of_ns: int, changed_only: bool = False) -> None:
         """One POSITION message (``position``, base units, in whole lots) on the position output (with

@@ -31,8 +31,14 @@ Config (one process entry; every param optional, unknown params fail the start):
     [processes.params]
     port = 0                     # 0: a free port, written to the port file
     port_file = ""               # default <supervisor.run_dir>/<process name>.port, e.g. run/venue.port
-    source = "synthetic"         # or "replay"
-    capture = ""                 # replay: a capture file (cryptofeed line format, v1 or v2 frames)
+    source = "synthetic"         # or "replay", or "encoded": frames built before anyone connects
+                                 # (pipeline.venue.sources.EncodedSource, looping; published by
+                                 # pipeline.venue.encoded_server: the venue's CPU stays small), from
+                                 # the capture when one is given, else from the synthetic model
+    capture = ""                 # replay / encoded: a capture file (cryptofeed line format, v1 or v2 frames)
+    encoded_units = 2000         # encoded: units built (synthetic steps or capture frames), then looped
+    encoded_channels = ["books15", "trade"]  # encoded: the channels built (books1/5/15, trade); the
+                                 # faults that change frames (jumps, gaps, bad checksums) are refused
     speed = 1.0                  # market time per real time; 0 = as fast as the clients take it
     seed = 1                     # synthetic model seed (and the drop_prob fault's)
     market = "default"           # synthetic: "default" (the model's defaults: a spread of a tick or two,
@@ -73,7 +79,8 @@ Config (one process entry; every param optional, unknown params fail the start):
     key_file = "secrets/paper.json"  # the one API key accepted (0600 JSON; a relative path is taken from
                                  # the repo root; created with a random paper key when missing);
                                  # "" = from SHMPIPE_API_KEY / SHMPIPE_API_SECRET / SHMPIPE_API_PASSPHRASE
-    rate_limit_per_s = 10.0      # place / cancel requests a second per key (token bucket; over it: 429)
+    rate_limit_per_s = 10.0      # place-order requests a second per key; every other endpoint's documented
+                                 # rate scaled alike (pipeline.venue.limits; over it: 429 "429")
     max_notional = 0.0           # > 0: an order with price * size above it is refused (43012); 0: no limit
     recv_window_ms = 30000       # ACCESS-TIMESTAMP further than this from the venue's clock: 40008
     latency_ms = 0.0             # artificial latency before each place / cancel is processed
@@ -141,10 +148,12 @@ from pipeline.venue.fees import MAX_FEE_BPS, FeeSchedule
 from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
 from pipeline.venue.order_fields import CODE_DUPLICATE, OrderRejected, rules_from_config
 from pipeline.venue.orders import OrderEngine
+from pipeline.venue.private_ws import PrivateChannels
 from pipeline.venue.rest import RestApi, RestServer
 from pipeline.venue.server import VenueServer
 from pipeline.venue.service import VenueThread
-from pipeline.venue.sources import MARKETS, instrument_specs, make_source
+from pipeline.venue.encoded_server import EncodedVenueServer
+from pipeline.venue.sources import ENCODED_CHANNELS, MARKETS, instrument_specs, make_source
 
 FAULT_STATS = ("jitter_frames", "jumps", "disconnects", "gaps", "bad_checksums")
 MARKET_STATS = ("connections", "subscriptions", "frames_sent", "frames_dropped", "faults_injected",
@@ -172,6 +181,8 @@ class VenueParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     port_file: str = ""
     source: str = "synthetic"
     capture: str = ""
+    encoded_units: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 2_000
+    encoded_channels: tuple[str, ...] = ("books15", "trade")
     speed: float = 1.0
     seed: int = 1
     market: str = "default"
@@ -226,6 +237,15 @@ def parse_params(name: str, params) -> VenueParams:
         raise VenueConfigError(str(exc)) from None
     if p.market not in MARKETS:
         raise VenueConfigError(f"{name}: market must be one of {sorted(MARKETS)}, got {p.market!r}")
+    if p.source == "encoded":
+        fixed = [f for f in ("jump_prob", "gap_every_s", "bad_checksum_every_s") if getattr(p, f)]
+        if fixed:
+            raise VenueConfigError(f"{name}: {', '.join(fixed)}: source 'encoded' publishes fixed frames; "
+                                   f"these faults need source 'synthetic'")
+        bad = sorted(set(p.encoded_channels) - ENCODED_CHANNELS)
+        if bad or not p.encoded_channels:
+            raise VenueConfigError(f"{name}: encoded_channels must be some of {sorted(ENCODED_CHANNELS)}, "
+                                   f"got {list(p.encoded_channels)}")
     if (p.maker_fee_bps is None) != (p.taker_fee_bps is None):
         raise VenueConfigError(f"{name}: maker_fee_bps and taker_fee_bps go together: set both (fees) or "
                                f"neither (no fees)")
@@ -326,15 +346,17 @@ class VenueAgent(Agent):
         """The market-data server over the source ``p`` asks for.
 
         Raises:
-            VenueError: no paper instrument for a synthetic source; what ``make_source`` and
-                ``VenueServer`` raise.
+            VenueError: no paper instrument for a synthetic source (or an encoded one without a
+                capture); what ``make_source`` and ``VenueServer`` raise.
         """
         specs = instrument_specs(self.ctx.config.instruments)
-        if p.source == "synthetic" and not specs:
+        if (p.source == "synthetic" or (p.source == "encoded" and not p.capture)) and not specs:
             raise VenueError("no [[instruments]] with venue = 'paper' to make a market in")
         source = make_source(p.source, instruments=specs, capture=p.capture or None, seed=p.seed,
-                             step_ms=p.step_ms, jump_prob=p.jump_prob, jump_ticks=p.jump_ticks, market=p.market)
-        return VenueServer(source, port=p.port, speed=p.speed, loop_replay=p.loop, delay_ms=p.delay_ms,
+                             step_ms=p.step_ms, jump_prob=p.jump_prob, jump_ticks=p.jump_ticks, market=p.market,
+                             encoded_units=p.encoded_units, encoded_channels=p.encoded_channels)
+        server = EncodedVenueServer if p.source == "encoded" else VenueServer
+        return server(source, port=p.port, speed=p.speed, loop_replay=p.loop, delay_ms=p.delay_ms,
                            drop_prob=p.drop_prob, fault_seed=p.seed, delay_jitter_ms=p.delay_jitter_ms,
                            disconnect_every_s=p.disconnect_every_s, gap_every_s=p.gap_every_s,
                            bad_checksum_every_s=p.bad_checksum_every_s)
@@ -365,7 +387,11 @@ class VenueAgent(Agent):
         ctx = self.ctx
         self.server.add_market_listener(self.engine)
         api = RestApi(self.engine, creds, recv_window_ms=p.recv_window_ms, rate_limit_per_s=p.rate_limit_per_s,
-                      log=ctx.log, allow_admin=p.allow_admin)
+                      log=ctx.log, allow_admin=p.allow_admin,
+                      perps={i.symbol: i.margin_coin for i in ctx.config.instruments if i.perpetual})
+        self.server.add_market_listener(api.public)  # public market data: the trades behind tickers / candles
+        self.private = PrivateChannels(api)  # the private WebSocket: login, orders / fill / account pushed
+        self.server.set_private(self.private.handler)
         self.rest = RestServer(api, port=p.rest_port, latency_ms=p.latency_ms, log=ctx.log)
         extra = [self.itch] if self.itch else []
         self.thread = VenueThread(self.server, name=f"{ctx.name}-ws", extra=[*extra, self.rest])

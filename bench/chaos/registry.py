@@ -9,6 +9,7 @@ from bench.chaos.kill_switch import kill_switch
 from bench.chaos.latency_guard import latency_guard
 from bench.chaos.llm_faults import llm_faults
 from bench.chaos.malformed import malformed_frames
+from bench.chaos.perp import machine_crash_sender_perp, perp_flow
 from bench.chaos.outage import venue_outage
 from bench.chaos.position import disk_full_journal, machine_crash_sender, position_behind_back, venue_fresh_state
 from bench.chaos.process import ring_corruption, sigkill_each, sigstop_10s
@@ -42,6 +43,11 @@ POSITION: list[tuple[str, Callable]] = [
     ("machine_crash_sender", machine_crash_sender),
 ]
 
+#: USDT-FUTURES perpetuals end to end (issue #25)
+PERP: list[tuple[str, Callable]] = [
+    ("perp_flow", perp_flow),
+    ("machine_crash_sender_perp", machine_crash_sender_perp),
+]
 
 #: operating it: the latency-budget guard (issue #26)
 OPERATIONS: list[tuple[str, Callable]] = [
@@ -50,5 +56,5 @@ OPERATIONS: list[tuple[str, Callable]] = [
 
 
 def scenarios() -> list[tuple[str, Callable]]:
-    """Every scenario of the four groups, in order."""
-    return [*PROCESS, *INPUT, *POSITION, *OPERATIONS]
+    """Every scenario of the groups, in order."""
+    return [*PROCESS, *INPUT, *POSITION, *PERP, *OPERATIONS]

@@ -80,6 +80,13 @@ class ProcessConfig(_Strict):
     # CPU niceness of the whole process (0 = normal; 1..19 = lower priority, inherited by its threads):
     # a slow-path process yields a shared core to the fast path's processes
     nice: Annotated[int, msgspec.Meta(ge=0, le=19)] = 0
+    # the scheduling policy of the whole process, applied by the runner before the agent starts (its
+    # threads inherit it): "other" (the kernel's default, CFS) or "fifo" (SCHED_FIFO at sched_priority
+    # 1..99: it runs before any "other" task on its core until it parks; needs CAP_SYS_NICE or an
+    # RLIMIT_RTPRIO >= sched_priority, else the start fails naming the process, never a silent
+    # fallback). A fifo process that busy-spins holds its core but for the kernel's RT throttle.
+    sched: Literal["other", "fifo"] = "other"
+    sched_priority: Annotated[int, msgspec.Meta(ge=1, le=99)] = 10
     heartbeat_timeout_ms: PositiveMs = 2_000
     ready_timeout_ms: PositiveMs = 30_000
     batch: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 256
@@ -87,14 +94,34 @@ class ProcessConfig(_Strict):
     params: dict[str, Any] = {}
 
 
+PRODUCT_TYPES = ("SPOT", "USDT-FUTURES")  # Bitget v2 product types the sender and the paper venue trade
+
+
 class InstrumentConfig(_Strict):
-    """An instrument; the hot path knows it only by ``id``."""
+    """An instrument; the hot path knows it only by ``id``.
+
+    ``product_type``: ``"SPOT"`` (the default; sizes in base units, positions are base-coin balances) or
+    ``"USDT-FUTURES"`` (a USDT-margined perpetual, Bitget v2 "mix", one-way position mode): then
+    ``contract_size`` (base units per contract, > 0) is required and ``lot_size`` must equal it, so a lot
+    is one contract and every ``*_lots`` figure (limits, POSITION) counts contracts; ``margin_coin`` (the
+    settlement currency, "USDT") and ``margin_mode`` ("crossed" / "isolated") go with every order. A
+    spot instrument takes no ``contract_size``. Any other product type is a config error.
+    """
 
     id: Annotated[int, msgspec.Meta(ge=1, le=65_535)]
     symbol: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
     tick_size: Annotated[float, msgspec.Meta(gt=0)]
     lot_size: Annotated[float, msgspec.Meta(gt=0)]
     venue: str = "paper"
+    product_type: str = "SPOT"
+    contract_size: float = 0.0
+    margin_coin: Annotated[str, msgspec.Meta(pattern=r"^[A-Z0-9]{2,10}$")] = "USDT"
+    margin_mode: Literal["crossed", "isolated"] = "crossed"
+
+    @property
+    def perpetual(self) -> bool:
+        """True for a USDT-margined perpetual (``product_type = "USDT-FUTURES"``)."""
+        return self.product_type == "USDT-FUTURES"
 
 
 class GpuConfig(_Strict):
@@ -228,6 +255,7 @@ def _check(cfg: Config) -> None:
         if ins.id in ids:
             raise ConfigError(f"$.instruments[{i}].id: duplicate instrument id {ins.id}")
         ids.add(ins.id)
+        _check_instrument(f"$.instruments[{i}]", ins)
     _check_latency_guard(cfg, seen)
     if 0 < cfg.supervisor.ops_port < 1024:
         raise ConfigError(f"$.supervisor.ops_port: must be 0 (off) or 1024-65535, got {cfg.supervisor.ops_port}")
@@ -235,6 +263,23 @@ def _check(cfg: Config) -> None:
     if ep and not _ENDPOINT.match(ep):
         raise ConfigError(f"$.supervisor.control_endpoint: must be ipc://PATH, got {ep!r} (a TCP control endpoint "
                           "would let any local user halt, restart or stop the pipeline; the ipc socket is 0600)")
+
+
+def _check_instrument(path: str, ins: InstrumentConfig) -> None:
+    """An instrument's product rules (see ``InstrumentConfig``). Raises ConfigError naming the field."""
+    if ins.product_type not in PRODUCT_TYPES:
+        raise ConfigError(f"{path}.product_type: unknown product type {ins.product_type!r}; "
+                          f"known: {list(PRODUCT_TYPES)}")
+    if not ins.perpetual:
+        if ins.contract_size:
+            raise ConfigError(f"{path}.contract_size: only a USDT-FUTURES instrument has a contract size")
+        return
+    if not (ins.contract_size > 0 and ins.contract_size < float("inf")):
+        raise ConfigError(f"{path}.contract_size: a USDT-FUTURES instrument needs a contract size > 0 "
+                          f"(base units per contract), got {ins.contract_size!r}")
+    if abs(ins.lot_size - ins.contract_size) > ins.contract_size * 1e-9:
+        raise ConfigError(f"{path}.lot_size: a perpetual's lot is one contract: must equal contract_size "
+                          f"({ins.contract_size!r}), got {ins.lot_size!r}")
 
 
 def _check_latency_guard(cfg: Config, processes: set[str]) -> None:

@@ -5,6 +5,8 @@
 - ``PR_SET_CHILD_SUBREAPER``: the supervisor adopts the stages the fork server forks, so they are
   its children as exec'd ones are (pipeline/runtime/forkserver.py).
 - ``PR_SET_NAME``: a forked stage shows its stage's name in ``ps`` / ``top``.
+
+And ``set_fifo``: SCHED_FIFO for every thread of the process (sched_setscheduler(2)).
 """
 
 from __future__ import annotations
@@ -43,3 +45,19 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> bool:
     """
     prctl(PR_SET_PDEATHSIG, sig)
     return os.getppid() == parent_pid
+
+
+def set_fifo(priority: int, *, setscheduler=os.sched_setscheduler, task_dir: str = "/proc/self/task") -> int:
+    """SCHED_FIFO at ``priority`` for every thread the process has now (``task_dir``'s entries);
+    threads made later inherit it. ``setscheduler``: the syscall (injected in tests). Returns how
+    many threads were set.
+
+    Raises:
+        OSError: the kernel refused (EPERM: no CAP_SYS_NICE and RLIMIT_RTPRIO below ``priority``;
+            EINVAL: a priority outside 1..99).
+    """
+    param = os.sched_param(priority)
+    tids = sorted(int(t) for t in os.listdir(task_dir))
+    for tid in tids:
+        setscheduler(tid, os.SCHED_FIFO, param)
+    return len(tids)

@@ -4,7 +4,9 @@
 forks a stage from its fork server, which calls ``main`` with these arguments, or with
 ``launcher = "exec"`` starts it so; with ``supervisor.transport = "mp-queue"`` it starts a
 ``multiprocessing`` spawn process running ``run_spawned`` with the same arguments and the queues of
-the process's rings instead). It pins the core, attaches the process table and the rings (or queues), builds the agent
+the process's rings instead). It applies the process's ``nice`` and ``sched`` (SCHED_FIFO on every
+thread for ``sched = "fifo"``, ``apply_sched``; refused: a start-up error naming the process, exit 78,
+never a fallback to the default policy), pins the core, attaches the process table and the rings (or queues), builds the agent
 named by ``module`` in the config, then runs the duty cycle::
 
     while not stopping:
@@ -45,7 +47,7 @@ from pipeline.runtime import proctable as PT
 from pipeline.runtime.agent import LATENCY_DIR_ENV, Agent, AgentContext, LatencyTap
 from pipeline.runtime.config import Config, ProcessConfig, load_config, parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
-from pipeline.runtime.linux import die_with_parent
+from pipeline.runtime.linux import die_with_parent, set_fifo
 from pipeline.runtime.log import EventLog, open_event_log
 from pipeline.runtime.transport import open_ports, wait_all
 from ringbuf import BackOff, BusySpin, IdleStrategy
@@ -145,6 +147,24 @@ def load_stage_params(proc: ProcessConfig):
     return None if kind is None else parse_stage_params(proc.name, proc.params, kind)
 
 
+def apply_sched(proc: ProcessConfig, setscheduler=os.sched_setscheduler) -> None:
+    """The process's ``sched`` policy (config ``sched`` / ``sched_priority``): nothing for "other";
+    SCHED_FIFO on every thread for "fifo" (``linux.set_fifo``; ``setscheduler`` injected in tests).
+
+    Raises:
+        StartupError: the kernel refused fifo; the message names the process, the priority and the
+            cause (a start-up error: the supervisor does not retry it; never a fallback to "other").
+    """
+    if proc.sched != "fifo":
+        return
+    try:
+        set_fifo(proc.sched_priority, setscheduler=setscheduler)
+    except OSError as exc:
+        raise StartupError(f"{proc.name}: sched = \"fifo\" (sched_priority {proc.sched_priority}) refused: "
+                           f"{exc.strerror}; it needs CAP_SYS_NICE or an RLIMIT_RTPRIO >= {proc.sched_priority}, "
+                           f"or sched = \"other\"") from None
+
+
 class Runner:
     """Owns one agent's duty cycle. Tests may drive ``run`` with an injected clock."""
 
@@ -187,6 +207,7 @@ class Runner:
                 os.setpriority(os.PRIO_PROCESS, 0, self.proc.nice)
             except OSError as exc:
                 raise StartupError(f"cannot set nice {self.proc.nice}: {exc.strerror}") from None
+        apply_sched(self.proc)
         if self.core is not None:
             os.sched_setaffinity(0, {self.core})
             rec.set(PT.OFF_CORE_PLUS_ONE, self.core + 1)
@@ -203,6 +224,7 @@ class Runner:
         rec.set(PT.OFF_READY_NS, self.clock())
         rec.set(PT.OFF_PHASE, PT.PHASE_READY)
         self.log.info("ready", pid=os.getpid(), core=self.core, wait=self.wait, nice=os.getpriority(os.PRIO_PROCESS, 0),
+                      sched=self.proc.sched, sched_priority=os.sched_getparam(0).sched_priority,
                       inputs=list(self.proc.inputs), outputs=list(self.proc.outputs))
 
     def beat(self, now: int) -> None:

@@ -6,7 +6,9 @@ the same input gives the same features. Time running backwards is clamped to no 
 
 Per instrument, a ``FeatureState`` holds what the features need from the past: the previous best
 levels (order-flow imbalance), the previous mid (returns, volatility), time-decayed trade counters
-(intensity, volume, aggressor imbalance) and equal-volume buckets (VPIN).
+(intensity, volume, aggressor imbalance), equal-volume buckets (VPIN), the decayed volume of
+non-displayed executions (hidden-order strength) and, for the two legs of a spot-perpetual pair
+(``pair_basis``), one shared ``BasisPair`` (the basis and its time-weighted mean and variance).
 
 ``compute(state, book, out)`` validates the BOOK and fills ``out`` (a ``FEATURES_DTYPE`` record or a
 float32[128] row); ``update_from_trade(state, trade)`` folds one TRADE in. Both return a reason code
@@ -48,7 +50,21 @@ ask prices and ``qb0``/``qa0`` their sizes; a level ``i`` past ``n_bids`` / ``n_
     83       F_N_BIDS                  levels present on the bid side (0..15)
     84       F_N_ASKS                  levels present on the ask side
     85       F_BOOK_INTERVAL_MS        ms since the previous accepted BOOK of the instrument, capped at 60000 (0 first)
-    86..127  F_RESERVED_0..41          0
+    86       F_HIDDEN_AVAILABLE        1 when the BOOK says its venue reports non-displayed executions
+                                       (BOOK_FLAG_HIDDEN_REPORTED: ITCH), else 0 and 86..89 are 0
+                                       (FEATURES_FLAG_NO_HIDDEN)
+    87       F_HIDDEN_VOLUME_RATE      non-displayed executed size per second: H / tau_trade_s, H = sum of the
+                                       TRADE_FLAG_HIDDEN sizes, each weighted exp(-age / tau_trade)
+    88       F_HIDDEN_SHARE            H / (H + V), V the displayed executed size decayed alike (0: neither)
+    89       F_HIDDEN_TO_TOUCH         H / (qb0 + qa0): hidden executions against the displayed size at the touch
+    90       F_BASIS_AVAILABLE         1 when the instrument is a leg of a spot-perpetual pair and the other
+                                       leg has an accepted BOOK, else 0 and 90..93 are 0 (FEATURES_FLAG_NO_BASIS)
+    91       F_BASIS_BPS               log(mid_perp / mid_spot) * 1e4, this BOOK's mid and the other leg's latest
+    92       F_BASIS_Z                 (F_BASIS_BPS - m) / sqrt(v): m, v the basis' mean and variance over time
+                                       (each basis held until the next, weighted exp(-age / tau_basis), either
+                                       leg's BOOKs updating them); 0 while v is 0
+    93       F_BASIS_AGE_MS            ms between this BOOK and the other leg's latest, capped at 60000
+    94..127  F_RESERVED_0..33          0
 
 The per-level work is vectorized over the (4, 15) level block (no Python loop over levels); the
 scalar features are plain float arithmetic.
@@ -61,17 +77,18 @@ import math
 
 import numpy as np
 
-from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, BOOK_HEAD_STRUCT, BOOK_LEVELS, FEATURES_DTYPE,
-                                      FEATURES_FLAG_NO_EXCH_TS, FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_WARMUP,
-                                      FEATURES_HEAD_STRUCT, FEATURES_LEN, TRADE_SIDE_BUY,
-                                      TRADE_SIDE_SELL, TRADE_STRUCT)
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_HIDDEN_REPORTED, BOOK_FLAG_SNAPSHOT, BOOK_HEAD_STRUCT,
+                                      BOOK_LEVELS, FEATURES_DTYPE, FEATURES_FLAG_NO_BASIS, FEATURES_FLAG_NO_EXCH_TS,
+                                      FEATURES_FLAG_NO_HIDDEN, FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_WARMUP,
+                                      FEATURES_HEAD_STRUCT, FEATURES_LEN, OFF_TRADE_FLAGS, TRADE_FLAG_HIDDEN,
+                                      TRADE_SIDE_BUY, TRADE_SIDE_SELL, TRADE_STRUCT)
 
 N_FEATURES = FEATURES_LEN
 L = BOOK_LEVELS
 #: the version of the vector's layout and formulas below: a model is trained for one (its card says
 #: which, ``pipeline.trading.model.card``) and the fast stage refuses a model of another. Bump it
 #: whenever a slot moves or what a slot computes changes (its formula or its unit).
-FEATURE_LAYOUT_VERSION = 1
+FEATURE_LAYOUT_VERSION = 2  # 2: slots 86..93 (hidden-order strength, spot-perpetual basis); ITCH executions as TRADEs
 
 # ------------------------------------------------------------------------------------- layout
 F_BID_DIST_0 = 0
@@ -104,8 +121,16 @@ F_DEPTH_ASK = 82
 F_N_BIDS = 83
 F_N_ASKS = 84
 F_BOOK_INTERVAL_MS = 85
-F_RESERVED_0 = 86  # 86..127 are zero
-N_RESERVED = N_FEATURES - F_RESERVED_0  # 42
+F_HIDDEN_AVAILABLE = 86
+F_HIDDEN_VOLUME_RATE = 87
+F_HIDDEN_SHARE = 88
+F_HIDDEN_TO_TOUCH = 89
+F_BASIS_AVAILABLE = 90
+F_BASIS_BPS = 91
+F_BASIS_Z = 92
+F_BASIS_AGE_MS = 93
+F_RESERVED_0 = 94  # 94..127 are zero
+N_RESERVED = N_FEATURES - F_RESERVED_0  # 34
 
 IMBALANCE_DEPTHS = (1, 3, 5, 10, 15)
 for _i in range(L):  # F_BID_DIST_0..14, F_ASK_DIST_0..14, F_BID_SIZE_0..14, F_ASK_SIZE_0..14 by name
@@ -119,6 +144,7 @@ del _i
 
 SECONDS_SINCE_TRADE_CAP = 60.0
 BOOK_INTERVAL_CAP_MS = 60_000.0
+BASIS_AGE_CAP_MS = 60_000.0
 _F32_MAX = float(np.finfo(np.float32).max)
 _F32_MAX_SQ = _F32_MAX * _F32_MAX  # 1.2e77, well inside float64
 _add_reduce = np.add.reduce
@@ -171,7 +197,8 @@ _AGG[:L, 10], _AGG[L:, 11] = 1.0, 1.0
 assert (F_MICROPRICE_OFFSET, F_SPREAD_TICKS, F_SPREAD_BPS, F_OFI, F_OFI_DECAYED, F_OFI_NORM, F_TRADE_INTENSITY,
         F_TRADE_VOLUME_RATE, F_TRADE_IMBALANCE, F_VPIN, F_LAST_TRADE_OFFSET, F_SECONDS_SINCE_TRADE, F_RETURN_BPS,
         F_MID_CHANGE_TICKS, F_VOLATILITY_FAST, F_VOLATILITY_SLOW, F_DEPTH_BID, F_DEPTH_ASK, F_N_BIDS, F_N_ASKS,
-        F_BOOK_INTERVAL_MS, F_RESERVED_0) == tuple(range(65, 87))
+        F_BOOK_INTERVAL_MS, F_HIDDEN_AVAILABLE, F_HIDDEN_VOLUME_RATE, F_HIDDEN_SHARE, F_HIDDEN_TO_TOUCH,
+        F_BASIS_AVAILABLE, F_BASIS_BPS, F_BASIS_Z, F_BASIS_AGE_MS, F_RESERVED_0) == tuple(range(65, 95))
 
 
 class FeatureParams:
@@ -228,8 +255,17 @@ class FeatureState:
         self.vpin_imb_sum = 0.0
         self.vpin_buy = 0.0
         self.vpin_sell = 0.0
+        # non-displayed executions (TRADE_FLAG_HIDDEN), decayed to hidden_ts_ns with tau_trade
+        self.hidden_trades = 0
+        self.hidden_ts_ns = 0
+        self.hidden_vol = 0.0
+        # the spot-perpetual pair this instrument is a leg of (pair_basis), and its sign in the basis
+        self.pair: BasisPair | None = None
+        self.pair_other: FeatureState | None = None  # the other leg
+        self.basis_sign = 0.0  # +1 the perpetual, -1 the spot
         # scratch
         self._row = np.zeros(N_FEATURES, np.float64)
+        self._optional_zero = True  # _row holds 0 in F_HIDDEN_AVAILABLE..F_BASIS_AGE_MS
         self._dist = self._row[F_BID_DIST_0:F_BID_SIZE_0].reshape(2, L)
         self._size = self._row[F_BID_SIZE_0:F_IMBALANCE_1].reshape(2, L)
         self._size_flat = self._row[F_BID_SIZE_0:F_IMBALANCE_1]
@@ -250,12 +286,59 @@ def _decay(dt_ns: int, tau_ns: int) -> float:
     return math.exp(-dt_ns / tau_ns) if dt_ns > 0 else 1.0
 
 
+class BasisPair:
+    """The spot-perpetual basis of one base, shared by its two legs' states (``pair_basis``).
+
+    ``basis_bps`` is the latest basis, ``log(mid_perp / mid_spot) * 1e4``, set at ``ts_ns`` by either
+    leg's accepted BOOK; ``mean`` / ``var`` its mean and variance over time: each basis is held until
+    the next, and a hold of ``dt`` weighs ``w = 1 - exp(-dt / tau_basis)`` against the past
+    (``mean += w * d``, ``var = (1 - w) * (var + w * d * d)``, ``d = basis_bps - mean``): weighted by
+    time, not by the number of updates. ``n`` counts the bases seen.
+    """
+
+    __slots__ = ("spot", "perp", "tau_ns", "n", "ts_ns", "basis_bps", "mean", "var")
+
+    def __init__(self, spot: FeatureState, perp: FeatureState, tau_ns: int):
+        self.spot, self.perp, self.tau_ns = spot, perp, int(tau_ns)
+        self.n = self.ts_ns = 0
+        self.basis_bps = self.mean = self.var = 0.0
+
+    def advanced(self, ts_ns: int) -> tuple[float, float]:
+        """(mean, var) at ``ts_ns``: the latest basis held since ``ts_ns`` of the last one."""
+        if self.n == 0:
+            return 0.0, 0.0
+        w = 1.0 - _decay(ts_ns - self.ts_ns, self.tau_ns)
+        d = self.basis_bps - self.mean
+        return self.mean + w * d, (1.0 - w) * (self.var + w * d * d)
+
+
+def pair_basis(spot: FeatureState, perp: FeatureState, tau_basis_ns: int = 60_000_000_000) -> BasisPair:
+    """Make ``spot`` and ``perp`` (two instruments of one base) the legs of one basis (slots 90..93).
+
+    Raises:
+        ValueError: the same state twice, a leg already paired, or ``tau_basis_ns`` not positive.
+    """
+    if spot is perp:
+        raise ValueError(f"instrument {spot.instrument_id} cannot be both legs of a basis")
+    for leg in (spot, perp):
+        if leg.pair is not None:
+            raise ValueError(f"instrument {leg.instrument_id} is already a leg of a basis")
+    if not (math.isfinite(tau_basis_ns) and tau_basis_ns > 0):
+        raise ValueError(f"tau_basis_ns must be a positive finite number, not {tau_basis_ns!r}")
+    pair = BasisPair(spot, perp, tau_basis_ns)
+    spot.pair, spot.pair_other, spot.basis_sign = pair, perp, -1.0
+    perp.pair, perp.pair_other, perp.basis_sign = pair, spot, 1.0
+    return pair
+
+
 # ------------------------------------------------------------------------------------- trades
 def update_from_trade(state: FeatureState, trade, fallback_ts_ns: int = 0) -> Reason:
     """Fold one TRADE (40-byte payload, or a ``TRADE_DTYPE`` record) into ``state``.
 
     Decayed counters (``tau_trade``): count, buy and sell volume are first decayed from the last
-    trade's time to this one's (``exch_ts_ns``, else ``fallback_ts_ns``), then incremented. VPIN:
+    trade's time to this one's (``exch_ts_ns``, else ``fallback_ts_ns``), then incremented. A TRADE
+    flagged ``TRADE_FLAG_HIDDEN`` (a non-displayed execution) only adds to the decayed hidden volume
+    (slots 87..89): it is not an aggressor's trade, so no other counter sees it. VPIN:
     the size is poured into the open bucket of ``vpin_bucket_volume``; each bucket that fills is
     closed with its ``|buy - sell|`` into a ring of the last ``vpin_buckets`` (a trade larger than
     the whole ring only needs the last ring's worth of it: the loop is bounded by the ring size).
@@ -279,6 +362,14 @@ def update_from_trade(state: FeatureState, trade, fallback_ts_ns: int = 0) -> Re
     p = s.params
     if not ts:
         ts = fallback_ts_ns
+    if raw[OFF_TRADE_FLAGS] & TRADE_FLAG_HIDDEN:  # a non-displayed execution: its own counter only
+        if s.hidden_trades:
+            s.hidden_vol *= _decay(ts - s.hidden_ts_ns, p.tau_trade_ns)
+        if ts > s.hidden_ts_ns or not s.hidden_trades:
+            s.hidden_ts_ns = ts
+        s.hidden_vol += sz
+        s.hidden_trades += 1
+        return Reason.OK
     if s.trades:
         k = _decay(ts - s.trade_ts_ns, p.tau_trade_ns)
         s.trade_count *= k
@@ -414,8 +505,31 @@ def compute(state: FeatureState, book, out, fallback_ts_ns: int = 0) -> Reason:
         intensity = volume_rate = trade_imb = vpin = last_trade = 0.0
         since_trade = SECONDS_SINCE_TRADE_CAP
 
-    # the scalar slots F_MICROPRICE_OFFSET..F_BOOK_INTERVAL_MS, in index order, in one store
-    row[F_MICROPRICE_OFFSET:F_RESERVED_0] = (
+    # hidden-order strength: the decayed non-displayed executed size against the displayed
+    if bflags & BOOK_FLAG_HIDDEN_REPORTED:
+        hidden = s.hidden_vol * _decay(ts - s.hidden_ts_ns, p.tau_trade_ns) if s.hidden_trades else 0.0
+        shown = (s.trade_buy_vol + s.trade_sell_vol) * _decay(ts - s.trade_ts_ns, p.tau_trade_ns) if s.trades else 0.0
+        h_avail, h_rate = 1.0, hidden * 1e9 / p.tau_trade_ns
+        h_share, h_touch = hidden / (hidden + shown) if hidden > 0 else 0.0, hidden / (qb0 + qa0)
+    else:
+        flags |= FEATURES_FLAG_NO_HIDDEN
+        h_avail = h_rate = h_share = h_touch = 0.0
+
+    # the spot-perpetual basis against the other leg's latest mid, scored against its own past
+    other = s.pair_other
+    if other is not None and other.books:
+        pair = s.pair
+        basis = s.basis_sign * math.log(mid / other.prev_mid) * 1e4
+        b_mean, b_var = pair.advanced(ts)
+        b_avail, b_z = 1.0, (basis - b_mean) / math.sqrt(b_var) if b_var > 0 else 0.0
+        b_age = min(max(ts - other.prev_ts_ns, 0) / 1e6, BASIS_AGE_CAP_MS)
+    else:
+        other = None
+        flags |= FEATURES_FLAG_NO_BASIS
+        b_avail = basis = b_z = b_age = 0.0
+
+    # the scalar slots F_MICROPRICE_OFFSET..F_BOOK_INTERVAL_MS, in index order
+    scalars = (
         ((b0 * qa0 + a0 * qb0) / (qb0 + qa0) - mid) * inv_tick,  # F_MICROPRICE_OFFSET
         spread * inv_tick,  # F_SPREAD_TICKS
         spread / mid * 1e4,  # F_SPREAD_BPS
@@ -438,6 +552,14 @@ def compute(state: FeatureState, book, out, fallback_ts_ns: int = 0) -> Reason:
         na,  # F_N_ASKS
         interval_ms,  # F_BOOK_INTERVAL_MS
     )
+    # and the optional slots F_HIDDEN_AVAILABLE..F_BASIS_AGE_MS, in one store; where neither input is
+    # available and the row already holds their zeros (the usual case), they are not stored again
+    if h_avail or b_avail or not s._optional_zero:
+        optional = (h_avail, h_rate, h_share, h_touch, b_avail, basis, b_z, b_age)
+        row[F_MICROPRICE_OFFSET:F_RESERVED_0] = scalars + optional
+        s._optional_zero = not (h_avail or b_avail)
+    else:
+        row[F_MICROPRICE_OFFSET:F_HIDDEN_AVAILABLE] = scalars
 
     # every feature finite and representable in float32 (a NaN fails both comparisons); the cheap
     # test first: sum x^2 <= F32_MAX^2 implies |x| <= F32_MAX for every x
@@ -465,4 +587,11 @@ def compute(state: FeatureState, book, out, fallback_ts_ns: int = 0) -> Reason:
     s.ofi_decayed = ofi_decayed
     s.vol_fast = vol_fast
     s.vol_slow = vol_slow
+    if other is not None:  # the pair's statistics, held until now, then this basis
+        if pair.n == 0:
+            pair.mean, pair.ts_ns = basis, ts
+        elif ts > pair.ts_ns:
+            pair.mean, pair.var, pair.ts_ns = b_mean, b_var, ts
+        pair.basis_bps = basis
+        pair.n += 1
     return Reason.OK

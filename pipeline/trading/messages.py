@@ -24,7 +24,8 @@ TRADE payload (40 bytes; numpy ``TRADE_DTYPE``)::
     offset  size  field
       0      2    instrument_id   u16
       2      1    side            u8    TRADE_SIDE_BUY (aggressor bought) or TRADE_SIDE_SELL
-      3      5    (zero)
+      3      1    flags           u8    TRADE_FLAG_* bits (0 from every venue but ITCH)
+      4      4    (zero)
       8      8    trade_id        u64   venue trade id (0 if none)
      16      8    exch_ts_ns      u64
      24      8    price           f64
@@ -49,7 +50,8 @@ SIGNAL payload (56 bytes; numpy ``SIGNAL_DTYPE``), one per FEATURES, from the fa
 (4: on an EMERGENCY only, the side whose resting orders at the touch the model expects to be filled and
 then lose; at most one of the two; neither: the side is not known, pull both),
 ``SIGNAL_FLAG_OUT_OF_RANGE`` (8: a feature lay outside the model card's training bounds, so the label is
-HOLD whatever the model said; never with a side bit)::
+HOLD whatever the model said; never with a side bit), ``SIGNAL_FLAG_STALE_BOOK`` (16: the book was
+rebuilding, crossed or invalid; a LEAN becomes HOLD, an EMERGENCY stays)::
 
     offset  size  field
       0      2    instrument_id   u16
@@ -61,6 +63,19 @@ HOLD whatever the model said; never with a side bit)::
      24      8    ref_mid         f64   the FEATURES' reference mid
      32      8    ref_spread      f64   the FEATURES' reference spread
      40     16    probs           f32[4] HOLD, LEAN_BUY, LEAN_SELL, EMERGENCY
+
+SIGNAL with depth (296 bytes; numpy ``SIGNAL_DEPTH_DTYPE``, kind SIGNAL, written by a fast stage with
+``signal_depth = true``): the 56-byte SIGNAL above followed by the book's levels as its FEATURES vector
+carries them (slots ``F_BID_DIST_0`` .. ``F_ASK_SIZE_0 + 14`` of ``pipeline.trading.features``, copied
+as one block), so the risk gateway's depth-aware planner sees the displayed volume at the signal; a
+level past the book's ``n_bids`` / ``n_asks`` is 0 / 0. The gateway reads a SIGNAL of either size::
+
+    offset  size  field
+      0     56    (the SIGNAL above)
+     56     60    depth_bid_dist  f32[15] (mid - bid_px[i]) / tick, best first
+    116     60    depth_ask_dist  f32[15] (ask_px[i] - mid) / tick
+    176     60    depth_bid_sz    f32[15] bid_sz[i], base units
+    236     60    depth_ask_sz    f32[15] ask_sz[i]
 
 On ``sig_llm`` the fast stage sends SIGNAL_CTX (568 bytes; numpy ``SIGNAL_CTX_DTYPE``, kind SIGNAL_CTX):
 the SIGNAL above followed by the FEATURES vector it was computed from (``f32[128]`` at offset 56), so
@@ -81,7 +96,9 @@ written; ``target_lots`` is the wanted position in lots (``lot_size`` units), si
      36      4    confidence          f32   0..1
      40      8    instruction_id      u64   the hub's own sequence, from 1
 
-ORDER payload (48 bytes; numpy ``ORDER_DTYPE``), risk -> sender; commands are imperatives::
+ORDER payload (48 bytes; numpy ``ORDER_DTYPE``), risk -> sender; commands are imperatives. ``flags``
+bits: ``ORDER_FLAG_REDUCE_ONLY`` (1: a perpetual's order that may only reduce the position, which the
+sender places with ``reduceOnly = "YES"``; the risk gateway sets it, never for spot)::
 
     offset  size  field
       0      2    instrument_id   u16
@@ -89,7 +106,8 @@ ORDER payload (48 bytes; numpy ``ORDER_DTYPE``), risk -> sender; commands are im
       3      1    side            u8    Side (0 for cancels)
       4      1    tif             u8    TimeInForce (0 for cancels)
       5      1    origin          u8    OrderOrigin: which path decided it
-      6      2    (zero)
+      6      1    flags           u8    ORDER_FLAG_* bits (NEW only; 0 for the other commands)
+      7      1    (zero)
       8      8    order_id        u64   NEW: the new order's id (``order_id_for``); CANCEL: the order to cancel
      16      8    price           f64   NEW only
      24      8    size            f64   NEW only, base units
@@ -197,6 +215,12 @@ def unpack_control(payload) -> tuple[ControlCmd, ControlReason, int] | None:
 
 BOOK_LEVELS = 15
 BOOK_FLAG_SNAPSHOT = 1  # produced by a full snapshot (not an incremental update)
+BOOK_FLAG_HIDDEN_REPORTED = 2  # the venue reports non-displayed executions (TRADE_FLAG_HIDDEN) of this instrument
+BOOK_FLAG_REBUILDING = 4  # a feed sequence gap is open (or being replayed): the book may miss updates (stale)
+BOOK_FLAG_CROSSED = 8  # best bid >= best ask (locked or crossed) as the venue's own messages left it
+BOOK_FLAG_INVALID = 16  # an unrecoverable gap left this book inconsistent until the next consistent state
+#: the BOOK flags that make a book stale for trading (features: FEATURES_FLAG_STALE_BOOK)
+BOOK_FLAGS_STALE = BOOK_FLAG_REBUILDING | BOOK_FLAG_CROSSED | BOOK_FLAG_INVALID
 BOOK_DTYPE = np.dtype([
     ("instrument_id", "<u2"), ("flags", "<u2"), ("n_bids", "<u2"), ("n_asks", "<u2"),
     ("seq", "<u8"), ("exch_ts_ns", "<u8"),
@@ -210,11 +234,15 @@ assert BOOK_HEAD_STRUCT.size == 24
 TRADE_SIDE_BUY = 1
 TRADE_SIDE_SELL = 2
 TRADE_DTYPE = np.dtype([
-    ("instrument_id", "<u2"), ("side", "u1"), ("_pad", "V5"),
+    ("instrument_id", "<u2"), ("side", "u1"), ("flags", "u1"), ("_pad", "V4"),
     ("trade_id", "<u8"), ("exch_ts_ns", "<u8"), ("price", "<f8"), ("size", "<f8"),
 ])
 assert TRADE_DTYPE.itemsize == 40
-TRADE_STRUCT = struct.Struct("<HB5xQQdd")  # TRADE_DTYPE as a struct (pinned against it by a test)
+TRADE_STRUCT = struct.Struct("<HB5xQQdd")  # TRADE_DTYPE as a struct, flags left 0 (pinned against it by a test)
+OFF_TRADE_FLAGS = 3
+#: an execution against a non-displayed order (ITCH 'P'); its side is the resting order's indicator as the
+#: venue gave it, not an aggressor side
+TRADE_FLAG_HIDDEN = 1
 assert TRADE_STRUCT.size == TRADE_DTYPE.itemsize
 
 
@@ -222,6 +250,9 @@ FEATURES_LEN = 128
 FEATURES_FLAG_WARMUP = 1  # first accepted BOOK of the instrument: no previous book (OFI, returns, volatility 0)
 FEATURES_FLAG_SNAPSHOT = 2  # the BOOK carried BOOK_FLAG_SNAPSHOT
 FEATURES_FLAG_NO_EXCH_TS = 4  # the BOOK had no venue timestamp: time decay used ts_origin_ns instead
+FEATURES_FLAG_NO_HIDDEN = 8  # the venue does not report non-displayed executions: the hidden-order slots are 0
+FEATURES_FLAG_NO_BASIS = 16  # no spot-perpetual pair (or no book of the other leg yet): the basis slots are 0
+FEATURES_FLAG_STALE_BOOK = 32  # the BOOK carried a BOOK_FLAGS_STALE bit (rebuilding, crossed, invalid): no new risk
 FEATURES_DTYPE = np.dtype([
     ("instrument_id", "<u2"), ("flags", "<u2"), ("_pad", "V4"),
     ("book_seq", "<u8"), ("exch_ts_ns", "<u8"), ("ref_mid", "<f8"), ("ref_spread", "<f8"),
@@ -246,6 +277,7 @@ SIGNAL_FLAG_WARMUP = 1  # the FEATURES carried FEATURES_FLAG_WARMUP
 SIGNAL_FLAG_AT_RISK_BID = 2  # EMERGENCY: our bids at the touch are the ones at risk (cancel the bids)
 SIGNAL_FLAG_AT_RISK_ASK = 4  # EMERGENCY: our asks at the touch are the ones at risk (cancel the asks)
 SIGNAL_FLAG_OUT_OF_RANGE = 8  # HOLD because an input lay outside the model card's bounds
+SIGNAL_FLAG_STALE_BOOK = 16  # the FEATURES carried FEATURES_FLAG_STALE_BOOK: no LEAN; risk takes no new orders
 SIGNAL_DTYPE = np.dtype([
     ("instrument_id", "<u2"), ("label", "u1"), ("flags", "u1"), ("_pad", "V4"),
     ("feature_seq", "<u8"), ("exch_ts_ns", "<u8"), ("ref_mid", "<f8"), ("ref_spread", "<f8"),
@@ -254,6 +286,17 @@ SIGNAL_DTYPE = np.dtype([
 assert SIGNAL_DTYPE.itemsize == 56
 SIGNAL_STRUCT = struct.Struct("<HBB4xQQdd4f")  # SIGNAL_DTYPE as a struct (pinned against it by a test)
 assert SIGNAL_STRUCT.size == SIGNAL_DTYPE.itemsize
+
+#: SIGNAL with depth: the SIGNAL, then the FEATURES vector's level block (module docstring)
+SIGNAL_DEPTH_LEVELS = BOOK_LEVELS
+SIGNAL_DEPTH_DTYPE = np.dtype(SIGNAL_DTYPE.descr + [
+    ("depth_bid_dist", "<f4", (SIGNAL_DEPTH_LEVELS,)), ("depth_ask_dist", "<f4", (SIGNAL_DEPTH_LEVELS,)),
+    ("depth_bid_sz", "<f4", (SIGNAL_DEPTH_LEVELS,)), ("depth_ask_sz", "<f4", (SIGNAL_DEPTH_LEVELS,)),
+])
+assert SIGNAL_DEPTH_DTYPE.itemsize == 296
+OFF_SIGNAL_DEPTH = SIGNAL_DTYPE.itemsize  # 56: where the depth block starts
+OFF_DEPTH_BID_DIST, OFF_DEPTH_ASK_DIST, OFF_DEPTH_BID_SZ, OFF_DEPTH_ASK_SZ = 56, 116, 176, 236
+SIGNAL_DEPTH_BYTES = SIGNAL_DEPTH_DTYPE.itemsize
 
 
 SIGNAL_CTX_DTYPE = np.dtype([
@@ -313,30 +356,36 @@ class OrderOrigin(enum.IntEnum):
     RISK = 3  # the gateway's own management: reprice / cancel on a price move, limits, CONTROL
 
 
+#: ORDER flags: the order may only reduce the position (a perpetual's ``reduceOnly``; never set for spot,
+#: which has no such order)
+ORDER_FLAG_REDUCE_ONLY = 1
 ORDER_DTYPE = np.dtype([
-    ("instrument_id", "<u2"), ("cmd", "u1"), ("side", "u1"), ("tif", "u1"), ("origin", "u1"), ("_pad", "V2"),
+    ("instrument_id", "<u2"), ("cmd", "u1"), ("side", "u1"), ("tif", "u1"), ("origin", "u1"), ("flags", "u1"),
+    ("_pad", "V1"),
     ("order_id", "<u8"), ("price", "<f8"), ("size", "<f8"), ("origin_seq", "<u8"), ("decided_ns", "<u8"),
 ])
 assert ORDER_DTYPE.itemsize == 48
 
 # the same 48 bytes for the sender's hot path: struct is a small fraction of numpy's per-record code
-ORDER_STRUCT = struct.Struct("<HBBBB2xQddQQ")
+ORDER_STRUCT = struct.Struct("<HBBBBBxQddQQ")
 assert ORDER_STRUCT.size == ORDER_DTYPE.itemsize
 
 
 class OrderRecord(NamedTuple):
-    """One decoded ORDER payload (fields as ``ORDER_DTYPE``, without the padding)."""
+    """One decoded ORDER payload (fields as ``ORDER_DTYPE``, without the padding). The fields from
+    ``flags`` on default to 0, as a command that does not use them carries them."""
 
     instrument_id: int
     cmd: int
     side: int
     tif: int
     origin: int
-    order_id: int
-    price: float
-    size: float
-    origin_seq: int
-    decided_ns: int
+    flags: int = 0
+    order_id: int = 0
+    price: float = 0.0
+    size: float = 0.0
+    origin_seq: int = 0
+    decided_ns: int = 0
 
 
 def decode_order(payload) -> OrderRecord:

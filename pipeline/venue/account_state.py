@@ -8,6 +8,9 @@ Records (JSON-able dicts; decimals as strings, ids and ms as ints; ``ACCOUNT_REC
 
     account  account_id created_ms                 the first record: the account's identity
     order    id coid sym side force px sz ts seq   an order accepted (px / sz: the texts received)
+             [type bsz]                            a market order: ``type`` "market" (absent: limit);
+                                                   a market buy's ``sz`` is the quote coin to spend,
+                                                   ``bsz`` the base size it was given (what fills)
     fill     tid id px sz scope ts [fee]           one fill of order ``id`` at ``px``; ``fee``: its
                                                    quote-coin fee (decimal string), present only when
                                                    not 0 (a record without it, e.g. one written before
@@ -27,6 +30,10 @@ Ids: every fill gets a new, increasing ``tradeId``; orderIds are increasing too.
 base taken from the account's creation time (``created_ms * 1000``), or above the account's last
 ones after ``restore`` (whichever is higher), so ids do not repeat after a venue restart.
 ``clientOid`` is unique for the account's whole life (restored orders included).
+
+Watchers (``watchers``: callables ``(kind, order, fill)``) are told of each change AFTER it is
+applied ("order" accepted, "fill", "cancel", "adjust" with order None): the private WebSocket's
+pushes (``pipeline.venue.private_ws``). Restoring tells them nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ from typing import NamedTuple
 
 from pipeline.trading.bitget.protocol import QUOTE_COIN
 from pipeline.venue.errors import VenueError
-from pipeline.venue.order_fields import CODE_BAD_REQUEST, FORCES, SIDES, OrderRejected, fmt, int_id
+from pipeline.venue.order_fields import (CODE_PARAM_EMPTY, CODE_PARAM_ERROR, FORCES, ORDER_TYPES, SIDES, OrderRejected, fmt,
+                                         int_id)
 
 #: ``on_event`` record types (field lists in the module docstring)
 ACCOUNT_RECORDS = frozenset(("account", "order", "fill", "cancel", "adjust"))
@@ -67,6 +75,7 @@ class Fill(NamedTuple):
     scope: str  # "maker" | "taker"
     ts_ms: int
     fee: Decimal = _ZERO
+    order_type: str = "limit"
 
     @property
     def liquidity(self) -> str:
@@ -79,8 +88,9 @@ class Fill(NamedTuple):
         "totalFee": <-fee>}`` (Bitget's sign: a fee paid is negative); a fill without one (no fee
         schedule) has no ``feeDetail``, as before fees existed."""
         out = {"tradeId": str(self.trade_id), "orderId": str(self.order_id), "clientOid": self.client_oid,
-               "symbol": self.symbol, "side": self.side, "priceAvg": fmt(self.price), "size": fmt(self.size),
-               "amount": fmt(self.price * self.size), "tradeScope": self.scope, "cTime": str(self.ts_ms)}
+               "symbol": self.symbol, "orderType": self.order_type, "side": self.side, "priceAvg": fmt(self.price),
+               "size": fmt(self.size), "amount": fmt(self.price * self.size), "tradeScope": self.scope,
+               "cTime": str(self.ts_ms), "uTime": str(self.ts_ms)}
         if self.fee != 0:
             out["feeDetail"] = {"deduction": "no", "feeCoin": QUOTE_COIN if self.symbol.endswith(QUOTE_COIN) else "",
                                 "totalDeductionFee": "0", "totalFee": fmt(-self.fee)}
@@ -91,10 +101,13 @@ class Order:
     """One of our orders at the venue (mutable state owned by the account)."""
 
     __slots__ = ("order_id", "client_oid", "symbol", "side", "force", "price", "size", "price_text", "size_text",
-                 "filled", "notional", "status", "c_ms", "u_ms", "seq")
+                 "filled", "notional", "status", "c_ms", "u_ms", "seq", "order_type", "fee")
 
-    def __init__(self, order_id: int, client_oid: str, symbol: str, side: str, force: str, price: Decimal,
-                 size: Decimal, price_text: str, size_text: str, now_ms: int, seq: int) -> None:
+    def __init__(self, order_id: int, client_oid: str, symbol: str, side: str, force: str, price: Decimal | None,
+                 size: Decimal, price_text: str, size_text: str, now_ms: int, seq: int,
+                 order_type: str = "limit") -> None:
+        """``price`` None: a market order (``order_type`` "market"); ``size``: the base size that
+        fills (a market buy's ``size_text`` is the quote coin it was given to spend)."""
         self.order_id = order_id
         self.client_oid = client_oid
         self.symbol = symbol
@@ -110,6 +123,8 @@ class Order:
         self.c_ms = now_ms
         self.u_ms = now_ms
         self.seq = seq
+        self.order_type = order_type
+        self.fee = _ZERO  # the fills' fees in the quote coin
 
     @property
     def remaining(self) -> Decimal:
@@ -124,11 +139,21 @@ class Order:
         return (self.notional / self.filled).quantize(_AVG_QUANT, ROUND_HALF_EVEN) if self.filled else _ZERO
 
     def to_json(self) -> dict:
-        """The ``orderInfo`` / ``unfilled-orders`` object."""
-        return {"orderId": str(self.order_id), "clientOid": self.client_oid, "symbol": self.symbol,
-                "side": self.side, "orderType": "limit", "force": self.force, "price": self.price_text,
-                "size": self.size_text, "baseVolume": fmt(self.filled), "priceAvg": fmt(self.avg_price),
-                "status": self.status, "cTime": str(self.c_ms), "uTime": str(self.u_ms)}
+        """The ``orderInfo`` / ``unfilled-orders`` object (Bitget v2's fields; ``size`` of a market buy
+        is the quote coin it was given; ``feeDetail``, only when the fills paid a fee, is a JSON
+        TEXT, as the exchange sends it: ``{"<coin>": {"deduction": false, "feeCoinCode", "totalFee":
+        <-fee>, "totalDeductionFee": 0}}``)."""
+        out = {"orderId": str(self.order_id), "clientOid": self.client_oid, "symbol": self.symbol,
+               "side": self.side, "orderType": self.order_type, "force": self.force, "price": self.price_text,
+               "size": self.size_text, "baseVolume": fmt(self.filled), "quoteVolume": fmt(self.notional),
+               "priceAvg": fmt(self.avg_price), "status": self.status, "enterPointSource": "API",
+               "orderSource": "market" if self.order_type == "market" else "normal", "cTime": str(self.c_ms),
+               "uTime": str(self.u_ms)}
+        if self.fee != 0:
+            coin = QUOTE_COIN if self.symbol.endswith(QUOTE_COIN) else ""
+            out["feeDetail"] = ('{"%s":{"deduction":false,"feeCoinCode":"%s","totalDeductionFee":0,"totalFee":%s}}'
+                                % (coin, coin, fmt(-self.fee)))
+        return out
 
 
 class AccountState:
@@ -157,6 +182,8 @@ class AccountState:
         self.cash = _ZERO  # quote coin: -sum(signed price * size + fee) of the fills
         self._u_ms: dict[str, int] = {}  # symbol or QUOTE_COIN -> ms of its last balance change
         self._restored = False
+        #: told of each change after it is applied (see the module docstring)
+        self.watchers: list[Callable[[str, Order | None, Fill | None], None]] = []
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -169,15 +196,15 @@ class AccountState:
         """An order by venue id (when given) or clientOid; None when there is no such order.
 
         Raises:
-            OrderRejected: 40001 neither given, a bad id, a clientOid that is not a string.
+            OrderRejected: 40019 neither given; 40020 a bad id, a clientOid that is not a string.
         """
         if order_id not in (None, ""):
             return self.orders.get(int_id(order_id, "orderId"))
         if client_oid not in (None, ""):
             if not isinstance(client_oid, str):
-                raise OrderRejected(CODE_BAD_REQUEST, "clientOid must be a string")
+                raise OrderRejected(CODE_PARAM_ERROR, "Parameter clientOid error: a string")
             return self.by_client_oid.get(client_oid)
-        raise OrderRejected(CODE_BAD_REQUEST, "orderId or clientOid is required")
+        raise OrderRejected(CODE_PARAM_EMPTY, "Parameter orderId or clientOid cannot be empty")
 
     def fills_since(self, symbol: str | None = None, order_id: int | str | None = None,
                     id_greater_than: int | str | None = None, limit: int | None = None) -> list[Fill]:
@@ -201,19 +228,25 @@ class AccountState:
 
     # -- changes (each one recorded, then applied) --------------------------------------------
 
-    def open_order(self, client_oid: str | None, symbol: str, side: str, force: str, price: Decimal, size: Decimal,
-                   price_text: str, size_text: str, now_ms: int) -> Order:
-        """Accept a new order (the next id and seq; ``client_oid`` None: "venue<id>"); returns it."""
+    def open_order(self, client_oid: str | None, symbol: str, side: str, force: str, price: Decimal | None,
+                   size: Decimal, price_text: str, size_text: str, now_ms: int, order_type: str = "limit") -> Order:
+        """Accept a new order (the next id and seq; ``client_oid`` None: "venue<id>"); returns it.
+        A market order has ``price`` None; ``size`` is the base size that fills."""
         order_id = self.next_order_id
         seq = self.seq + 1
         coid = client_oid if client_oid is not None else f"venue{order_id}"
-        self._emit({"t": "order", "id": order_id, "coid": coid, "sym": symbol, "side": side, "force": force,
-                    "px": price_text, "sz": size_text, "ts": now_ms, "seq": seq})
+        rec = {"t": "order", "id": order_id, "coid": coid, "sym": symbol, "side": side, "force": force,
+               "px": price_text, "sz": size_text, "ts": now_ms, "seq": seq}
+        if order_type != "limit":
+            rec["type"] = order_type
+            rec["bsz"] = fmt(size)
+        self._emit(rec)
         self.next_order_id += 1
         self.seq = seq
-        o = Order(order_id, coid, symbol, side, force, price, size, price_text, size_text, now_ms, seq)
+        o = Order(order_id, coid, symbol, side, force, price, size, price_text, size_text, now_ms, seq, order_type)
         self.orders[order_id] = o
         self.by_client_oid[o.client_oid] = o
+        self._tell("order", o, None)
         return o
 
     def record_fill(self, o: Order, price: Decimal, qty: Decimal, scope: str, now_ms: int,
@@ -228,22 +261,29 @@ class AccountState:
         self._emit(rec)
         self.next_trade_id += 1
         self._apply_fill(o, tid, price, qty, scope, now_ms, fee)
+        self._tell("fill", o, self.fills[-1])
 
     def record_cancel(self, o: Order, now_ms: int) -> None:
         """``o`` cancelled (by request, an ioc remainder, a killed fok)."""
         self._emit({"t": "cancel", "id": o.order_id, "ts": now_ms})
         o.status = STATUS_CANCELLED
         o.u_ms = now_ms
+        self._tell("cancel", o, None)
 
     def record_adjust(self, symbol: str, delta: Decimal, now_ms: int) -> Decimal:
         """The position of ``symbol`` changed by ``delta`` without an order; returns the new position."""
         self._emit({"t": "adjust", "sym": symbol, "delta": fmt(delta), "ts": now_ms})
         self._apply_adjust(symbol, delta, now_ms)
+        self._tell("adjust", None, None)
         return self.positions[symbol]
 
     def _emit(self, rec: dict) -> None:
         if self.on_event is not None:
             self.on_event(rec)
+
+    def _tell(self, kind: str, o: Order | None, fill: Fill | None) -> None:
+        for watch in self.watchers:
+            watch(kind, o, fill)
 
     def _apply_fill(self, o: Order, tid: int, price: Decimal, qty: Decimal, scope: str, now_ms: int,
                     fee: Decimal) -> None:
@@ -252,7 +292,9 @@ class AccountState:
         o.notional += price * qty
         o.status = STATUS_FILLED if o.filled >= o.size else STATUS_PARTIAL
         o.u_ms = now_ms
-        self.fills.append(Fill(tid, o.order_id, o.client_oid, o.symbol, o.side, price, qty, scope, now_ms, fee))
+        o.fee += fee
+        self.fills.append(Fill(tid, o.order_id, o.client_oid, o.symbol, o.side, price, qty, scope, now_ms, fee,
+                               o.order_type))
         signed = qty if o.side == "buy" else -qty
         self.positions[o.symbol] += signed
         self._u_ms[o.symbol] = now_ms
@@ -342,12 +384,14 @@ class AccountState:
     def _restore_order(self, rec: Mapping) -> None:
         oid, seq, ts = _rec_int(rec, "id"), _rec_int(rec, "seq"), _rec_int(rec, "ts")
         coid, sym, px, sz = (_rec_str(rec, k) for k in ("coid", "sym", "px", "sz"))
-        side, force = rec["side"], rec["force"]
-        if side not in SIDES or force not in FORCES:
-            raise ValueError(f"bad side or force {side!r} {force!r}")
+        side, force, otype = rec["side"], rec["force"], rec.get("type", "limit")
+        if side not in SIDES or force not in FORCES or otype not in ORDER_TYPES:
+            raise ValueError(f"bad side, force or type {side!r} {force!r} {otype!r}")
         if oid in self.orders or coid in self.by_client_oid:
             raise ValueError(f"order {oid} / clientOid {coid!r} placed twice")
-        o = Order(oid, coid, sym, side, force, Decimal(px), Decimal(sz), px, sz, ts, seq)
+        market = otype == "market"
+        o = Order(oid, coid, sym, side, force, None if market else Decimal(px),
+                  Decimal(_rec_str(rec, "bsz") if market else sz), px, sz, ts, seq, otype)
         self.orders[oid] = o
         self.by_client_oid[coid] = o
         self.positions.setdefault(sym, _ZERO)

@@ -17,6 +17,10 @@ Matching, per symbol:
   the price cannot fill the whole size, nothing fills and the order is cancelled at once (accepted
   with an orderId, status ``cancelled``, baseVolume 0: Bitget's behaviour for a killed FOK);
   ``post_only``: an order that would take liquidity is refused (``OrderRejected`` 43027).
+- Market orders: take the opposite side level by level at any price (``order_fields.market_plan``:
+  a sell up to its size, the rest cancelled; a buy spends its quote size in whole lots); one that
+  would fill nothing: 45110; notional above ``max_notional``: 43012; not in ``book_checks``.
+- Batches: ``pipeline.venue.batch`` places / cancels each entry as a single request would.
 - Resting (maker) orders fill at THEIR OWN price when (a) a later book of the symbol crosses them
   (best ask <= our buy price: filled against the asks at or below our price, each limited by its
   displayed size not yet consumed in this book state), or (b) a trade prints at or through their
@@ -60,8 +64,9 @@ engine does no I/O. The counters (``counters``, ``book_checks``) are the engine'
 a restored engine starts them at 0.
 
 Sanity (``OrderRejected`` with the venue's code; the engine's state is unchanged): the field
-checks of ``pipeline.venue.order_fields`` (40001, 40034, 43012), then 43118 duplicate clientOid,
-43027 post_only would cross, 43001 unknown / no longer cancellable order (cancel, query).
+checks of ``pipeline.venue.order_fields`` (40019, 40020, 41103, 40808, 40034, 43012), then 43118
+duplicate clientOid, 43027 post_only would cross, 45110 a market order that fills nothing, 43001
+unknown / no longer cancellable order (cancel, query).
 
 Validity against the book (a stress-test measure, ``book_checks``): every order that passes the
 field checks above (so reaches the book: placed, or refused as a crossing post_only) is counted
@@ -86,11 +91,15 @@ from pipeline.venue.fees import FeeSchedule, fee_quote
 from pipeline.venue.order_fields import (
     CODE_DUPLICATE,
     CODE_NO_ORDER,
+    CODE_NOTIONAL,
     CODE_POST_ONLY,
     SIDES,
     InstrumentRules,
     OrderRejected,
+    PlaceRequest,
     check_symbol,
+    fmt,
+    market_plan,
     parse_delta,
     parse_place,
 )
@@ -99,6 +108,7 @@ from pipeline.venue.queue import QueuePositions, sizes_at
 __all__ = ["DEFAULT_MAX_AWAY_TICKS", "FeeSchedule", "InstrumentRules", "OrderEngine"]
 
 DEFAULT_MAX_AWAY_TICKS = 50
+CODE_MIN_AMOUNT = "45110"  # a market order that would fill nothing
 _ZERO = Decimal(0)
 
 
@@ -169,6 +179,11 @@ class OrderEngine:
         self.book_checks = {"orders_valid": 0, "orders_invalid": 0}
 
     @property
+    def book_levels(self) -> Callable[[str, int | None], tuple]:
+        """The public book the engine matches against: ``book(symbol, n)`` -> (bids, asks)."""
+        return self._book
+
+    @property
     def account_id(self) -> str:
         return self.account.account_id
 
@@ -233,7 +248,7 @@ class OrderEngine:
         """An order by venue id or clientOid.
 
         Raises:
-            OrderRejected: 40001 neither given or a bad id; 43001 no such order.
+            OrderRejected: 40019 neither given; 40020 a bad id; 43001 no such order.
         """
         o = self.account.find(order_id, client_oid)
         if o is None:
@@ -256,7 +271,7 @@ class OrderEngine:
         at most ``limit`` (the oldest ones) when given.
 
         Raises:
-            OrderRejected: 40001 a non-integer id.
+            OrderRejected: 40020 a non-integer id.
         """
         return self.account.fills_since(symbol, order_id, id_greater_than, limit)
 
@@ -282,12 +297,12 @@ class OrderEngine:
     # -- commands -----------------------------------------------------------------------------
 
     def place(self, body: Mapping) -> Order:
-        """Place a limit order from a place-order body (strings: symbol, side, orderType, force,
-        price, size, clientOid); it may fill at once (taker). Returns the order.
+        """Place a limit or market order from a place-order body (strings: symbol, side, orderType,
+        force, price, size, clientOid); it may fill at once (taker). Returns the order.
 
         Raises:
-            OrderRejected: see the module docstring (40001, 40034, 43012, 43118, 43027); counted in
-                ``counters["orders_rejected"]``.
+            OrderRejected: see the module docstring (40019, 40020, 41103, 40808, 40034, 43012, 43118,
+                43027, 45110); counted in ``counters["orders_rejected"]``.
         """
         try:
             o = self._place(body)
@@ -302,6 +317,8 @@ class OrderEngine:
         symbol, side, force, price, size = req.symbol, req.side, req.force, req.price, req.size
         if req.client_oid is not None and req.client_oid in self.account.by_client_oid:
             raise OrderRejected(CODE_DUPLICATE, f"duplicate clientOid {req.client_oid}")
+        if req.order_type == "market":
+            return self._place_market(req)
         valid = self.valid_against_book(symbol, side, price)
         self.book_checks["orders_valid" if valid else "orders_invalid"] += 1
         levels = self._opposite_levels(symbol, side)
@@ -326,11 +343,31 @@ class OrderEngine:
                 self.account.record_cancel(o, now)
         return o
 
+    def _place_market(self, req: PlaceRequest) -> Order:
+        """A market order (see the module docstring): planned against the levels, then filled."""
+        plan = market_plan(self._opposite_levels(req.symbol, req.side), req.side, req.size,
+                           self.rules[req.symbol].lot_size)
+        if not plan:
+            raise OrderRejected(CODE_MIN_AMOUNT, "less than the minimum amount: the order would fill nothing")
+        notional = sum((p * q for p, q in plan), _ZERO)
+        if self.max_notional is not None and notional > self.max_notional:
+            raise OrderRejected(CODE_NOTIONAL, f"order notional {fmt(notional)} is above the limit "
+                                               f"{fmt(self.max_notional)}")
+        base = sum((q for _, q in plan), _ZERO) if req.side == "buy" else req.size
+        now = int(self._clock_ms())
+        o = self.account.open_order(req.client_oid, req.symbol, req.side, req.force, None, base, req.price_text,
+                                    req.size_text, now, "market")
+        for p, q in plan:
+            self._fill(o, p, q, "taker", now, consume_at=p)
+        if o.remaining > 0:
+            self.account.record_cancel(o, now)
+        return o
+
     def cancel(self, symbol: str, order_id: int | str | None = None, client_oid: str | None = None) -> Order:
         """Cancel one open order of ``symbol`` by venue id or clientOid; returns it.
 
         Raises:
-            OrderRejected: 40001 neither id given; 40034 unknown symbol; 43001 no such open order
+            OrderRejected: 40019 neither id given; 40034 unknown symbol; 43001 no such open order
                 (unknown, of another symbol, already filled or cancelled).
         """
         self.check_symbol(symbol)
@@ -357,7 +394,7 @@ class OrderEngine:
         Recorded (``adjust``), so it persists. Returns the new position.
 
         Raises:
-            OrderRejected: 40034 unknown symbol; 40001 a delta that is not a non-zero finite decimal
+            OrderRejected: 40034 unknown symbol; 40020 a delta that is not a non-zero finite decimal
                 (a string of at most 40 characters, or a Decimal).
         """
         self.check_symbol(symbol)

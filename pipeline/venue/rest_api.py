@@ -3,24 +3,33 @@ out, against the ``OrderEngine`` (``pipeline.venue.orders``); ``pipeline.venue.r
 serves it over HTTP/1.1.
 
 ``RestApi.handle`` checks, in order: known route (404 "40404"; a known route with another method:
-405), the auth headers (400 "40001" missing), ACCESS-KEY and ACCESS-PASSPHRASE (401 "40006"),
-ACCESS-TIMESTAMP within ``recv_window_ms`` of the venue's wall clock (400 "40008"), ACCESS-SIGN (401
-"40009", ``pipeline.trading.bitget.signing.verify`` over the exact path, query text and body bytes
-received), the per-key rate limit for place / cancel requests (429 "429", a ``TokenBucket`` of
-``rate_limit_per_s`` tokens refilled continuously), then the JSON body / query and the route's
-handler (``ROUTES``: path -> method; one handler each). Every answer is
-``{"code","msg","requestTime","data"}``; HTTP 200 with code "00000", or the error's status.
+405); for a public route (``pipeline.venue.public.PUBLIC_ROUTES``: market data, no auth) its rate
+limit and its answer; else the auth headers (400 "40001" missing), ACCESS-KEY and
+ACCESS-PASSPHRASE (401 "40006"), ACCESS-TIMESTAMP within ``recv_window_ms`` of the venue's wall
+clock (400 "40008"), ACCESS-SIGN (401 "40009", ``pipeline.trading.bitget.signing.verify`` over the
+exact path, query text and body bytes received), the route's rate limit per key (429 "429":
+``pipeline.venue.limits``, the exchange's documented rate of each endpoint, all scaled by
+``rate_limit_per_s`` / 10), then the JSON body / query and the route's handler (``ROUTES``: path
+-> method; one handler each). Every answer is ``{"code","msg","requestTime","data"}``; HTTP 200
+with code "00000", or the error's status. Parameters the venue does not use (ccxt's startTime,
+limit on unfilled-orders, ...) are accepted and ignored, as the exchange does for optional ones.
 
-Endpoints (all need the signed headers)::
+Endpoints (signed)::
 
     POST /api/v2/spot/trade/place-order          POST /api/v2/spot/trade/cancel-order
+    POST /api/v2/spot/trade/batch-orders         POST /api/v2/spot/trade/batch-cancel-order
     POST /api/v2/spot/trade/cancel-symbol-order  GET  /api/v2/spot/trade/orderInfo
     GET  /api/v2/spot/trade/unfilled-orders      GET  /api/v2/spot/trade/fills
     GET  /api/v2/spot/account/info               GET  /api/v2/spot/account/assets[?coin=BTC]
     POST /api/v2/paper/adjust-position           (admin, paper only: 403 "40014" unless allow_admin)
+    /api/v2/mix/...                              USDT-FUTURES perpetuals (``perps``): ``pipeline.venue.mix_api``
+
+Batches (``pipeline.venue.batch``): body ``{"symbol", "orderList": [...]}`` (at most 50 entries;
+an entry's own symbol first); data ``{"successList": [{"orderId","clientOid"}], "failureList":
+[{"orderId","clientOid","errorMsg","errorCode"}]}``.
 
 Fills: each object as ``pipeline.venue.account_state.Fill.to_json`` makes it (tradeId, orderId,
-clientOid, symbol, side, priceAvg, size, amount, tradeScope, cTime); a fill with a fee (the
+clientOid, symbol, orderType, side, priceAvg, size, amount, tradeScope, cTime, uTime); a fill with a fee (the
 engine has a fee schedule) also carries Bitget v2's ``feeDetail`` (``totalFee`` negative: the fee
 paid, in USDT).
 
@@ -53,16 +62,24 @@ import hmac
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from decimal import Decimal
 from urllib.parse import parse_qsl
 
 import orjson
 
 from pipeline.trading.bitget.protocol import QUOTE_COIN, base_coin
 from pipeline.trading.bitget.signing import Credentials, verify
+from pipeline.venue import mix_api
+from pipeline.venue.batch import cancel_batch, place_batch
 from pipeline.venue.errors import VenueError
 from pipeline.venue.http_wire import HttpRequest
-from pipeline.venue.order_fields import CODE_BAD_REQUEST, OrderRejected, fmt
+from pipeline.venue.limits import PLACE_ORDER_PER_S, RouteLimits, TokenBucket
+from pipeline.venue.order_fields import (CODE_BAD_REQUEST, CODE_PARAM_EMPTY, CODE_PARAM_ERROR, MALFORMED_CODES,
+                                         OrderRejected, fmt)
 from pipeline.venue.orders import OrderEngine
+from pipeline.venue.public import PUBLIC_ROUTES, PublicMarket
+
+__all__ = ["ROUTES", "RestApi", "TokenBucket", "envelope"]
 
 PREFIX = "/api/v2/spot/trade/"
 PLACE = PREFIX + "place-order"
@@ -71,12 +88,20 @@ CANCEL_SYMBOL = PREFIX + "cancel-symbol-order"
 ORDER_INFO = PREFIX + "orderInfo"
 UNFILLED = PREFIX + "unfilled-orders"
 FILLS = PREFIX + "fills"
+BATCH_PLACE = PREFIX + "batch-orders"
+BATCH_CANCEL = PREFIX + "batch-cancel-order"
 ACCOUNT_INFO = "/api/v2/spot/account/info"
 ASSETS = "/api/v2/spot/account/assets"
 ADJUST_POSITION = "/api/v2/paper/adjust-position"  # admin: only with allow_admin
-ROUTES = {PLACE: "POST", CANCEL: "POST", CANCEL_SYMBOL: "POST", ORDER_INFO: "GET", UNFILLED: "GET", FILLS: "GET",
-          ACCOUNT_INFO: "GET", ASSETS: "GET", ADJUST_POSITION: "POST"}
-RATE_LIMITED = frozenset({PLACE, CANCEL, CANCEL_SYMBOL})
+ROUTES = {PLACE: "POST", CANCEL: "POST", CANCEL_SYMBOL: "POST", BATCH_PLACE: "POST", BATCH_CANCEL: "POST",
+          ORDER_INFO: "GET", UNFILLED: "GET", FILLS: "GET", ACCOUNT_INFO: "GET", ASSETS: "GET",
+          ADJUST_POSITION: "POST", **dict.fromkeys(PUBLIC_ROUTES, "GET")}
+#: the order-changing routes (the REST server's ``latency_ms`` applies to them)
+RATE_LIMITED = frozenset({PLACE, CANCEL, CANCEL_SYMBOL, BATCH_PLACE, BATCH_CANCEL})
+PUBLIC_KEY = "public"  # the public routes' rate-limit key (per IP at the exchange; every client is 127.0.0.1)
+# the USDT-FUTURES (mix) routes: pipeline.venue.mix_api
+ROUTES.update(mix_api.ROUTES)
+RATE_LIMITED = RATE_LIMITED | mix_api.RATE_LIMITED
 
 CODE_OK = "00000"
 CODE_STALE = "40008"
@@ -98,34 +123,6 @@ STAT_NAMES = ("requests", "orders_placed", "orders_rejected", "fills", "cancels"
 
 
 # --------------------------------------------------------------------------------------------
-# Rate limit (sans-I/O)
-
-
-class TokenBucket:
-    """Per-key token buckets: ``rate_per_s`` tokens a second, at most ``burst`` (default: one
-    second's worth) held. ``allow(key, now_ns)`` takes one token, False when there is none."""
-
-    def __init__(self, rate_per_s: float, burst: float | None = None) -> None:
-        """Raises:
-        VenueError: a rate that is not positive.
-        """
-        if not rate_per_s > 0:
-            raise VenueError(f"rate_limit_per_s must be > 0, got {rate_per_s}")
-        self.rate_per_ns = float(rate_per_s) / 1e9
-        self.burst = float(burst if burst is not None else max(rate_per_s, 1.0))
-        self._state: dict[str, tuple[float, int]] = {}
-
-    def allow(self, key: str, now_ns: int) -> bool:
-        tokens, last = self._state.get(key, (self.burst, now_ns))
-        tokens = min(self.burst, tokens + (now_ns - last) * self.rate_per_ns)
-        if tokens >= 1.0:
-            self._state[key] = (tokens - 1.0, now_ns)
-            return True
-        self._state[key] = (tokens, now_ns)
-        return False
-
-
-# --------------------------------------------------------------------------------------------
 # The API
 
 
@@ -141,12 +138,17 @@ class RestApi:
     ``credentials``: the one key the venue accepts; ``now_ms``: the venue's wall clock (ms since the
     epoch) for the timestamp window and ``requestTime``; ``mono_ns``: monotonic ns for the rate
     limit; ``log``: an ``EventLog``-like object (``warning(event, **fields)``) for rejections, or None;
-    ``allow_admin``: serve the admin route (adjust-position) instead of refusing it (403 "40014").
+    ``allow_admin``: serve the admin route (adjust-position) instead of refusing it (403 "40014");
+    ``rate_limit_per_s``: place-order requests a second per key, every other route's documented
+    rate scaled alike (``pipeline.venue.limits``); ``public``: the public routes' ``PublicMarket``
+    (default: one over the engine's rules and book, ``public``; the venue server must feed it its
+    trades: ``add_market_listener(api.public)``).
     """
 
     def __init__(self, engine: OrderEngine, credentials: Credentials, *, now_ms: Callable[[], int] | None = None,
                  mono_ns: Callable[[], int] | None = None, recv_window_ms: int = 30_000,
-                 rate_limit_per_s: float = 10.0, log=None, allow_admin: bool = False) -> None:
+                 rate_limit_per_s: float = 10.0, log=None, allow_admin: bool = False,
+                 perps: dict[str, str] | None = None, public: PublicMarket | None = None) -> None:
         """Raises:
         VenueError: recv_window_ms not positive, rate_limit_per_s not positive.
         """
@@ -157,11 +159,20 @@ class RestApi:
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
         self._mono_ns = mono_ns or time.monotonic_ns
         self.recv_window_ms = int(recv_window_ms)
-        self.limiter = TokenBucket(rate_limit_per_s)
+        if not rate_limit_per_s > 0:
+            raise VenueError(f"rate_limit_per_s must be > 0, got {rate_limit_per_s}")
+        self.limits = RouteLimits(rate_limit_per_s / PLACE_ORDER_PER_S)
+        fees = engine.fees
+        self.public = public if public is not None else PublicMarket(
+            engine.rules, engine.book_levels, self._now_ms,
+            None if fees is None else (Decimal(repr(fees.maker_bps)) / 10_000, Decimal(repr(fees.taker_bps)) / 10_000))
         self.log = log
         self.allow_admin = bool(allow_admin)
+        self.mix = mix_api.MixRoutes(engine, perps or {})  # perps: symbol -> margin coin (mix routes)
         self._coins = []  # (base coin, symbol) of the served USDT-quoted symbols (others: not in assets)
         for sym in engine.rules:
+            if sym in self.mix.perps:  # a perpetual's position is not a spot balance
+                continue
             with suppress(ValueError):
                 self._coins.append((base_coin(sym), sym))
         self.stats = dict.fromkeys(STAT_NAMES, 0)
@@ -169,8 +180,9 @@ class RestApi:
         #: (raises OrderRejected)
         self._handlers: dict[str, Callable[[dict], object]] = {
             PLACE: self._place, CANCEL: self._cancel, CANCEL_SYMBOL: self._cancel_symbol,
+            BATCH_PLACE: self._batch_place, BATCH_CANCEL: self._batch_cancel,
             ADJUST_POSITION: self._adjust_position, ORDER_INFO: self._order_info, UNFILLED: self._unfilled,
-            FILLS: self._fills, ACCOUNT_INFO: self._account_info, ASSETS: self._assets}
+            FILLS: self._fills, ACCOUNT_INFO: self._account_info, ASSETS: self._assets, **self.mix.handlers}
 
     def now_ms(self) -> int:
         """The venue's wall clock, ms since the epoch (an answer's ``requestTime``)."""
@@ -209,19 +221,21 @@ class RestApi:
             return self._error(CODE_NOT_FOUND, "request URL not found", now, req)
         if req.method != method:
             return self._error(CODE_BAD_REQUEST, f"{req.path} takes {method}", now, req, status=405)
-        refused = self._check_auth(req, now)
-        if refused is not None:
-            return refused
-        if req.path in RATE_LIMITED and not self.limiter.allow(req.headers["access-key"], self._mono_ns()):
+        public = req.path in PUBLIC_ROUTES
+        if not public:
+            refused = self._check_auth(req, now)
+            if refused is not None:
+                return refused
+        if not self.limits.allow(req.path, PUBLIC_KEY if public else req.headers["access-key"], self._mono_ns()):
             self.stats["rate_limited"] += 1
-            return self._error(CODE_RATE, "too many requests", now, req)
+            return self._error(CODE_RATE, "Too Many Requests", now, req)
         try:
             args = _json_body(req.body) if method == "POST" else _query(req.query)
-            data = self._handlers[req.path](args)
+            data = self.public.answer(req.path, args) if public else self._handlers[req.path](args)
         except OrderRejected as exc:
-            if exc.code == CODE_BAD_REQUEST:
+            if exc.code in MALFORMED_CODES:
                 self.stats["bad_requests"] += 1
-            if req.path == PLACE and exc.code == CODE_BAD_REQUEST and not isinstance(exc, _EngineRejected):
+            if req.path == PLACE and exc.code in MALFORMED_CODES and not isinstance(exc, _EngineRejected):
                 self.engine.counters["orders_rejected"] += 1  # the engine never saw it
             return self._error(exc.code, exc.msg, now, req)
         return 200, envelope(CODE_OK, "success", now, data)
@@ -254,6 +268,34 @@ class RestApi:
             return self._error(CODE_BAD_SIGN, "signature mismatch", now, req)
         return None
 
+    def verify_login(self, arg) -> tuple[str, str] | None:
+        """A private WebSocket login's ``args[0]`` (apiKey, passphrase, timestamp in s, sign: base64
+        HMAC-SHA256 of ``timestamp + "GET" + "/user/verify"``, the exchange's scheme) checked against
+        the venue's key and clock (the REST window): None when it holds, else the exchange's (code,
+        msg): 30016 not an object of strings, 30011 the key, 30012 the passphrase, 30013 / 30014 a
+        malformed / stale timestamp, 30015 the signature. Counted like the REST checks."""
+        if not isinstance(arg, dict) or not all(isinstance(arg.get(k), str) and arg.get(k)
+                                                for k in ("apiKey", "passphrase", "timestamp", "sign")):
+            self.stats["bad_requests"] += 1
+            return "30016", "Param error"
+        creds, ts = self._creds, arg["timestamp"]
+        if not _same(arg["apiKey"], creds.api_key):
+            self.stats["bad_signatures"] += 1
+            return "30011", "Invalid ACCESS_KEY"
+        if not _same(arg["passphrase"], creds.passphrase):
+            self.stats["bad_signatures"] += 1
+            return "30012", "Invalid ACCESS_PASSPHRASE"
+        if not (ts.isascii() and ts.isdigit() and len(ts) <= 13):
+            self.stats["stale_timestamps"] += 1
+            return "30013", "Invalid ACCESS_TIMESTAMP"
+        if abs(int(ts) * 1000 - int(self._now_ms())) > self.recv_window_ms:
+            self.stats["stale_timestamps"] += 1
+            return "30014", "Request timestamp expired"
+        if not verify(creds.secret, arg["sign"], ts, "GET", "/user/verify"):
+            self.stats["bad_signatures"] += 1
+            return "30015", "Invalid sign"
+        return None
+
     # -- POST routes (a JSON object body) -----------------------------------------------------
 
     def _place(self, body: dict) -> dict:
@@ -267,6 +309,14 @@ class RestApi:
         o = self.engine.cancel(_body_symbol(body), body.get("orderId"), body.get("clientOid"))
         return {"orderId": str(o.order_id), "clientOid": o.client_oid}
 
+    def _batch_place(self, body: dict) -> dict:
+        placed, refused = place_batch(self.engine, body.get("symbol"), body.get("orderList"))
+        return _batch_answer(placed, refused)
+
+    def _batch_cancel(self, body: dict) -> dict:
+        done, refused = cancel_batch(self.engine, body.get("symbol"), body.get("orderList"))
+        return _batch_answer(done, refused)
+
     def _cancel_symbol(self, body: dict) -> dict:
         symbol = _body_symbol(body)
         cancelled = self.engine.cancel_symbol(symbol)
@@ -277,14 +327,14 @@ class RestApi:
         """The admin route (refused with 40014 unless ``allow_admin``).
 
         Raises:
-            OrderRejected: 40014 admin routes off; 40034 / 40001 from ``adjust_position``.
+            OrderRejected: 40014 admin routes off; 40019 / 40020 / 40034 a missing or bad field.
         """
         if not self.allow_admin:
             raise OrderRejected(CODE_FORBIDDEN, "admin routes are off at this venue (venue param allow_admin)")
         symbol = _body_symbol(body)
         delta = body.get("delta")
         if not isinstance(delta, str):
-            raise OrderRejected(CODE_BAD_REQUEST, "delta must be a decimal string")
+            raise OrderRejected(CODE_PARAM_ERROR, "Parameter delta error: a decimal string")
         pos = self.engine.adjust_position(symbol, delta)
         if self.log is not None:
             self.log.warning("paper_position_adjusted", symbol=symbol, delta=delta[:40], position=fmt(pos))
@@ -308,13 +358,17 @@ class RestApi:
         limit = q.get("limit")
         if limit is not None:
             if not (limit.isascii() and limit.isdigit() and 0 < int(limit) <= 1_000_000):
-                raise OrderRejected(CODE_BAD_REQUEST, "limit must be a positive integer")
+                raise OrderRejected(CODE_PARAM_ERROR, "Parameter limit error: a positive integer")
             limit = int(limit)
         symbol = q.get("symbol") or None
         if symbol is not None:
             eng.check_symbol(symbol)
         return [f.to_json() for f in eng.fills_since(symbol, q.get("orderId") or None,
                                                      q.get("idGreaterThan") or None, limit)]
+
+    def balances(self, coin: str | None = None) -> list[dict]:
+        """The assets route's data (``coin`` only, when given)."""
+        return self._assets({} if coin is None else {"coin": coin})
 
     def _assets(self, q: dict) -> list[dict]:
         """The assets route's data (see the module docstring)."""
@@ -331,14 +385,23 @@ class _EngineRejected(OrderRejected):
     """A place-order refusal already counted by the engine."""
 
 
+def _batch_answer(done: list, refused: list) -> dict:
+    """A batch route's data: the orders it placed / cancelled, and the entries it refused."""
+    return {"successList": [{"orderId": str(o.order_id), "clientOid": o.client_oid} for o in done],
+            "failureList": [{"orderId": str(e.get("orderId") or ""), "clientOid": str(e.get("clientOid") or ""),
+                             "errorMsg": exc.msg, "errorCode": exc.code} for e, exc in refused]}
+
+
 def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode("utf-8", "replace"), b.encode("utf-8", "replace"))
 
 
 def _body_symbol(body: dict) -> str:
     symbol = body.get("symbol")
-    if not isinstance(symbol, str) or not symbol:
-        raise OrderRejected(CODE_BAD_REQUEST, "symbol is missing")
+    if symbol is None or symbol == "":
+        raise OrderRejected(CODE_PARAM_EMPTY, "Parameter symbol cannot be empty")
+    if not isinstance(symbol, str):
+        raise OrderRejected(CODE_PARAM_ERROR, "Parameter symbol error: a string")
     return symbol
 
 

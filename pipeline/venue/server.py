@@ -15,7 +15,10 @@ Dialect (see ``pipeline.venue.market`` for the frames)::
             now and on every book change; trade -> a snapshot of recent trades (if any), then updates
     client: {"op":"unsubscribe","args":[...]}     server: {"event":"unsubscribe","arg":{...}}
 
-Any URL path is accepted; clients use ``ws://127.0.0.1:<port>/v2/ws/public`` (``url``). The server
+Any URL path is accepted; clients use ``ws://127.0.0.1:<port>/v2/ws/public`` (``url``). With a
+private handler set (``set_private``: ``pipeline.venue.private_ws.PrivateChannels.handler``), a
+path starting ``/v2/ws/private`` (``private_url``) goes to it instead: the login op and the
+account's channels. The server
 binds 127.0.0.1 only. Port 0 picks a free port; ``port`` holds the bound one after ``start``.
 
 Time: a market clock runs at ``speed`` times the monotonic clock (``clock``, default the event
@@ -79,6 +82,7 @@ from pipeline.venue.clients import Clients
 from pipeline.venue.errors import VenueError
 from pipeline.venue.faults import GAP_SEQ, FaultInjector, FaultParams, TimedFault
 from pipeline.venue.market import DEPTH_CHANNELS, RECENT_TRADES, BookEvent, VenueMarket
+from pipeline.venue.server_cli import arg_parser
 from pipeline.venue.service import VenueThread, call_on_loop, cancel_task  # VenueThread: re-exported
 from pipeline.venue.sources import instrument_specs, make_source
 
@@ -86,6 +90,7 @@ __all__ = ["HOST", "PATH", "STAT_NAMES", "VenueServer", "VenueThread", "main"]
 
 HOST = "127.0.0.1"
 PATH = "/v2/ws/public"
+PRIVATE_PATH = "/v2/ws/private"
 MAX_REQUEST_BYTES = 64 * 1024
 CONTROL_TIMEOUT_S = 10.0
 
@@ -162,6 +167,7 @@ class VenueServer:
         self._wake: asyncio.Event | None = None
         self._market_ms = 0.0
         self._listeners: list = []
+        self._private = None  # the private WebSocket's handler (set_private), or None
         #: the first few listener exceptions (text), for the stage to log
         self.listener_failures: list[str] = []
 
@@ -189,7 +195,7 @@ class VenueServer:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._clients.loop = self._loop
-        self._server = await serve(self._clients.handler, HOST, self.requested_port, compression=None,
+        self._server = await serve(self._route, HOST, self.requested_port, compression=None,
                                    max_size=MAX_REQUEST_BYTES, ping_interval=None)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._stalled and self._stall_handle is None:  # stall() called before start
@@ -206,9 +212,24 @@ class VenueServer:
             self._server.close()
             await self._server.wait_closed()
 
+    def set_private(self, handler) -> None:
+        """Serve ``/v2/ws/private`` connections with ``handler(ws)`` (call before ``start``)."""
+        self._private = handler
+
+    async def _route(self, ws) -> None:
+        private = self._private
+        if private is not None and ws.request.path.startswith(PRIVATE_PATH):
+            await private(ws)
+        else:
+            await self._clients.handler(ws)
+
     @property
     def url(self) -> str:
         return f"ws://{HOST}:{self.port}{PATH}"
+
+    @property
+    def private_url(self) -> str:
+        return f"ws://{HOST}:{self.port}{PRIVATE_PATH}"
 
     @property
     def pump_task(self) -> asyncio.Task | None:
@@ -514,36 +535,6 @@ class VenueServer:
 # Standalone
 
 
-def _arg_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.venue.server",
-                                 description="Paper venue: Bitget v2 public WebSocket market data on 127.0.0.1.")
-    ap.add_argument("--config", default="configs/default.toml", help="instruments (venue = 'paper') for synthetic")
-    ap.add_argument("--port", type=int, default=0, help="0: a free port (printed, and in --port-file)")
-    ap.add_argument("--port-file", default=None, help="write the bound port here")
-    ap.add_argument("--source", choices=["synthetic", "replay"], default="synthetic")
-    ap.add_argument("--capture", default=None, help="capture file for --source replay")
-    ap.add_argument("--speed", type=float, default=1.0, help="market time per real time; 0 = as fast as possible")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--step-ms", type=int, default=None)
-    ap.add_argument("--loop", action="store_true", help="replay: start again at the end")
-    ap.add_argument("--delay-ms", type=float, default=0.0)
-    ap.add_argument("--drop-prob", type=float, default=0.0)
-    ap.add_argument("--delay-jitter-ms", type=float, default=0.0,
-                    help="Gaussian jitter of the delay (clipped 0..50 ms)")
-    ap.add_argument("--jump-prob", type=float, default=0.0, help="synthetic: chance of a price jump per step")
-    ap.add_argument("--jump-ticks", type=int, default=3, help="synthetic: a jump moves the book 1..N ticks")
-    ap.add_argument("--disconnect-every-s", type=float, default=0.0,
-                    help="cut every connection every N s (market time)")
-    ap.add_argument("--gap-every-s", type=float, default=0.0, help="seq gap (+5) every N s (market time)")
-    ap.add_argument("--bad-checksum-every-s", type=float, default=0.0,
-                    help="a wrong checksum every N s (market time)")
-    ap.add_argument("--itch-port", type=int, default=0,
-                    help="also send a synthetic ITCH session over MoldUDP64 to this UDP port on 127.0.0.1")
-    ap.add_argument("--itch-events", type=int, default=100_000)
-    ap.add_argument("--itch-rate", type=float, default=10_000.0, help="ITCH messages a second (0 = as fast as possible)")
-    return ap
-
-
 async def _serve(args: argparse.Namespace, server: VenueServer, itch) -> None:
     """Serve until SIGINT / SIGTERM: the port file written once listening, removed at the end."""
     stop = asyncio.Event()
@@ -572,7 +563,7 @@ async def _serve(args: argparse.Namespace, server: VenueServer, itch) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipeline.venue.server``: serve until SIGINT / SIGTERM."""
-    args = _arg_parser().parse_args(argv)
+    args = arg_parser().parse_args(argv)
     from pipeline.runtime.config import load_config
 
     specs = instrument_specs(load_config(args.config).instruments) if args.source == "synthetic" else []

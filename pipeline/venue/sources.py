@@ -14,8 +14,20 @@ Both sources have the same shape, in market time (ms since the source's start)::
     next_due_ms()          market time of the next unit; None when exhausted
     rewind()               start again (replay; the synthetic model cannot)
 
-Events are ``pipeline.venue.market.BookEvent`` / ``TradeEvent``. ``make_source`` builds either from
+Events are ``pipeline.venue.market.BookEvent`` / ``TradeEvent``. ``make_source`` builds any of them from
 parameters (``instrument_specs``: the config instruments a synthetic source makes a market in).
+
+Encoded (``EncodedSource``, kind "encoded"): the frames themselves, built once before anyone connects,
+so that publishing costs the venue almost nothing. It runs another source (the synthetic model, or a
+capture's replay) for ``units`` units through a private ``VenueMarket`` and keeps, per unit, the
+pre-encoded push of every changed instrument on each of its ``channels`` (``books1`` / ``books5`` /
+``books15`` snapshots, ``trade``), the instruments whose book changed and their trades (for the order
+engine). Its units are ``EncodedUnit``s, not events (``pipeline.venue.encoded_server`` publishes them).
+It never ends: after the last unit it starts again, one period later in market time (the period: the
+last unit's time plus the mean gap between units), and each book push's ``seq`` grows by more than the
+built units' book changes per loop, its data ``ts`` and push ``ts`` by the period, so every
+instrument's seq and ts keep increasing across loops (a trade push's rows keep their built ``ts``,
+its push ``ts`` moves). ``books`` (incremental) is not served from frames.
 
 Synthetic: one ``SyntheticMarket`` per instrument (seeded from the venue seed and the symbol, so
 adding an instrument does not change the others), all with one ``SyntheticParams`` (``MARKETS`` names
@@ -36,6 +48,7 @@ candles) and events are skipped. Market time is the capture's receive time minus
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import zlib
 from collections.abc import Sequence
@@ -48,7 +61,7 @@ from pipeline.trading.bitget.capture import RECV, read_capture
 from pipeline.trading.bitget.errors import CaptureError
 from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT
 from pipeline.venue.errors import ReplayError, VenueError
-from pipeline.venue.market import BookEvent, TradeEvent
+from pipeline.venue.market import DEPTH_CHANNELS, BookEvent, TradeEvent, VenueMarket
 from pipeline.venue.synthetic import CALIBRATED, SyntheticMarket, SyntheticParams
 
 #: the synthetic markets a venue can serve, by name (``make_source``'s ``market``): the model's
@@ -402,6 +415,141 @@ class ReplaySource:
 
 
 # --------------------------------------------------------------------------------------------
+# Encoded
+
+ENCODED_CHANNELS = frozenset({*DEPTH_CHANNELS, CHANNEL_TRADE})
+_BOOK_TAIL = re.compile(rb'"seq":(\d+),"ts":"(\d+)"\}\],"ts":(\d+)\}$')  # market.book_frame's end
+_TRADE_TAIL = re.compile(rb'\],"ts":(\d+)\}$')  # market.trade_frame's end
+
+
+class EncodedUnit(NamedTuple):
+    """One unit of an ``EncodedSource``: ``frames`` ((channel, inst_id), bytes) in publishing order,
+    ``books`` the instruments whose book changed, ``trades`` (inst_id, v2 trade objects) pairs."""
+
+    frames: list
+    books: tuple
+    trades: tuple
+
+
+def _template(frame: bytes) -> tuple:
+    """(head, seq, ts, push_ts) of a book push, (head, push_ts) of a trade push.
+
+    Raises:
+        ReplayError: a frame of neither shape."""
+    m = _BOOK_TAIL.search(frame)
+    if m is not None:
+        return frame[: m.start()], int(m[1]), int(m[2]), int(m[3])
+    m = _TRADE_TAIL.search(frame)
+    if m is None:
+        raise ReplayError(f"not a book or trade push: {frame[-60:]!r}")
+    return frame[: m.start() + 1], int(m[1])
+
+
+def render(tpl: tuple, seq_add: int, ts_add: int) -> bytes:
+    """The frame of template ``tpl`` with its seq moved by ``seq_add`` and its push / data ts by ``ts_add``."""
+    if len(tpl) == 4:
+        return tpl[0] + b'"seq":%d,"ts":"%d"}],"ts":%d}' % (tpl[1] + seq_add, tpl[2] + ts_add, tpl[3] + ts_add)
+    return tpl[0] + b',"ts":%d}' % (tpl[1] + ts_add)
+
+
+class EncodedSource:
+    """Pre-encoded frames of another source, looping (see the module docstring)."""
+
+    finite = False
+
+    def __init__(self, inner, units: int, channels: Sequence[str] = ("books15", CHANNEL_TRADE)) -> None:
+        """Run ``inner`` for ``units`` units (fewer when a replay ends first) and keep their frames.
+
+        Raises:
+            VenueError: ``units`` < 1, a channel not in ``ENCODED_CHANNELS``, no unit with a frame.
+        """
+        bad = sorted(set(channels) - ENCODED_CHANNELS)
+        if bad or not channels:
+            raise VenueError(f"encoded channels must be some of {sorted(ENCODED_CHANNELS)}, got {list(channels)}")
+        if units < 1:
+            raise VenueError(f"encoded units must be >= 1, got {units}")
+        self.channels = tuple(channels)
+        depth = [c for c in self.channels if c in DEPTH_CHANNELS]
+        market = VenueMarket(inner.inst_ids)
+        for ev in inner.initial_events():
+            (market.apply_book if type(ev) is BookEvent else market.apply_trades)(ev)
+        self.units: list[tuple[float, list, tuple, tuple]] = []
+        changes = 0
+        for _ in range(units):
+            if inner.exhausted:
+                break
+            frames, books, trades = [], [], []
+            for ev in inner.take(1):
+                if type(ev) is BookEvent:
+                    ch = market.apply_book(ev)
+                    if ch is None:
+                        continue
+                    changes += 1
+                    books.append(ch.inst_id)
+                    frames += [((c, ch.inst_id), _template(market.depth_frame(ch.inst_id, c, ch.push_ts_ms)))
+                               for c in depth]
+                else:
+                    tr = market.apply_trades(ev)
+                    if tr is None:
+                        continue
+                    trades.append((tr.inst_id, tr.trades))
+                    if CHANNEL_TRADE in self.channels:
+                        frames.append(((CHANNEL_TRADE, tr.inst_id), _template(market.trades_frame(tr))))
+            self.units.append((float(inner.market_ms), frames, tuple(books), tuple(trades)))
+        if not any(u[1] for u in self.units):
+            raise VenueError("encoded source: no frame in the units built")
+        self._inst_ids = list(inner.inst_ids)
+        t0 = self.units[0][0]
+        self.times = [t - t0 for t, *_ in self.units]
+        n = len(self.times)
+        self.period_ms = self.times[-1] + (self.times[-1] / (n - 1) if n > 1 and self.times[-1] > 0 else 1.0)
+        self.seq_step = changes + 1  # more than any instrument's seq moved over the units built
+        self.ts_step = int(-(-self.period_ms // 1))
+        self.pos = 0
+        self.loops = 0
+        self._last_ms = 0.0
+
+    @property
+    def inst_ids(self) -> list[str]:
+        return list(self._inst_ids)
+
+    @property
+    def market_ms(self) -> float:
+        return self._last_ms
+
+    exhausted = False
+
+    def initial_events(self) -> list:
+        return []
+
+    def next_due_ms(self) -> float:
+        return self.loops * self.period_ms + self.times[self.pos]
+
+    def _next(self) -> EncodedUnit:
+        _, frames, books, trades = self.units[self.pos]
+        self._last_ms = self.next_due_ms()
+        seq_add, ts_add = self.loops * self.seq_step, self.loops * self.ts_step
+        unit = EncodedUnit([(k, render(t, seq_add, ts_add)) for k, t in frames], books, trades)
+        self.pos += 1
+        if self.pos == len(self.units):
+            self.pos = 0
+            self.loops += 1
+        return unit
+
+    def take(self, n: int = 1) -> list:
+        return [self._next() for _ in range(max(n, 0))]
+
+    def pending(self, market_ms: float, limit: int = 1_000) -> list:
+        out = []
+        while len(out) < limit and self.next_due_ms() <= market_ms:
+            out.append(self._next())
+        return out
+
+    def rewind(self) -> None:
+        raise VenueError("the encoded source loops by itself; it cannot rewind")
+
+
+# --------------------------------------------------------------------------------------------
 # Building a source from parameters
 
 
@@ -413,19 +561,29 @@ def instrument_specs(instruments, venue: str | None = "paper") -> list[Instrumen
 
 def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), capture: str | Path | None = None,
                 seed: int = 1, step_ms: int | None = None, start_ms: int | None = None, jump_prob: float = 0.0,
-                jump_ticks: int = 3, market: str = "default"):
+                jump_ticks: int = 3, market: str = "default", encoded_units: int = 2_000,
+                encoded_channels: Sequence[str] = ("books15", CHANNEL_TRADE)):
     """A ``SyntheticSource`` (``kind`` "synthetic": the ``market`` of ``MARKETS``, whose ``step_ms``
     applies unless ``step_ms`` is given; ``start_ms`` default: now, wall clock; the price-jump fault
-    ``jump_prob`` / ``jump_ticks``) or a ``ReplaySource`` of ``capture`` (``kind`` "replay"; no jumps,
-    market "default").
+    ``jump_prob`` / ``jump_ticks``), a ``ReplaySource`` of ``capture`` (``kind`` "replay"; no jumps,
+    market "default"), or an ``EncodedSource`` (``kind`` "encoded": ``encoded_units`` units on
+    ``encoded_channels`` of the replay of ``capture`` when one is given, else of the synthetic source;
+    no jumps).
 
     Raises:
         VenueError: an unknown kind, an unknown market (the message names ``market``), no
             instruments, no capture for a replay, an unreadable capture (``ReplayError``), a bad jump
-            value, jumps or a market asked of a replay.
+            value, jumps or a market asked of a replay, jumps asked of an encoded source, a bad
+            encoded unit count or channel.
     """
     if market not in MARKETS:
         raise VenueError(f"market must be one of {sorted(MARKETS)}, got {market!r}")
+    if kind == "encoded":
+        if jump_prob:
+            raise VenueError("jump_prob is a fault of the synthetic source only (an encoded source's frames are fixed)")
+        inner = make_source("replay" if capture else "synthetic", instruments=instruments, capture=capture,
+                            seed=seed, step_ms=step_ms, start_ms=start_ms, market=market)
+        return EncodedSource(inner, encoded_units, encoded_channels)
     if kind == "synthetic":
         return SyntheticSource(instruments, seed=seed, step_ms=step_ms,
                                start_ms=int(time.time() * 1000) if start_ms is None else start_ms,
@@ -439,4 +597,4 @@ def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), captur
             raise VenueError(f"market {market!r} is a choice of the synthetic source only (a replay's market is "
                              f"the capture's)")
         return ReplaySource.from_capture(capture)
-    raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay'")
+    raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay', 'encoded'")

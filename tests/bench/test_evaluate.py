@@ -125,6 +125,10 @@ def test_several_seeds_give_the_fast_path_on_against_off_and_the_verdicts(tmp_pa
     md = (tmp_path / "report.md").read_text()
     assert "## The fast path on against off, and the controls, over the seeds" in md
     assert vd["statement"] in md and "Judged on:" in md and "| seed 5 | seed 4 | mean |" in md
+    pv = res["planner_verdicts"]  # the depth-aware planner against the simple one, the same rule
+    assert [(c["a"], c["b"]) for c in pv] == [("model-depth", "model")] * 3 + [("imbalance-depth", "imbalance")] * 3
+    assert all(c["n"] == 2 and c["outcome"] in ("A_BETTER", "B_BETTER", "INCONCLUSIVE") for c in pv)
+    assert "## The depth-aware planner against the simple one, over the seeds" in md
 
 
 def test_bad_seed_lists_are_refused(capsys):
@@ -282,3 +286,21 @@ def test_the_synthetic_market_s_length_is_market_time_in_its_own_steps():
     assert E.synthetic_steps(E.parse_args(["--quick"]), 20) == E.QUICK_MARKET_S * 1000 // 20
     assert E.synthetic_steps(E.parse_args(["--market-s", "55"]), 550) == 100
     assert E.synthetic_steps(E.parse_args(["--market-s", "55", "--steps", "7"]), 550) == 7
+
+
+def test_the_depth_aware_planner_runs_beside_the_simple_one_on_the_same_decisions(quick_runs):
+    """The default variants pair model-depth with model and imbalance-depth with imbalance (same decisions,
+    the risk gateway's planner the only difference): their planner, fill rate, slippage against the
+    arrival mid and parents in results.json, the side-by-side table in report.md (the verdicts over
+    seeds: ``test_several_seeds_give_the_fast_path_on_against_off_and_the_verdicts``)."""
+    res = json.loads((quick_runs[0] / "results.json").read_text())
+    v = {x["name"]: x for x in res["markets"][0]["variants"]}
+    for depth, simple in (("model-depth", "model"), ("imbalance-depth", "imbalance")):
+        assert (v[depth]["planner"], v[simple]["planner"]) == ("depth", "simple")
+        assert v[depth]["counts"]["labels"] == v[simple]["counts"]["labels"]  # the same decisions
+        assert set(v[depth]["slippage"]) == {"fills", "size", "mean_bps", "mean_ticks", "unmeasured"}
+        assert "parents" in v[depth]["counts"] and "parents" not in v[simple]["counts"]
+    assert v["imbalance-depth"]["counts"]["parents"].get("WAIT_LIQUIDITY", 0) > 0
+    md = (quick_runs[0] / "report.md").read_text()
+    assert "| variant | planner | fills | fill rate | slippage vs arrival mid, bps (ticks) |" in md
+    assert "| imbalance-depth | depth |" in md and "| imbalance | simple |" in md

@@ -65,3 +65,13 @@ def check_pipeline_run(doc: dict, report: str) -> None:
     assert f"Model: shipped model (make model) models/generated/fast.onnx sha256 {sha} (the fast stage reported " \
            f"sha256 {sha[:8]}: the same file)." in report
     assert f"EMERGENCY {shipped['labels']['emergency']:,}" in report
+    # the limit, measured in the same run, beside each fast-path figure
+    compute = doc["machine"]["limit"]["compute"]
+    assert set(compute) == {"feed", "features", "fast", "risk", "sender"} and doc["machine"]["limit"]["floor"]["n"] > 0
+    for res in (shipped, hand):
+        sig = res["limit"]["signal"]
+        assert sig["limit_us"] > 0 and sig["ratio"] == pytest.approx(res["stages"]["signal"]["p50_us"] / sig["limit_us"],
+                                                                     abs=0.01)
+        assert res["processes"]["venue"]["cpu_pct"] >= 0
+    assert "## The limit" in report and "signal: p50" in report and "limit = sum of compute + hops x floor" in report
+    assert "venue CPU" in report

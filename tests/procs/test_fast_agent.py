@@ -64,8 +64,9 @@ def features(seq, f0=0.0, f1=0.0, *, iid=1, flags=0):
     return r.tobytes()
 
 
-def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm"), name="fast"):
-    text = ring("feat", payload=560) + ring("sig_risk", payload=64) + ring("sig_llm", payload=576) + INSTRUMENTS
+def make_ctx(msgs, params, *, batch=256, outputs=("sig_risk", "sig_llm"), name="fast", risk_payload=64):
+    text = (ring("feat", payload=560) + ring("sig_risk", payload=risk_payload) + ring("sig_llm", payload=576)
+            + INSTRUMENTS)
     proc = ProcessConfig(name=name, module="procs.fast:FastAgent", inputs=["feat"], outputs=list(outputs),
                          batch=batch, params=params)
     return stage_context(text, proc, inputs={"feat": ListInput(msgs)}, outputs={o: RecordingPort() for o in outputs})
@@ -190,7 +191,8 @@ def test_the_typed_params_keep_the_documented_defaults():
         "input": None, "risk_output": "sig_risk", "llm_output": "sig_llm",
         "model_path": "models/generated/fast.onnx", "providers": "auto", "require_gpu": False, "device_id": 0,
         "gpu_mem_limit_mib": 256, "arena_extend_strategy": "kSameAsRequested",
-        "thresholds": {"buy": 0.4, "sell": 0.4, "emergency": 0.5, "side": 1.01}, "warmup_runs": 20}
+        "thresholds": {"buy": 0.4, "sell": 0.4, "emergency": 0.5, "side": 1.01}, "warmup_runs": 20,
+        "signal_depth": False}
 
 
 def _given(got: dict, given: dict) -> dict:
@@ -527,3 +529,36 @@ def test_a_card_without_input_bounds_is_refused_at_start(tmp_path):
     del card[BOUNDS_KEY]
     with pytest.raises(ConfigError, match=f"has no {BOUNDS_KEY}"):
         _start(write_model(tmp_path / "m.onnx", card=card))
+
+
+@pytest.mark.parametrize("batch", [1, 256])
+def test_with_signal_depth_each_signal_carries_the_feature_vectors_levels(tmp_path, batch):
+    from pipeline.trading.messages import SIGNAL_DEPTH_DTYPE
+
+    model = write_model(tmp_path / "m.onnx")
+    vecs = []
+    for k in range(2):
+        v = np.zeros(128, np.float32)
+        v[3:60] = np.arange(57, dtype=np.float32) * 0.25 + k  # the level slots (0..59); 0..2 drive the labels
+        v[60:] = -1.0  # past the level block: never copied
+        vecs.append(v)
+    vecs[0][0] = 5.0  # LEAN_BUY: this one also goes to the llm
+    msgs = [(Kind.FEATURES, features_row(k + 1, v), 10 + k) for k, v in enumerate(vecs)]
+    _, ctx = run(msgs, {"model_path": model, "providers": "cpu", "warmup_runs": 1, "signal_depth": True},
+                 batch=batch, risk_payload=296)
+    out = [p for k, p, _, _ in ctx.outputs["sig_risk"].msgs if k == Kind.SIGNAL]
+    assert [len(p) for p in out] == [296, 296]
+    for p, v in zip(out, vecs):
+        r = np.frombuffer(p, SIGNAL_DEPTH_DTYPE, 1)[0]
+        assert np.array_equal(np.concatenate([r["depth_bid_dist"], r["depth_ask_dist"], r["depth_bid_sz"],
+                                              r["depth_ask_sz"]]), v[:60])
+    assert int(np.frombuffer(out[0], SIGNAL_DEPTH_DTYPE, 1)[0]["label"]) == Label.LEAN_BUY
+    llm = [p for k, p, _, _ in ctx.outputs["sig_llm"].msgs if k == Kind.SIGNAL_CTX]
+    assert len(llm) == 1 and len(llm[0]) == SIGNAL_CTX_DTYPE.itemsize and bytes(llm[0])[:56] == bytes(out[0])[:56]
+
+
+def test_signal_depth_on_a_ring_too_small_for_it_fails_the_start_naming_the_ring(tmp_path):
+    model = write_model(tmp_path / "m.onnx")
+    ctx = make_ctx([], {"model_path": model, "providers": "cpu", "signal_depth": True}, risk_payload=64)
+    with pytest.raises(ConfigError, match="signal_depth.*'sig_risk'.*296.*64"):
+        FastAgent().on_start(ctx)

@@ -119,7 +119,8 @@ def test_an_ill_typed_param_fails_the_start_naming_the_process_and_the_field(par
 def test_the_typed_params_keep_the_documented_defaults():
     assert msgspec.to_builtins(parse_params("features", {})) == {
         "input": None, "output": None, "tau_ofi_ms": 1000.0, "tau_trade_ms": 1000.0, "tau_vol_fast_ms": 1000.0,
-        "tau_vol_slow_ms": 10_000.0, "vpin_buckets": 50, "vpin_bucket_volume": None}
+        "tau_vol_slow_ms": 10_000.0, "vpin_buckets": 50, "vpin_bucket_volume": None, "basis_pairs": [],
+        "tau_basis_ms": 60_000.0}
 
 
 @pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
@@ -192,3 +193,77 @@ def test_keep_warm_recomputes_the_latest_book_on_a_private_state_and_emits_nothi
             pass
         outs.append(([(k, p, ts) for k, p, ts, _ in ctx.outputs["feat"].msgs], dict(ctx.stats)))
     assert outs[0] == outs[1] and len(outs[0][0]) == 3  # the real state and outputs are the same with or without
+
+
+# ------------------------------------------------------------------ spot-perpetual pairs (basis_pairs)
+PERP = """
+[[instruments]]
+id = 3
+symbol = "BTCUSDT"
+tick_size = 0.1
+lot_size = 0.001
+product_type = "USDT-FUTURES"
+contract_size = 0.001
+
+[[instruments]]
+id = 4
+symbol = "ETHUSDT"
+tick_size = 0.01
+lot_size = 0.01
+product_type = "USDT-FUTURES"
+contract_size = 0.01
+"""
+
+
+def start_paired(msgs, params):
+    proc = ProcessConfig(name="features", module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"],
+                         params=params)
+    ctx = stage_context(CONFIG + PERP, proc, inputs={"md": ListInput(msgs)}, outputs={"feat": RecordingPort()})
+    agent = FeatureAgent()
+    agent.on_start(ctx)
+    while agent.do_work():
+        pass
+    return agent, ctx
+
+
+def test_a_configured_pair_gives_each_leg_the_basis_against_the_other():
+    from pipeline.trading import features as F
+
+    msgs = [(Kind.BOOK, book_bytes(100.0, 100.2, iid=1, ts=1_000), 1),
+            (Kind.BOOK, book_bytes(100.4, 100.6, iid=3, ts=2_000), 2),
+            (Kind.BOOK, book_bytes(2000.0, 2000.5, iid=2, ts=3_000), 3)]
+    agent, ctx = start_paired(msgs, {"basis_pairs": [{"spot": 1, "perp": 3}], "tau_basis_ms": 5000})
+    assert agent.states[1].pair is agent.states[3].pair is not None and agent.states[2].pair is None
+    assert agent.states[1].pair.tau_ns == 5_000_000_000
+    f = [np.frombuffer(p, FEATURES_DTYPE, 1)[0] for _, p, _, _ in ctx.outputs["feat"].msgs]
+    assert [float(r["features"][F.F_BASIS_AVAILABLE]) for r in f] == [0.0, 1.0, 0.0]  # spot first: no perp yet
+    assert f[1]["features"][F.F_BASIS_BPS] == pytest.approx(1e4 * np.log(100.5 / 100.1), rel=1e-6)  # 39.88 bps
+    assert f[1]["features"][F.F_BASIS_AGE_MS] == pytest.approx(0.001)  # 1 us between the legs' books
+
+
+@pytest.mark.parametrize("pairs, field, why", [
+    ([{"spot": 1, "perp": 9}], "$.basis_pairs[0].perp", "instrument 9 is not configured"),
+    ([{"spot": 1, "perp": 1}], "$.basis_pairs[0].perp", "instrument 1 is already a leg of a basis pair"),
+    ([{"spot": 1, "perp": 3}, {"spot": 2, "perp": 3}], "$.basis_pairs[1].perp", "instrument 3 is already a leg"),
+    ([{"spot": 3, "perp": 1}], "$.basis_pairs[0].spot", "instrument 3 is USDT-FUTURES, the spot leg must be SPOT"),
+    ([{"spot": 1, "perp": 2}], "$.basis_pairs[0].perp", "instrument 2 is SPOT, the perp leg must be USDT-FUTURES"),
+    ([{"spot": 1, "perp": 4}], "$.basis_pairs[0].perp", "one symbol on one venue, not BTCUSDT on paper and ETHUSDT"),
+])
+def test_a_bad_pairing_fails_the_start_naming_the_field(pairs, field, why):
+    with pytest.raises(ConfigError) as err:
+        start_paired([], {"basis_pairs": pairs})
+    text = str(err.value)
+    assert text.startswith("features: bad params: ") and why in text and text.endswith(f"- at `{field}`")
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"basis_pairs": [{"spot": 1}]}, "Object missing required field `perp` - at `$.basis_pairs[0]`"),
+    ({"basis_pairs": [{"spot": 1, "perp": 3, "base": "BTC"}]},
+     "Object contains unknown field `base` - at `$.basis_pairs[0]`"),
+    ({"basis_pairs": [{"spot": 0, "perp": 3}]}, "Expected `int` >= 1 - at `$.basis_pairs[0].spot`"),
+    ({"tau_basis_ms": 0}, "Expected `float` > 0.0 - at `$.tau_basis_ms`"),
+])
+def test_an_ill_formed_pairing_fails_before_any_start_naming_the_field(params, field):
+    with pytest.raises(ConfigError) as err:
+        parse_params("features", params)
+    assert str(err.value) == f"features: bad params: {field}"

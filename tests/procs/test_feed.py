@@ -30,7 +30,8 @@ from pipeline.trading.itch import messages as M
 from pipeline.trading.itch.book import L3Book
 from pipeline.trading.itch.framing import encode_packet, iter_file_frames
 from pipeline.trading.itch.synth import generate_binaryfile, generate_session
-from pipeline.trading.messages import BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_HIDDEN_REPORTED, BOOK_FLAG_SNAPSHOT, TRADE_DTYPE,
+                                      TRADE_FLAG_HIDDEN, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind)
 from pipeline.runtime.runner import load_agent_class
 from pipeline.runtime.portfile import read_port_file
 from procs.feed import BitgetFeedAgent, BitgetFeedParams, ItchFeedAgent, ItchFeedParams, parse_params
@@ -515,25 +516,35 @@ def test_itch_replay_emits_the_l3_book_state_after_every_change(tmp_path):
     path = tmp_path / "session.itch"
     path.write_bytes(generate_binaryfile(3, 3000, symbols=("AAPL", "MSFT", "SPY")))
     ref = L3Book(SYMS)
-    expected = []
+    expected = []  # (kind, payload or the executed shares, hidden) in order: a TRADE before the BOOK it changed
     n_msgs = 0
     for seq, (_, msg) in enumerate(iter_file_frames(path), 1):
         n_msgs += 1
+        rec = M.decode(msg)
         iid = ref.apply_raw(msg, 0, len(msg), seq)
+        if type(rec) is M.Trade and rec.stock_locate in {st.locate for st in ref.stocks() if st.instrument_id >= 0}:
+            expected.append((Kind.TRADE, rec.shares, TRADE_FLAG_HIDDEN))
         if iid >= 0:
+            if type(rec) is M.OrderExecuted or (type(rec) is M.OrderExecutedWithPrice and rec.printable == b"Y"):
+                expected.append((Kind.TRADE, rec.executed_shares, 0))
             buf = bytearray(BOOK_DTYPE.itemsize)
             ref.write_payload(iid, buf)
-            expected.append(bytes(buf))
+            buf[2:4] = BOOK_FLAG_HIDDEN_REPORTED.to_bytes(2, "little")  # ITCH reports its non-displayed executions
+            expected.append((Kind.BOOK, bytes(buf), 0))
     agent = _itch_agent({"path": str(path)}, batch=64)
     pump(agent, lambda: agent.ctx.stats["replay_done"], what="end of replay")
     assert agent.do_work() == 0
-    got = [p for k, p, _, _ in _port(agent).msgs if k == Kind.BOOK]
-    assert len(got) == len(expected) > 100
-    assert got == expected, "payload for payload, the L3 book's state"
-    last_aapl = [np.frombuffer(p, BOOK_DTYPE, 1)[0] for p in got if np.frombuffer(p, BOOK_DTYPE, 1)[0]["instrument_id"] == 7][-1]
-    assert bytes(ref.book_payload(7)) == last_aapl.tobytes()
+    got = [(k, p, 0) if k == Kind.BOOK else (k, float(np.frombuffer(p, TRADE_DTYPE, 1)[0]["size"]), p[3])
+           for k, p, _, _ in _port(agent).msgs]
+    n_books, n_hidden = sum(k == Kind.BOOK for k, _, _ in expected), sum(h for _, _, h in expected)
+    assert n_books > 100 and n_hidden > 5 and len(expected) - n_books - n_hidden > 50
+    assert got == expected, "payload for payload, the L3 book's state; each execution's TRADE before its BOOK"
+    books = [p for k, p, _ in got if k == Kind.BOOK]
+    last_aapl = [np.frombuffer(p, BOOK_DTYPE, 1)[0] for p in books if np.frombuffer(p, BOOK_DTYPE, 1)[0]["instrument_id"] == 7][-1]
+    assert bytes(ref.book_payload(7))[4:] == last_aapl.tobytes()[4:]
     s = agent.ctx.stats
-    assert s["messages"] == n_msgs and s["books_emitted"] == len(expected) and s["rejected"] == 0
+    assert s["messages"] == n_msgs and s["books_emitted"] == n_books and s["rejected"] == 0
+    assert s["trades_emitted"] == len(expected) - n_books and s["hidden_trades"] == n_hidden
     agent.on_close()
 
 

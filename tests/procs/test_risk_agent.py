@@ -399,3 +399,69 @@ def test_net_pnl_per_instrument_is_published_in_the_stats(tmp_path):
     drain(agent)
     assert (st["pnl_1"], st["pnl_2"]) == (0.72, 0.0)  # at once: 0.22 + 0.0005 * 1,000; #2 flat (not reported)
     agent.on_close()
+
+
+def test_bad_execution_params_or_risk_aversion_fail_the_start_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"params\.execution.*planner"):
+        make(tmp_path, params={"execution": {"planner": "fancy"}})
+    with pytest.raises(ConfigError, match="liquidity_ration"):
+        make(tmp_path, params={"execution": {"liquidity_ration": 1.2}})
+    with pytest.raises(ConfigError, match=r"params\.limits\.risk_aversion"):
+        make(tmp_path, params={"limits": {"risk_aversion": 2.5}})
+
+
+def _depth_sig(seq, asks=()):
+    from tests.support.depth import depth_sig
+
+    return depth_sig(1, mid=MID, spread=1.0, seq=seq, asks=asks)
+
+
+def test_the_depth_planner_waits_for_liquidity_and_status_shows_each_parents_state(tmp_path):
+    clock = ManualClock()
+    t = clock()
+    agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
+                      signals=[(Kind.SIGNAL, _depth_sig(1), t)], params={"execution": {"planner": "depth"}},
+                      clock=clock)
+    drain(agent)
+    assert ctx.stats["par_1"] == "-" and ctx.stats["par_2"] == "-"
+    keys = list(ctx.stats)
+    assert keys.index("par_1") == keys.index("pnl_2") + 1  # early in the record: the status keeps the first keys
+    ctx.inputs["instr"].msgs.append((Kind.INSTRUCTION, instr(t, seq=5, target=4), t))
+    drain(agent)
+    new = lambda: [o for o in orders(ctx.outputs["orders"]) if o["cmd"] == OrderCmd.NEW]  # noqa: E731
+    assert not new() and ctx.stats["par_1"] == "WAIT 0/4"
+    # the buy rests 5 ticks under the mid; 1.0 of asks within 5 ticks above it is > 1.2 x 0.0004
+    ctx.inputs["sig_risk"].msgs.append((Kind.SIGNAL, _depth_sig(2, asks=[(5.0, 1.0)]), t))
+    drain(agent)
+    [o] = new()
+    assert (float(o["price"]), float(o["size"])) == (49_999.5, 0.0004)
+    assert ctx.stats["par_1"] == "SUBM 0/4"
+    ctx.inputs["exec"].msgs.append((Kind.EXEC_REPORT, ex(ExecType.FILLED, oid=int(o["order_id"]), side=Side.BUY,
+                                                         price=49_999.5, size=0.0001, leaves=0.0003), t))
+    drain(agent)
+    assert ctx.stats["par_1"] == "PART 1/4"
+    lines = [(a["old"], a["new"]) for a in audit(tmp_path) if a["ev"] == "ParentChanged"]
+    assert lines == [("", "WAIT_LIQUIDITY"), ("WAIT_LIQUIDITY", "SUBMITTED"), ("SUBMITTED", "PARTIAL_FILLED")]
+    agent.on_close()
+
+
+def test_keep_warm_takes_the_depth_planners_paths_on_its_shadow(tmp_path, monkeypatch):
+    import procs.risk as risk_mod
+
+    clock = ManualClock()
+    t = clock()
+    agent, ctx = make(tmp_path, exec_=[(Kind.EXEC_REPORT, ex(ExecType.SYNC_DONE), t)],
+                      signals=[(Kind.SIGNAL, _depth_sig(1), t)], clock=clock,
+                      params={"limits": {"lean_lots": 2, "min_notional": 0.0}, "execution": {"planner": "depth"}})
+    drain(agent)
+    before = (len(ctx.outputs["orders"].msgs), dict(ctx.stats))
+    seen = []
+    step = risk_mod._Shadow.step
+    monkeypatch.setattr(risk_mod._Shadow, "step", lambda self: seen.append(step(self)) or seen[-1])
+    for _ in range(12):
+        agent.keep_warm()
+    kinds = {type(e).__name__ for evs in seen for e in evs}
+    assert {"ParentChanged", "OrderApproved", "CancelAllSent"} <= kinds
+    assert agent._shadow.gw.depth_mode and agent._shadow.gw.books[1].working == {}
+    assert (len(ctx.outputs["orders"].msgs), dict(ctx.stats)) == before
+    agent.on_close()

@@ -3,7 +3,8 @@
 market (``model_pnl``). Sans-I/O apart from loading the model and the config.
 
 ``evaluate_spec``: a variant's decisions over the market's feature rows (``variants.decisions_for``),
-the risk process's limits with the variant's ``lean_lots``, its slow path (``model+llm``), its
+the risk process's limits with the variant's ``lean_lots``, its ``execution`` table with the variant's
+``planner``, its slow path (``model+llm``), its
 simulation (``simulator.run_variant``, with the quoting scenario's quotes when the variant has
 ``quote=1``) and its results.json row.
 
@@ -25,7 +26,8 @@ from pipeline.trading.evaluation import decisions as D
 from pipeline.trading.evaluation.markouts import MarketPath, market_path
 from pipeline.trading.evaluation.metrics import MarkSeries
 from pipeline.trading.evaluation.replay import EvaluationError, Tape, synthetic_tape
-from pipeline.trading.evaluation.simulator import SimParams, default_capital, eval_limits, run_variant
+from pipeline.trading.evaluation.simulator import (SimParams, default_capital, eval_execution, eval_limits,
+                                                  run_variant)
 from pipeline.trading.evaluation.variants import (DEFAULT_CONFIG, PipelineConfig, VariantSpec, decisions_for,
                                                   synthetic_params, variant_list)
 
@@ -72,13 +74,14 @@ def evaluate_spec(ctx: MarketContext, spec: VariantSpec) -> SpecOutcome:
     d = decisions_for(spec, table, ctx.models, ctx.seed)
     decide_s = time.perf_counter() - t1
     limits = eval_limits(ctx.cfg.risk_limits, tape.instruments, spec.lean_lots)
+    execution = eval_execution(ctx.cfg.risk_execution, spec.planner)
     slow = None
     if spec.llm:
         from pipeline.trading.evaluation.slowpath import SlowPath
 
         slow = SlowPath.load(spec.llm_model, ctx.cfg.llm_params, tape.instruments, table, d, seed=ctx.seed)
     res = run_variant(tape, table, ctx.marks, d, limits, ctx.sim, slow, spec.quote_lots if spec.quote else None,
-                      ctx.path)
+                      ctx.path, execution)
     describe = d.describe + (f"; slow path {spec.llm_model} (LLM hub in-process, seed {ctx.seed}; its generation "
                              "times are measured, so this row may differ between runs)" if spec.llm else "")
     row = {"name": spec.name, "describe": describe, "fast_only": spec.fast_only, "lean_lots": spec.lean_lots,

@@ -112,6 +112,33 @@ def compare(markets: Sequence[dict], a: str, b: str, measure) -> dict:
     return {"a": a, "b": b, "a_values": va, "b_values": vb, **paired_verdict(va, vb)}
 
 
+def fill_rate(row: dict) -> float | None:
+    return row.get("fill_rate")
+
+
+def arrival_improvement_bps(row: dict) -> float | None:
+    """Minus the fills' size-weighted mean slippage against the arrival mid (bps): higher is better."""
+    v = (row.get("slippage") or {}).get("mean_bps")
+    return None if v is None else -v
+
+
+#: what the planner comparison judges a depth-aware variant on against the same decisions through the
+#: simple planner (each measure oriented so that higher is better; the rule is ``paired_verdict``'s)
+PLANNER_MEASURES = (("net P&L after fees (quote)", net_pnl), ("fill rate", fill_rate),
+                    ("price improvement against the arrival mid (bps, minus the slippage)", arrival_improvement_bps))
+
+
+def planner_verdicts(markets: Sequence[dict], pairs: Sequence[tuple[str, str]]) -> list[dict]:
+    """For each (depth-aware, simple) pair of variant names that every market has: ``compare`` on each
+    of ``PLANNER_MEASURES`` (its ``measure`` named in the entry)."""
+    out = []
+    for a, b in pairs:
+        if not markets or any(not any(v["name"] == n for v in m["variants"]) for m in markets for n in (a, b)):
+            continue
+        out += [{**compare(markets, a, b, fn), "measure": label} for label, fn in PLANNER_MEASURES]
+    return out
+
+
 def fast_path_verdicts(markets: Sequence[dict], *, on: str, off: str, controls: Sequence[str] = (),
                        directional: str | None = None, directional_controls: Sequence[str] = ()) -> dict:
     """The evaluation's verdicts over ``markets`` (one per seed; module docstring): ``net_pnl`` and

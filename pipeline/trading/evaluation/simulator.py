@@ -29,8 +29,12 @@ instrument pooled (``decisions.value``); the fills' markouts (``markouts.markout
 ``markout_horizons_ns``); what the orders removed by EMERGENCY cancels (the exchange's cancelled
 orders whose cancel the gateway sent with why ``emergency``) would have been as fills
 (``markouts.avoided_fills`` over ``avoid_window_ns``, the maker fee of ``fees``); ``fill_rate``
-(orders that filled at least once / orders the exchange accepted; None when none was); plus the
-run's counts (labels, gateway events by type, denials by reason, exchange outcomes, the quoter's).
+(orders that filled at least once / orders the exchange accepted; None when none was); ``planner``
+(the gateway's: ``execution``, default the simple one) and ``slippage`` (``slippage.summarize_slippage``:
+each fill against its parent plan's arrival mid); plus the run's counts (labels, gateway events by
+type, denials by reason, exchange outcomes, the quoter's; with the depth-aware planner ``parents``,
+its parent transitions by new state). With the depth-aware planner each SIGNAL carries the row's
+level block (the feature vector's first 60 slots), as the fast stage with ``signal_depth`` sends it.
 ``capital`` (the drawdown's denominator) defaults to ``default_capital``.
 """
 
@@ -52,9 +56,13 @@ from pipeline.trading.evaluation.markouts import (AVOID_WINDOW_NS, MARKOUT_HORIZ
 from pipeline.trading.evaluation.metrics import DEFAULT_HORIZONS_NS, Equity, MarkSeries, equity_curve, summarize
 from pipeline.trading.evaluation.quoting import Quoter
 from pipeline.trading.evaluation.replay import EvaluationError, Tape, TapeInstrument
-from pipeline.trading.messages import (EXEC_STRUCT, FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, SIGNAL_STRUCT,
-                                       ExecType, Kind, Label, OrderCmd)
-from pipeline.trading.risk import OrderDenied, RiskGateway, RiskLimits, decode_limits, encode_order, resolve_limits
+from pipeline.trading.evaluation.slippage import ArrivalFill, summarize_slippage
+from pipeline.trading.messages import (EXEC_STRUCT, FEATURES_FLAG_WARMUP, SIGNAL_DEPTH_LEVELS, SIGNAL_FLAG_WARMUP,
+                                       SIGNAL_STRUCT, ExecType, Kind, Label, OrderCmd)
+from pipeline.trading.risk import (OrderApproved, OrderDenied, RiskGateway, RiskLimits, decode_limits, encode_order,
+                                   resolve_limits)
+from pipeline.trading.risk.events import ParentChanged
+from pipeline.trading.risk.execution import ExecutionParams
 from pipeline.venue.fees import FeeSchedule
 
 _PER_INSTRUMENT = ("max_position_lots", "max_order_lots", "max_child_lots")
@@ -63,6 +71,7 @@ _PER_INSTRUMENT = ("max_position_lots", "max_order_lots", "max_child_lots")
 ORDER_DUE, EXEC_DUE, INSTRUCTION_DUE, WAKE_DUE = 0, 1, 2, 3
 _BOOK = int(Kind.BOOK)
 _HOLD = int(Label.HOLD)
+_FILLED = int(ExecType.FILLED)
 
 
 class SimParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -107,6 +116,20 @@ def eval_limits(table: dict, instruments: Sequence[TapeInstrument], lean_lots: i
     return limits
 
 
+def eval_execution(table: dict, planner: str) -> ExecutionParams:
+    """The risk process's ``execution`` table with ``planner`` in place of its own.
+
+    Raises:
+        EvaluationError: a table the gateway refuses (the field named).
+    """
+    from pipeline.trading.risk.execution import decode_execution
+
+    try:
+        return decode_execution({**table, "planner": planner})
+    except ConfigError as exc:
+        raise EvaluationError(str(exc)) from None
+
+
 def default_capital(instruments: Sequence[TapeInstrument], limits: RiskLimits, marks: MarkSeries) -> float:
     """The drawdown's capital: what the largest positions the gateway allows (``max_position_lots``
     of each instrument) are worth at each one's first mark, summed; 1.0 when that is 0 (no mark)."""
@@ -140,13 +163,17 @@ class VariantRun:
     size (None: no quotes); ``path``: the market's ``markouts.MarketPath`` (None: made here)."""
 
     def __init__(self, tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
-                 params: SimParams, slow=None, quote_lots: int | None = None, path: MarketPath | None = None):
+                 params: SimParams, slow=None, quote_lots: int | None = None, path: MarketPath | None = None,
+                 execution: ExecutionParams | None = None):
         if len(decisions.labels) != len(table):
             raise EvaluationError(f"{len(decisions.labels)} decisions for {len(table)} feature rows")
         self.tape, self.table, self.marks, self.d, self.p, self.path = tape, table, marks, decisions, params, path
         self.now = tape.events[0].ts_ns if tape.events else 0
         clock = lambda: self.now  # noqa: E731
-        self.gw = RiskGateway(tape.instruments, limits, clock)
+        self.gw = RiskGateway(tape.instruments, limits, clock, execution=execution)
+        self.arrival: dict[int, float] = {}  # our order id -> its parent's arrival mid (``slippage``)
+        self.arrival_fills: list[ArrivalFill] = []
+        self.parents: dict[str, int] = {}  # the depth-aware planner's parent transitions by new state
         self.ex = SimulatedExchange(tape.instruments, clock, fees=params.fees, queue_model=params.queue_model)
         self.heap: list = []
         self.seq = 0
@@ -170,15 +197,28 @@ class VariantRun:
         for ev in events:
             name = type(ev).__name__
             counts[name] = counts.get(name, 0) + 1
-            if type(ev) is OrderDenied:
+            t = type(ev)
+            if t is OrderDenied:
                 key = "deny_" + ev.code.lower()
                 counts[key] = counts.get(key, 0) + 1
+            elif t is OrderApproved:
+                bk = self.gw.books[ev.instrument_id]
+                plan = bk.plan
+                live = plan is not None and plan.origin_seq == ev.origin_seq and plan.arrival_mid > 0
+                self.arrival[ev.order_id] = plan.arrival_mid if live else bk.mid
+            elif t is ParentChanged:
+                self.parents[ev.new] = self.parents.get(ev.new, 0) + 1
             if ev.cmd and ev.cmd != OrderCmd.SYNC:
                 self.schedule(now + lat, ORDER_DUE, (encode_order(ev), getattr(ev, "why", "")))
 
     def _exec_reports(self, reports: list[bytes]) -> None:
         t = self.now + self.p.exec_latency_ns
         for r in reports:
+            if r[2] == _FILLED:  # exec_type (EXEC_REPORT offset 2): the fill against its parent's arrival mid
+                iid, _et, side, _r, oid, price, size = EXEC_STRUCT.unpack(r)[:7]
+                arrival = self.arrival.get(oid)
+                if arrival is not None:
+                    self.arrival_fills.append(ArrivalFill(iid, 1 if side == 1 else -1, price, size, arrival))
             self.schedule(t, EXEC_DUE, r)
 
     def _due(self, item) -> None:
@@ -209,6 +249,9 @@ class VariantRun:
         quote = self.quoter.on_book if self.quoter is not None else None
         seqs, exch = rows["book_seq"].tolist(), rows["exch_ts_ns"].tolist()
         mids, spreads = rows["ref_mid"].tolist(), rows["ref_spread"].tolist()
+        # the depth-aware planner's SIGNALs carry the level block as the fast stage copies it
+        tails = ([r.tobytes() for r in np.ascontiguousarray(rows["features"][:, :4 * SIGNAL_DEPTH_LEVELS], "<f4")]
+                 if gw.depth_mode else None)
         pack, pop, on_signal = SIGNAL_STRUCT.pack, heapq.heappop, gw.on_signal
         on_book, on_trade = ex.on_book, ex.on_trade
         due, handle, reports = self._due, self.handle, self._exec_reports
@@ -224,7 +267,8 @@ class VariantRun:
                 if r >= 0:
                     lab = labels[r]
                     p0, p1, p2, p3 = probs[r]
-                    evs = on_signal(pack(iid, lab, flags[r], seqs[r], exch[r], mids[r], spreads[r], p0, p1, p2, p3), t)
+                    payload = pack(iid, lab, flags[r], seqs[r], exch[r], mids[r], spreads[r], p0, p1, p2, p3)
+                    evs = on_signal(payload if tails is None else payload + tails[r], t)
                     if evs:
                         handle(evs)
                     if quote is not None:
@@ -257,6 +301,8 @@ class VariantRun:
         m.update(self._fill_quality())
         counts = {"labels": label_counts(self.d), "gateway": dict(sorted(self.counts.items())),
                   "exchange": dict(self.ex.counts)}
+        if self.gw.depth_mode:
+            counts["parents"] = dict(sorted(self.parents.items()))
         if self.quoter is not None:
             counts["quoter"] = dict(self.quoter.counts)
         if self.slow is not None:
@@ -274,7 +320,8 @@ class VariantRun:
         em = [c for c in self.ex.cancelled if c.why == "emergency"]
         placed = self.ex.counts["placed"]
         maker_bps = self.p.fees.maker_bps if self.p.fees is not None else 0.0
-        return {"markouts": markout_summary(self.ex.fills, self.marks, ticks, self.p.markout_horizons_ns),
+        return {"planner": self.gw.execution.planner, "slippage": summarize_slippage(self.arrival_fills, ticks),
+                "markouts": markout_summary(self.ex.fills, self.marks, ticks, self.p.markout_horizons_ns),
                 "fill_rate": self.ex.counts["filled_orders"] / placed if placed else None,
                 "emergency_cancelled": len(em),
                 "avoided": avoided_fills(em, path, self.marks, ticks, maker_fee_bps=maker_bps,
@@ -283,7 +330,7 @@ class VariantRun:
 
 def run_variant(tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
                 params: SimParams, slow=None, quote_lots: int | None = None,
-                path: MarketPath | None = None) -> VariantResult:
-    """One variant's ``VariantRun`` (``marks``: the market's, ``decisions.marks_of``; ``quote_lots``
-    and ``path`` as there); its result."""
-    return VariantRun(tape, table, marks, decisions, limits, params, slow, quote_lots, path).run()
+                path: MarketPath | None = None, execution: ExecutionParams | None = None) -> VariantResult:
+    """One variant's ``VariantRun`` (``marks``: the market's, ``decisions.marks_of``; ``quote_lots``,
+    ``path`` and ``execution``, the risk gateway's planner, as there); its result."""
+    return VariantRun(tape, table, marks, decisions, limits, params, slow, quote_lots, path, execution).run()

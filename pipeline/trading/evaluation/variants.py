@@ -9,6 +9,7 @@ A variant is ``NAME=CONFIG`` with CONFIG a comma-separated ``key=value`` list::
     kind=onnx,llm=1                      the model's fast path plus the slow path (the LLM hub)
     kind=onnx,quote=1,fast=off           the quoting scenario with the fast path off
     kind=random,quote=1,seed=3           a random labeler with the model's label frequencies
+    kind=onnx,planner=depth              the model's decisions through the depth-aware planner
 
 Two scenarios. Directional (``quote=0``, the default): the fast path's LEAN signals trade through the
 risk gateway's planner (``lean_lots`` lots), its EMERGENCYs cancel. Quoting (``quote=1``): one bid
@@ -29,7 +30,9 @@ it draws with, and ``seed`` (default: the market's seed); for all: ``lean_lots``
 fast-path quote size in lots; default: the risk process's ``lean_lots`` when it is above 0, else
 ``EVAL_LEAN_LOTS`` in the directional scenario, because with 0 the fast path only cancels and nothing
 would trade; in the quoting scenario the risk process's value as it is), ``quote`` (0 / 1),
-``quote_lots`` (>= 1, default 1), ``fast`` (``on`` / ``off``, default on). A bare NAME picks a preset
+``quote_lots`` (>= 1, default 1), ``fast`` (``on`` / ``off``, default on), ``planner`` (the risk
+gateway's: ``simple`` | ``depth``, design document 000 section 3.3's depth-aware planner; default the
+risk process's ``execution.planner``, else simple). A bare NAME picks a preset
 (``PRESETS``). An unknown key, a key of another kind, or a value that does not parse is an
 ``EvaluationError`` naming it.
 
@@ -82,6 +85,7 @@ class VariantSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     quote_lots: int = 1
     fast: bool = True
     seed: int | None = None
+    planner: Literal["simple", "depth"] = "simple"
 
     @property
     def fast_only(self) -> bool:
@@ -100,6 +104,12 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
     risk_limits: dict[str, Any]
     llm_params: dict[str, Any]
     market: str = "default"  # the venue process's ``market`` param (its synthetic market), "default" without one
+    risk_execution: dict[str, Any] = {}  # the risk process's ``execution`` table (its planner)
+
+    @property
+    def planner(self) -> str:
+        """The risk process's planner (``execution.planner``; "simple" when it sets none)."""
+        return str(self.risk_execution.get("planner", "simple"))
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_CONFIG) -> PipelineConfig:
@@ -145,7 +155,8 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
                    feature_params=dict(procs.get("features", {})), risk_limits=dict(procs.get("risk", {}).get("limits")
                                                                                     or {}),
                    llm_params=dict(procs.get("llm", {})),
-                   market=str(procs.get("venue", {}).get("market", "default")))
+                   market=str(procs.get("venue", {}).get("market", "default")),
+                   risk_execution=dict(procs.get("risk", {}).get("execution") or {}))
 
     def lean_lots(self, quote: bool = False) -> int:
         """The evaluation's default fast-path LEAN size (see the module docstring)."""
@@ -154,7 +165,7 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
         return v if quote or v > 0 else EVAL_LEAN_LOTS
 
 
-_COMMON = ("kind", "lean_lots", "quote", "quote_lots", "fast")
+_COMMON = ("kind", "lean_lots", "quote", "quote_lots", "fast", "planner")
 _MODEL = ("path", "buy", "sell", "emergency", "side")
 _KEYS = {"onnx": _COMMON + _MODEL + ("llm", "llm_model"), "rule": _COMMON + ("rule", "depth", "eps"),
          "random": _COMMON + _MODEL + ("seed",)}
@@ -162,13 +173,17 @@ _RULES = ("hold", "imbalance", "imbalance_emergency")
 PRESETS = {"model": "kind=onnx", "hold": "kind=rule,rule=hold", "imbalance": "kind=rule,rule=imbalance",
            "random": "kind=random", "model+llm": "kind=onnx,llm=1",
            "quote-model": "kind=onnx,quote=1", "quote-off": "kind=onnx,quote=1,fast=off",
-           "quote-imbalance": "kind=rule,rule=imbalance_emergency,quote=1", "quote-random": "kind=random,quote=1"}
-#: the directional scenario's variants and its controls, then the quoting scenario's (module docstring)
+           "quote-imbalance": "kind=rule,rule=imbalance_emergency,quote=1", "quote-random": "kind=random,quote=1",
+           "model-depth": "kind=onnx,planner=depth", "imbalance-depth": "kind=rule,rule=imbalance,planner=depth"}
+#: the directional scenario's variants and its controls, then the quoting scenario's (module docstring), then
+#: the planner comparison's depth-aware variants (``PLANNER_PAIRS``)
 DEFAULT_VARIANTS = ("model", "hold", "imbalance", "random", "quote-model", "quote-off", "quote-imbalance",
-                    "quote-random")
+                    "quote-random", "model-depth", "imbalance-depth")
 #: the quoting scenario's fast path on / off, and its controls (the tables and verdicts name them)
 QUOTE_ON, QUOTE_OFF, QUOTE_CONTROLS = "quote-model", "quote-off", ("quote-imbalance", "quote-random")
 DIRECTIONAL, DIRECTIONAL_CONTROLS = "model", ("hold", "imbalance", "random")
+#: the planner comparison: each depth-aware variant beside the same decisions through the simple planner
+PLANNER_PAIRS = (("model-depth", "model"), ("imbalance-depth", "imbalance"))
 
 
 def _number(name: str, key: str, text: str, cast):
@@ -211,7 +226,10 @@ def _common(name: str, pairs: dict[str, str], cfg: PipelineConfig) -> dict:
     fast = pairs.get("fast", "on")
     if fast not in ("on", "off"):
         raise EvaluationError(f"variant {name!r}: fast={fast!r} must be on or off")
-    return {"lean_lots": lean, "quote": quote, "quote_lots": qlots, "fast": fast == "on"}
+    planner = pairs.get("planner", cfg.planner)
+    if planner not in ("simple", "depth"):
+        raise EvaluationError(f"variant {name!r}: planner={planner!r} must be simple or depth")
+    return {"lean_lots": lean, "quote": quote, "quote_lots": qlots, "fast": fast == "on", "planner": planner}
 
 
 def _model_keys(name: str, pairs: dict[str, str], cfg: PipelineConfig) -> dict:

@@ -70,10 +70,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.trading.features import (F_BOOK_INTERVAL_MS, F_OFI_DECAYED, F_OFI_NORM, F_SECONDS_SINCE_TRADE,
-                                       F_TRADE_IMBALANCE, F_TRADE_INTENSITY, F_TRADE_VOLUME_RATE, F_VOLATILITY_FAST,
-                                       F_VOLATILITY_SLOW, N_FEATURES, FeatureParams, FeatureState, compute,
-                                       update_from_trade)
+from pipeline.trading.features import (F_BASIS_AGE_MS, F_BOOK_INTERVAL_MS, F_HIDDEN_VOLUME_RATE, F_OFI_DECAYED,
+                                       F_OFI_NORM, F_SECONDS_SINCE_TRADE, F_TRADE_IMBALANCE, F_TRADE_INTENSITY,
+                                       F_TRADE_VOLUME_RATE, F_VOLATILITY_FAST, F_VOLATILITY_SLOW, N_FEATURES,
+                                       FeatureParams, FeatureState, compute, update_from_trade)
 from pipeline.trading.messages import BOOK_DTYPE, BOOK_LEVELS, TRADE_DTYPE, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Label
 from pipeline.venue.fees import DEFAULT_EVALUATION_FEES
 from pipeline.venue.synthetic import CALIBRATED, SyntheticMarket, SyntheticParams
@@ -83,7 +83,8 @@ PART_NAMES = {TRAIN: "train", VALIDATION: "validation", HELD_OUT: "held_out"}
 SIDE_NONE, SIDE_BID, SIDE_ASK = 0, 1, 2  # Dataset.side: which resting order at the touch an EMERGENCY protects
 T0_NS = 1_700_000_000_000_000_000  # the synthetic series' clock origin
 PACE_DEPENDENT_SLOTS = (F_OFI_DECAYED, F_OFI_NORM, F_TRADE_INTENSITY, F_TRADE_VOLUME_RATE, F_TRADE_IMBALANCE,
-                        F_SECONDS_SINCE_TRADE, F_VOLATILITY_FAST, F_VOLATILITY_SLOW, F_BOOK_INTERVAL_MS)
+                        F_SECONDS_SINCE_TRADE, F_VOLATILITY_FAST, F_VOLATILITY_SLOW, F_BOOK_INTERVAL_MS,
+                        F_HIDDEN_VOLUME_RATE, F_BASIS_AGE_MS)
 IC_HORIZONS_MS = (1_000, 5_000, 20_000)  # the horizons of Dataset.fwd_ticks (the evaluation's information coefficient)
 MARKETS = ("calibrated", "default")  # TrainParams.market: the synthetic market's parameters (market_params)
 
@@ -432,7 +433,7 @@ def _mirror_plan() -> tuple[np.ndarray, np.ndarray]:
         src[a], src[b] = b, a
     flip = [f.F_IMBALANCE_1 + i for i in range(len(f.IMBALANCE_DEPTHS))] + [
         f.F_MICROPRICE_OFFSET, f.F_OFI, f.F_OFI_DECAYED, f.F_OFI_NORM, f.F_TRADE_IMBALANCE, f.F_LAST_TRADE_OFFSET,
-        f.F_RETURN_BPS, f.F_MID_CHANGE_TICKS]
+        f.F_RETURN_BPS, f.F_MID_CHANGE_TICKS, f.F_BASIS_BPS, f.F_BASIS_Z]
     sign[flip] = -1.0
     return src, sign
 
@@ -447,6 +448,8 @@ def mirror_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     swapped, buys and sells swapped, prices reflected about the mid), so LEAN_BUY and LEAN_SELL swap.
     Distances, sizes, spread, volatility, intensity and VPIN are unchanged; imbalances, the
     microprice offset, order-flow imbalance, trade imbalance, the last trade's offset and the
-    returns change sign. Training on both sides leaves the model no preferred direction. (An
+    returns change sign, and so do the spot-perpetual basis and its z-score (both legs reflected alike:
+    a premium becomes a discount). Hidden-order strength has no side and is unchanged. Training on
+    both sides leaves the model no preferred direction. (An
     EMERGENCY's side swaps too: ``MIRROR_SIDE``.)"""
     return (np.asarray(X)[:, _MIRROR_SRC] * _MIRROR_SIGN).astype(np.float32), _MIRROR_LABEL[np.asarray(y)]

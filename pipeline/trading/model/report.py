@@ -1,11 +1,12 @@
 """The model card's contents (``make_card``) and its readable twin, ``<stem>.eval.md`` (``card_markdown``).
 
-Card keys: ``card_version``, ``kind`` ("trained"), ``feature_layout_version``, ``labels``, ``io`` (the
-graph's input and its two outputs), ``input_bounds`` (the input-range guard's per-feature bounds and
-their rule, ``decide``), ``training_data`` (the synthetic markets and the captures, the rows of each
-part, the SHA-256 of every labelled row), ``horizon_ms``, ``labelling``, ``split``, ``training``,
-``thresholds`` (the chosen ones, ``side`` among them, the objectives and their bounds, the validation
-figures),
+Card keys: ``card_version``, ``kind`` ("trained"), ``feature_layout_version``, ``features`` (the slots'
+names, the share of training rows on which the optional inputs were available, the slots constant over
+every training row), ``labels``, ``io`` (the graph's input and its two outputs), ``input_bounds`` (the
+input-range guard's per-feature bounds and their rule, ``decide``), ``training_data`` (the synthetic
+markets and the captures, the rows of each part, the SHA-256 of every labelled row), ``horizon_ms``,
+``labelling``, ``split``, ``training``, ``thresholds`` (the chosen ones, ``side`` among them, the
+objectives and their bounds, the validation figures),
 ``held_out`` (per group: each predictor's scores and trading figures), ``evaluation`` (the summary:
 the deployed model's rate per label and IC on the synthetic held-out rows, its rates per series, and
 ``pace_check``: its rates, the guard's among them, at the paper venue's pace and at the pipeline
@@ -24,7 +25,7 @@ import numpy as np
 from pipeline.trading.features import FEATURE_LAYOUT_VERSION, N_FEATURES
 from pipeline.trading.messages import Label
 from pipeline.trading.model.card import BOUNDS_KEY, CARD_VERSION, LABEL_NAMES
-from pipeline.trading.model.data import PART_NAMES, Dataset, TrainParams, market_params, pace_steps
+from pipeline.trading.model.data import PART_NAMES, TRAIN, Dataset, TrainParams, market_params, pace_steps
 from pipeline.trading.model.decide import AT_RISK_OUTPUT, BOUNDS_RULE, InputBounds
 from pipeline.trading.model.thresholds import EMERGENCY_GRID, LEAN_GRID, NEVER, SIDE_GRID
 
@@ -118,6 +119,24 @@ def _label_freq(ds: Dataset) -> dict:
     return out
 
 
+def features_entry(ds: Dataset) -> dict:
+    """The card's ``features``: the layout's slot names (``pipeline.trading.features.feature_names``), the
+    share of training rows on which the optional inputs were available (hidden-order strength: a venue
+    that reports non-displayed executions; the spot-perpetual basis: a configured pair with both books),
+    and the slots constant over every training row: the model learnt nothing from them, and the
+    input-range guard HOLDs a row whose value differs there."""
+    from pipeline.trading import features as f
+
+    names = f.feature_names()
+    X = ds.X[ds.part == TRAIN]
+    n = max(1, len(X))
+    const = [names[k] for k in range(N_FEATURES) if len(X) and X[:, k].min() == X[:, k].max()]
+    return {"names": names,
+            "available_share_train": {"hidden_orders": round(float((X[:, f.F_HIDDEN_AVAILABLE] > 0).sum() / n), 5),
+                                      "basis": round(float((X[:, f.F_BASIS_AVAILABLE] > 0).sum() / n), 5)},
+            "constant_in_training": const}
+
+
 def make_card(*, p: TrainParams, ds: Dataset, m_report: dict, th: dict, held: dict, by_series: dict, pace: dict,
               imb: dict, captures: list[dict], deployed: dict, bounds: InputBounds, market: dict | None = None) -> dict:
     """The whole card (module docstring) from the build's pieces: ``held`` (group -> evaluation or
@@ -127,7 +146,7 @@ def make_card(*, p: TrainParams, ds: Dataset, m_report: dict, th: dict, held: di
     same = all(abs(deployed[k] - th[k]) < 1e-9 for k in ("buy", "sell", "emergency", "side"))
     return {
         "card_version": CARD_VERSION, "kind": "trained", "feature_layout_version": FEATURE_LAYOUT_VERSION,
-        "labels": list(LABEL_NAMES),
+        "features": features_entry(ds), "labels": list(LABEL_NAMES),
         "io": {"input": {"name": "features", "shape": ["N", N_FEATURES], "dtype": "float32"},
                "output": {"name": "probs", "shape": ["N", len(Label)], "dtype": "float32", "index": "Label"},
                "side_output": {"name": AT_RISK_OUTPUT, "shape": ["N", 2], "dtype": "float32",
@@ -195,6 +214,19 @@ def _market_md(market: dict | None) -> list[str]:
     return md + [""]
 
 
+def _features_md(feat: dict | None) -> list[str]:
+    """The optional inputs' availability in training and the slots the model never saw vary."""
+    if not feat:
+        return []
+    share = feat["available_share_train"]
+    const = feat["constant_in_training"]
+    named = [c for c in const if not c.startswith("RESERVED_")]
+    return [f"Optional inputs on the training rows: hidden-order strength available on {share['hidden_orders']:.1%}, "
+            f"the spot-perpetual basis on {share['basis']:.1%}. Constant on every training row (nothing learnt; "
+            f"a row that differs there is out of range, HOLD): {', '.join(named) or 'none'}"
+            f"{f' and the {len(const) - len(named)} reserved slots' if len(const) > len(named) else ''}.", ""]
+
+
 def card_markdown(card: dict) -> str:
     """The card as a short markdown report (``<stem>.eval.md``)."""
     th, ev, lab = card["thresholds"], card["evaluation"], card["labelling"]
@@ -223,6 +255,7 @@ def card_markdown(card: dict) -> str:
            f"{'' if th['lean_bounds_met'] else ' (NOT met: the closest threshold taken)'}, EMERGENCY at most "
            f"{th['bounds']['emergency_rate_max_per_series']:.1%}.", "",
            f"Input-range guard: {card['input_bounds']['rule']}.", "",
+           *_features_md(card.get("features")),
            f"configs/default.toml gives the fast stage buy {card['deployed_config']['buy']:g}, sell "
            f"{card['deployed_config']['sell']:g}, emergency {card['deployed_config']['emergency']:g}, side "
            f"{card['deployed_config']['side']:g}: "

@@ -2,8 +2,13 @@
 the limits, the ledger, the trading state and the send windows.
 
 The checks run in this order, each its own ``DenyReason``: HALTED, NOT_SYNCED, COOLDOWN, NOT_ALLOWED,
-STALE_REF, BAD_PRICE, BAD_SIZE, COLLAR, REDUCING, MIN_NOTIONAL, MAX_NOTIONAL, MAX_POSITION, GROSS,
-MAX_OPEN, RATE, NOTIONAL_RATE, DUPLICATE, SELF_TRADE, DAILY_LOSS. The caller turns an exception in a
+BAD_CONTRACT, STALE_REF, BAD_PRICE, BAD_SIZE, COLLAR, REDUCING, REDUCE_ONLY, MIN_NOTIONAL, MAX_NOTIONAL,
+MAX_POSITION, GROSS, NET_DELTA, MAX_OPEN, RATE, NOTIONAL_RATE, DUPLICATE, SELF_TRADE, DAILY_LOSS.
+Perpetuals: sizes and positions are base units, a lot is one contract (``limits``), so MAX_POSITION and
+BAD_SIZE count contracts; a reduce-only order (``reduce_only=True``: a perpetual's, one-way mode) must
+shrink the position without crossing zero, counting the open orders on its side, else REDUCE_ONLY
+(spot has no reduce-only: REDUCE_ONLY too); NET_DELTA is the net exposure per settlement currency
+(``RiskLimits.max_net_notional``), where the spot and the perpetual of one base net out. The caller turns an exception in a
 check into a denial (INTERNAL_ERROR). Cancels are never checked. Open orders count from the moment they
 are approved (pending) until a terminal EXEC_REPORT; orders being cancelled still count (conservative).
 
@@ -46,6 +51,9 @@ class DenyReason(enum.IntEnum):
     SELF_TRADE = 18  # would cross our own working order on the other side
     DAILY_LOSS = 19  # realized + unrealized PnL at or below -daily_loss_limit (also halts)
     INTERNAL_ERROR = 20  # a check raised: fail closed
+    REDUCE_ONLY = 21  # a reduce-only order that would open, grow or flip the position (or a spot one)
+    NET_DELTA = 22  # worst-case net exposure of the settlement currency beyond max_net_notional
+    BAD_CONTRACT = 23  # a perpetual whose contract size is not > 0: nothing can be sized
 
 
 class TradingState(enum.IntEnum):
@@ -72,11 +80,13 @@ class PreTradeChecks(Ledger):
         self.collar = limits.collar_bps * 1e-4
         self.stale_ns = limits.stale_ref_ms * NS_PER_MS
 
-    def check(self, bk: Book, oid: int, side: int, price: float, size: float, now: int) -> tuple[int, str]:
-        """The pre-trade checks of one new order: (0, "") or (DenyReason, detail); may raise (INTERNAL_ERROR)."""
-        # hot path: one function on purpose: every new order runs these checks in order (bench/risk.py times
-        # the decision per approved / denied order); split up, each order would pay one more call per part.
-        # It changes nothing but dropping send times older than their window.
+    # hot path: one function on purpose: every new order runs these checks in order (bench/risk.py times
+    # the decision per approved / denied order); split up, each order would pay one more call per part.
+    # It changes nothing but dropping send times older than their window.
+    def check(self, bk: Book, oid: int, side: int, price: float, size: float, now: int,
+              reduce_only: bool = False) -> tuple[int, str]:
+        """The pre-trade checks of one new order: (0, "") or (DenyReason, detail); may raise (INTERNAL_ERROR).
+        ``reduce_only``: the order may only reduce the position (a perpetual's)."""
         lim = self.limits
         spec = bk.spec
         if self.state == TradingState.HALTED:
@@ -87,6 +97,8 @@ class PreTradeChecks(Ledger):
             return DenyReason.COOLDOWN, f"{(bk.cooldown_until_ns - now) // NS_PER_MS} ms left"
         if not spec.allowed:
             return DenyReason.NOT_ALLOWED, spec.symbol
+        if spec.product != "SPOT" and not spec.contract > 0:
+            return DenyReason.BAD_CONTRACT, f"{spec.symbol} contract size {spec.contract!r}"
         mid = bk.mid
         if bk.ref_ns < 0 or not mid > 0:
             return DenyReason.STALE_REF, "no reference"
@@ -120,6 +132,15 @@ class PreTradeChecks(Ledger):
                 ok = pos > 0 and pos - sells - size >= -lot * EPS
             if not ok:
                 return DenyReason.REDUCING, f"position {pos:g}"
+        if reduce_only:
+            if spec.product == "SPOT":
+                return DenyReason.REDUCE_ONLY, f"{spec.symbol} is spot: no reduce-only"
+            if side == Side.BUY:
+                ok = pos < 0 and pos + buys + size <= lot * EPS
+            else:
+                ok = pos > 0 and pos - sells - size >= -lot * EPS
+            if not ok:
+                return DenyReason.REDUCE_ONLY, f"would not reduce position {pos / lot:g} lots"
         notional = price * size
         if notional < lim.min_notional * (1 - EPS):
             return DenyReason.MIN_NOTIONAL, f"{notional:g}"
@@ -148,6 +169,9 @@ class PreTradeChecks(Ledger):
                 gross += exposure * px
         if gross > lim.max_gross_notional * (1 + EPS):
             return DenyReason.GROSS, f"worst gross {gross:g}"
+        net = self.net_notional(bk, side, size, price)
+        if net > lim.max_net_notional * (1 + EPS):
+            return DenyReason.NET_DELTA, f"worst net {net:g} {spec.settle}"
         if self.open_count >= lim.max_open_orders:
             return DenyReason.MAX_OPEN, f"{self.open_count} open"
         rate = self._rate
@@ -170,3 +194,30 @@ class PreTradeChecks(Ledger):
         if self.pnl() <= -lim.daily_loss_limit:
             return DenyReason.DAILY_LOSS, f"pnl {self.pnl():g}"
         return 0, ""
+
+    def net_notional(self, bk: Book, side: int, size: float, price: float) -> float:
+        """The worst-case net exposure of ``bk``'s settlement currency with a new order (``side``,
+        ``size``) added: per base coin (an instrument without one is its own), the net of its
+        instruments' positions with every open buy (long side) or every open sell (short side),
+        whichever is larger in size, times its mid (else its average entry, else ``price``); summed
+        over the bases of that currency."""
+        settle = bk.spec.settle
+        longs: dict[str, float] = {}
+        shorts: dict[str, float] = {}
+        pxs: dict[str, float] = {}
+        for b in self.books.values():
+            spec = b.spec
+            if spec.settle != settle:
+                continue
+            key = spec.base or spec.symbol
+            bb, ss = b.open_sizes()
+            if b is bk:
+                if side == Side.BUY:
+                    bb += size
+                else:
+                    ss += size
+            longs[key] = longs.get(key, 0.0) + b.position + bb
+            shorts[key] = shorts.get(key, 0.0) + b.position - ss
+            if key not in pxs or b is bk:
+                pxs[key] = b.mid if b.mid > 0 else (b.avg_px if b.avg_px > 0 else price)
+        return sum(max(abs(longs[k]), abs(shorts[k])) * pxs[k] for k in longs)

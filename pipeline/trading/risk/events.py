@@ -3,7 +3,8 @@ log): what the gateway decided, in order. An event that carries an ORDER to writ
 (``OrderApproved``, ``CancelSent``, ``CancelAllSent``, ``SyncRequested``); ``encode_order`` packs it
 into the 48-byte ORDER payload, ``origin`` (``OrderOrigin``) included: FAST for the EMERGENCY
 cancel-all, LLM for an instruction's orders and cancels, RISK for the gateway's own (reprice, cancel on
-a move, HALT / KILL_SWITCH / daily-loss cancel-alls, SYNC). A denial (``OrderDenied``) carries its
+a move, HALT / KILL_SWITCH / daily-loss cancel-alls, SYNC); an ``OrderApproved``'s ``reduce_only``
+becomes ``ORDER_FLAG_REDUCE_ONLY`` in the ORDER's flags. A denial (``OrderDenied``) carries its
 ``DenyReason``; bad input is a ``MessageRejected``.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pipeline.trading.messages import ORDER_STRUCT, OrderCmd, OrderOrigin
+from pipeline.trading.messages import ORDER_FLAG_REDUCE_ONLY, ORDER_STRUCT, OrderCmd, OrderOrigin
 from pipeline.trading.risk.checks import DenyReason
 
 # Plain module globals, not the imported names: CPython compiles a method call on an imported name as an
@@ -36,6 +37,7 @@ class OrderApproved(Event, frozen=True, kw_only=True):
     origin_seq: int
     leg: int
     origin: int = OrderOrigin.LLM  # OrderOrigin: LLM (an instruction) or RISK (re-planned after a price move)
+    reduce_only: bool = False  # a perpetual's order that may only reduce the position (ORDER_FLAG_REDUCE_ONLY)
 
 
 class OrderDenied(Event, frozen=True, kw_only=True):
@@ -54,7 +56,7 @@ class CancelSent(Event, frozen=True, kw_only=True):
     instrument_id: int
     order_id: int
     origin_seq: int
-    why: str  # "instruction", "other_side", "reprice", "moved", "emergency" (one side at risk)
+    why: str  # "instruction", "other_side", "reprice", "moved", "emergency" (one side at risk), "expired"
     origin: int = OrderOrigin.RISK  # LLM for "instruction" / "other_side"
 
 
@@ -138,6 +140,22 @@ class VenueAccountChanged(Event, frozen=True, kw_only=True):
     started afresh; trading is REDUCING until an operator resumes."""
 
 
+class ParentChanged(Event, frozen=True, kw_only=True):
+    """The depth-aware planner's parent order changed state (``execution.ParentState`` names; ``old``
+    is "" for a new parent). ``trigger``: the ``execution.Trigger`` name; ``why``: for CANCEL, who
+    cancelled it ("instruction", "replaced", "halt", "emergency", "denied", ...), else "";
+    ``filled`` / ``left``: base units its children filled / it still wants (signed)."""
+
+    instrument_id: int
+    origin_seq: int
+    old: str
+    new: str
+    trigger: str
+    why: str = ""
+    filled: float = 0.0
+    left: float = 0.0
+
+
 class MessageRejected(Event, frozen=True, kw_only=True):
     kind: str
     why: str
@@ -151,12 +169,14 @@ def encode_order(ev: Event, decided_ns: int | None = None) -> bytes:
     """
     t = ev.ts_ns if decided_ns is None else decided_ns
     if isinstance(ev, OrderApproved):
-        return ORDER_S.pack(ev.instrument_id, OrderCmd.NEW, ev.side, ev.tif, ev.origin, ev.order_id, ev.price,
-                            ev.size, ev.origin_seq, t)
+        return ORDER_S.pack(ev.instrument_id, OrderCmd.NEW, ev.side, ev.tif, ev.origin,
+                            ORDER_FLAG_REDUCE_ONLY if ev.reduce_only else 0, ev.order_id, ev.price, ev.size,
+                            ev.origin_seq, t)
     if isinstance(ev, CancelSent):
-        return ORDER_S.pack(ev.instrument_id, OrderCmd.CANCEL, 0, 0, ev.origin, ev.order_id, 0.0, 0.0, ev.origin_seq, t)
+        return ORDER_S.pack(ev.instrument_id, OrderCmd.CANCEL, 0, 0, ev.origin, 0, ev.order_id, 0.0, 0.0,
+                            ev.origin_seq, t)
     if isinstance(ev, CancelAllSent):
-        return ORDER_S.pack(ev.instrument_id, OrderCmd.CANCEL_ALL, 0, 0, ev.origin, 0, 0.0, 0.0, ev.origin_seq, t)
+        return ORDER_S.pack(ev.instrument_id, OrderCmd.CANCEL_ALL, 0, 0, ev.origin, 0, 0, 0.0, 0.0, ev.origin_seq, t)
     if isinstance(ev, SyncRequested):
-        return ORDER_S.pack(0, OrderCmd.SYNC, 0, 0, OrderOrigin.RISK, 0, 0.0, 0.0, 0, t)
+        return ORDER_S.pack(0, OrderCmd.SYNC, 0, 0, OrderOrigin.RISK, 0, 0, 0.0, 0.0, 0, t)
     raise ValueError(f"{type(ev).__name__} carries no order")

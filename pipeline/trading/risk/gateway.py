@@ -27,6 +27,11 @@ Either way the live plan is dropped and ``EmergencyReceived`` says whether anyth
 PnL = realized (since start or ``reset_daily_pnl``) + unrealized at the latest ``ref_mid`` (average entry
 price accounting).
 
+A SIGNAL is 56 bytes, or 296 with the depth block (``SIGNAL_DEPTH_DTYPE``); the simple planner reads
+only its first 56. With ``execution.planner == "depth"`` each SIGNAL also feeds the instrument's
+``RealizedVol`` (at its ``ts_origin_ns``) and keeps its depth block for the liquidity gate (a 56-byte
+one leaves the gate closed), and the parent orders run ``depth.DepthPlanner``'s machine.
+
 Bad input (wrong size, unknown codes, non-finite numbers) is a ``MessageRejected`` event, never an
 exception. Nothing here raises after construction; ``RiskGateway.__init__`` raises ``ConfigError`` for
 bad limits.
@@ -38,43 +43,48 @@ import math
 import time
 from typing import Callable
 
-from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_STRUCT,
-                                       ExecReason, ExecType, Label, OrderCmd, OrderOrigin, Side)
+from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_DEPTH_BYTES, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID,
+                                       SIGNAL_STRUCT, ExecReason, ExecType, Label, OrderCmd, OrderOrigin, Side)
 from pipeline.trading.risk.checks import TradingState
 from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, Event, FillApplied,
                                           MessageRejected, PositionMismatch, Synced, SyncRequested, SyncStarted,
                                           VenueAccountChanged)
+from pipeline.trading.risk.depth import DepthPlanner
+from pipeline.trading.risk.execution import ExecutionParams
 from pipeline.trading.risk.ledger import StateReport, Working
 from pipeline.trading.risk.limits import EPS, NS_PER_MS, RiskLimits, resolve_limits
-from pipeline.trading.risk.planner import Planner
 
 # Plain module globals, not the imported names: CPython compiles a method call on an imported name as an
 # attribute load (it takes the name for a module), a bound method made per call on the hot path.
 EXEC_S = EXEC_STRUCT
 SIGNAL_S = SIGNAL_STRUCT
+_SIGNAL_BYTES = SIGNAL_STRUCT.size
+_DEPTH_BYTES = SIGNAL_DEPTH_BYTES
 _SIDE_BITS = SIGNAL_FLAG_AT_RISK_BID | SIGNAL_FLAG_AT_RISK_ASK
 #: a SIGNAL's side bits -> the side of our orders at risk (exactly one bit; else both sides: CANCEL_ALL)
 _AT_RISK = {SIGNAL_FLAG_AT_RISK_BID: Side.BUY, SIGNAL_FLAG_AT_RISK_ASK: Side.SELL}
 
 
-class RiskGateway(Planner):
+class RiskGateway(DepthPlanner):
     """The gateway's state and decisions (see the module docstring). ``clock`` returns monotonic ns
-    (default ``time.monotonic_ns``); ``epoch``: the run's, in every order id.
+    (default ``time.monotonic_ns``); ``epoch``: the run's, in every order id; ``execution``: which
+    planner runs (``execution.ExecutionParams``; default: the simple one).
 
     One object in layers, each its own module, each using only the ones below it: ``Ledger`` (positions,
-    open orders, PnL) < ``PreTradeChecks`` < ``TradingStateMachine`` < ``Planner`` < ``RiskGateway``. The
-    per-order path reads the state as plain attributes of ``self`` (no delegation on the hot path).
+    open orders, PnL) < ``PreTradeChecks`` < ``TradingStateMachine`` < ``Planner`` < ``DepthPlanner`` <
+    ``RiskGateway``. The per-order path reads the state as plain attributes of ``self`` (no delegation on
+    the hot path).
 
     Raises:
-        ConfigError: bad limits (``resolve_limits``).
+        ConfigError: bad limits (``resolve_limits``), risk_aversion outside [0.1, 2.0].
     """
 
     def __init__(self, instruments, limits: RiskLimits | None = None, clock: Callable[[], int] | None = None, *,
-                 epoch: int = 0):
+                 epoch: int = 0, execution: ExecutionParams | None = None):
         limits = limits or RiskLimits()
         if clock is None:
             clock = time.monotonic_ns
-        super().__init__(resolve_limits(instruments, limits), limits, clock, epoch)
+        super().__init__(resolve_limits(instruments, limits), limits, clock, epoch, execution or ExecutionParams())
         self._report: StateReport | None = None  # state report being collected
         self.cooldown_ns = limits.emergency_cooldown_ms * NS_PER_MS
 
@@ -144,14 +154,18 @@ class RiskGateway(Planner):
                     self.remove_working(bk, oid)
             out.append(FillApplied(ts_ns=now, instrument_id=iid, order_id=oid, side=fside, price=price, size=size,
                                    position=bk.position, realized_pnl=self.realized_pnl))
+            if self.depth_mode:
+                self.depth_fill(bk, w, size, out)
             self._check_daily_loss(out)
             return out
         if et == ExecType.REJECTED or et == ExecType.CANCELLED:
             if w is not None:
                 self.remove_working(bk, oid)
+                if self.depth_mode:
+                    self.depth_gone(bk, w, out)
                 # a cancel we asked for (reprice) frees room: top the live plan up (a venue reject does not,
                 # so a price the venue refuses cannot loop)
-                if et == ExecType.CANCELLED and w.cancelling and bk.plan is not None and bk.plan.expires_ns >= now:
+                elif et == ExecType.CANCELLED and w.cancelling and bk.plan is not None and bk.plan.expires_ns >= now:
                     self._plan(bk, bk.plan, out)
             return out
         return [MessageRejected(ts_ns=now, kind="EXEC_REPORT", why=f"unknown exec_type {et}")]
@@ -189,6 +203,7 @@ class RiskGateway(Planner):
         iid = bk.spec.id
         in_cooldown = bk.cooldown_until_ns > now
         bk.cooldown_until_ns = now + self.cooldown_ns
+        self._retire(bk, "emergency", out)
         bk.plan = None
         if side is None:
             repeated = in_cooldown and all(w.cancelling for w in bk.working.values())
@@ -208,9 +223,11 @@ class RiskGateway(Planner):
                                      cooldown_until_ns=bk.cooldown_until_ns, repeated=repeated))
 
     def on_signal(self, payload, ts_origin_ns: int) -> list[Event]:
-        """A SIGNAL payload (56 bytes); ``ts_origin_ns``: when its market data was received."""
-        if len(payload) != SIGNAL_S.size:
-            return [MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why=f"size {len(payload)}")]
+        """A SIGNAL payload (56 bytes, or 296 with the depth block); ``ts_origin_ns``: when its market
+        data was received (the depth-aware planner's volatility grid runs on it)."""
+        size = len(payload)
+        if size != _SIGNAL_BYTES and size != _DEPTH_BYTES:
+            return [MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why=f"size {size}")]
         iid, label, flags, fseq, _ets, mid, spread, _p0, _p1, _p2, _p3 = SIGNAL_S.unpack_from(payload, 0)
         bk = self.books.get(iid)
         if bk is None:
@@ -226,12 +243,20 @@ class RiskGateway(Planner):
             d = mid - bk.mid
             a = self.limits.sigma_alpha
             bk.var = (1.0 - a) * bk.var + a * d * d
+        depth = self.depth_mode
+        if depth:
+            prev_sigma = self.sigma_price(bk)
+            self.vol[iid].update(ts_origin_ns, mid)
+            self.depth[iid] = bytes(payload) if size == _DEPTH_BYTES else None
         bk.mid, bk.spread = mid, spread
         if bk.position and not bk.avg_px:  # a position without a known entry (set to the venue's): from here
             bk.avg_px = mid
         if ts_origin_ns > bk.ref_ns:
             bk.ref_ns = ts_origin_ns
-        if bk.working:
+        if depth:
+            if bk.plan is not None or bk.working:
+                self.depth_signal(bk, fseq, prev_sigma, out)
+        elif bk.working:
             self._reprice(bk, fseq, prev_sigma, out)
         if (label == Label.LEAN_BUY or label == Label.LEAN_SELL) and self.limits.lean_lots:
             self._lean(bk, label, fseq, out)

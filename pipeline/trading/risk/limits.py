@@ -2,6 +2,15 @@
 decoding, and its resolution into one ``InstrumentSpec`` per configured instrument; the units and
 tolerance the other risk modules compare with. ``decode_limits`` and ``resolve_limits`` raise
 ``ConfigError`` naming the bad field; nothing else here raises.
+
+Products: a spot instrument's lot is its ``lot_size`` of the base coin; a USDT-FUTURES perpetual's lot
+is one contract (``contract_size`` base units, which the config holds equal to ``lot_size``), so its
+``*_lots`` limits and positions count contracts. Positions are kept in base units either way (the
+contract size times the contracts), so notionals are price x base size for both (linear, USDT-margined).
+Each spec names its base coin and its settlement currency (spot: the quote coin; a perpetual: its margin
+coin): the net delta (``max_net_notional``) sums, per settlement currency, each base coin's net
+position over every instrument of that base, spot and perpetual, so a long spot and a short perpetual
+of one base net out, beside the gross limit that adds them.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from pipeline.runtime.errors import ConfigError
+from pipeline.trading.bitget.frames import base_coin
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -38,6 +48,9 @@ class RiskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     min_notional: NonNeg = 1.0
     max_notional: Pos = 10_000.0
     max_gross_notional: Pos = 50_000.0
+    # per settlement currency: sum over base coins of |net position of the base (all its instruments,
+    # spot and perpetual, with their open orders on the worse side)| x mid; a hedged pair nets out
+    max_net_notional: Pos = 50_000.0
     max_open_orders: Annotated[int, msgspec.Meta(ge=1)] = 20
     max_orders_per_s: Annotated[int, msgspec.Meta(ge=1)] = 20
     max_notional_per_min: Pos = 200_000.0
@@ -94,7 +107,9 @@ def decimals_of(step: float) -> int:
 
 
 class InstrumentSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """An instrument with its per-instrument limits resolved."""
+    """An instrument with its per-instrument limits resolved. ``product``: "SPOT" or "USDT-FUTURES";
+    ``contract``: base units per contract of a perpetual (its lot), 0 for spot; ``base``: the base coin
+    ("" when the symbol names none); ``settle``: the settlement currency of its P&L and notional."""
 
     id: int
     symbol: str
@@ -104,13 +119,49 @@ class InstrumentSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_position_lots: float
     max_order_lots: float
     max_child_lots: float
+    product: str = "SPOT"
+    contract: float = 0.0
+    base: str = ""
+    settle: str = "USDT"
+
+    @property
+    def perpetual(self) -> bool:
+        return self.product == PERP
+
+
+PERP = "USDT-FUTURES"
+
+
+def _product_fields(i) -> dict:
+    """``product``, ``contract``, ``base``, ``settle`` of a config instrument (spot when it names no
+    product type).
+
+    Raises:
+        ConfigError: an unknown product type, or a perpetual whose contract size is not > 0.
+    """
+    product = getattr(i, "product_type", "SPOT") or "SPOT"
+    if product not in ("SPOT", PERP):
+        raise ConfigError(f"risk: instrument {i.symbol}: unknown product type {product!r}")
+    try:
+        base = base_coin(i.symbol)
+    except ValueError:
+        base = ""
+    if product == PERP:
+        contract = float(getattr(i, "contract_size", 0.0) or 0.0)
+        if not (math.isfinite(contract) and contract > 0):
+            raise ConfigError(f"risk: instrument {i.symbol}: contract_size must be > 0, got {contract!r}")
+        return {"product": PERP, "contract": contract, "base": base, "settle": getattr(i, "margin_coin", "USDT")}
+    quote = i.symbol[len(base):] if base else ""
+    return {"product": "SPOT", "contract": 0.0, "base": base, "settle": quote or "USDT"}
 
 
 def resolve_limits(instruments, limits: RiskLimits) -> dict[int, InstrumentSpec]:
-    """Per-instrument specs from config instruments (anything with id, symbol, tick_size, lot_size).
+    """Per-instrument specs from config instruments (anything with id, symbol, tick_size, lot_size;
+    ``product_type``, ``contract_size``, ``margin_coin`` when it has them).
 
     Raises:
-        ConfigError: a per-instrument table lacks an instrument, or ``allowed`` names an unknown symbol.
+        ConfigError: a per-instrument table lacks an instrument, ``allowed`` names an unknown symbol,
+            an unknown product type, or a perpetual's contract size is not > 0.
     """
     symbols = {i.symbol for i in instruments}
     if limits.allowed is not None:
@@ -130,5 +181,5 @@ def resolve_limits(instruments, limits: RiskLimits) -> dict[int, InstrumentSpec]
             allowed=limits.allowed is None or i.symbol in limits.allowed,
             max_position_lots=_per(limits.max_position_lots, i.symbol, "max_position_lots"),
             max_order_lots=_per(limits.max_order_lots, i.symbol, "max_order_lots"),
-            max_child_lots=_per(limits.max_child_lots, i.symbol, "max_child_lots"))
+            max_child_lots=_per(limits.max_child_lots, i.symbol, "max_child_lots"), **_product_fields(i))
     return out

@@ -7,8 +7,11 @@ child limit orders, each through the pre-trade checks; reprice / cancel on a mov
 - wanted delta (base units) = ``target_lots * lot_size - (position + signed open size)``, where the open
   size leaves out orders being cancelled; working orders on the other side are cancelled first;
 - limit price = mid -/+ (``max(spread / 2, sigma * risk_aversion * 0.3)`` + ``limit_offset_ticks * tick``),
-  rounded to the tick away from crossing (buy: floor, sell: ceil); sigma is the gateway's own EWMA
-  (``sigma_alpha``) of the squared per-SIGNAL move of ``ref_mid``;
+  rounded to the tick away from crossing (buy: floor, sell: ceil); sigma (price units, ``sigma_price``)
+  is the gateway's own EWMA (``sigma_alpha``) of the squared per-SIGNAL move of ``ref_mid`` (the
+  depth-aware planner, ``depth.DepthPlanner``, uses the realized volatility instead); risk_aversion
+  must lie in [0.1, 2.0] (design document 000 section 3.3: ``Planner`` raises ``ConfigError`` naming
+  ``params.limits.risk_aversion``);
 - split into children of at most ``min(max_child_lots, max_order_lots)`` lots (at least 1), each through
   the pre-trade checks (``submit``); planning stops at the first denied child (the others would meet the
   same limit);
@@ -27,6 +30,10 @@ the hub restarts, unlike ``instruction_id``) and ``leg`` = 0, 1, ... in planning
 re-plans of the same instruction. Replaying an instruction after a crash gives the same ids, which the
 duplicate check denies.
 
+Hooks the depth-aware planner overrides (``depth.DepthPlanner``): ``_launch`` (a new plan: planned at
+once here), ``sigma_price``, and ``_retire`` (``state.TradingStateMachine``'s: a live plan dropped from
+outside). ``Plan.arrival_mid`` is the mid when the plan was made.
+
 Bad INSTRUCTION input is a ``MessageRejected`` event, never an exception.
 """
 
@@ -40,6 +47,7 @@ from pipeline.trading.messages import (INSTRUCTION_STRUCT, Action, Label, OrderC
 from pipeline.trading.risk.checks import DenyReason
 from pipeline.trading.risk.events import (CancelSent, Event, InstructionExpired, InstructionPlanned, MessageRejected,
                                           OrderApproved, OrderDenied)
+from pipeline.trading.risk.execution import check_risk_aversion
 from pipeline.trading.risk.ledger import Book, Working
 from pipeline.trading.risk.limits import NS_PER_MS, InstrumentSpec, RiskLimits, decimals_of
 from pipeline.trading.risk.state import TradingStateMachine
@@ -50,16 +58,22 @@ INSTRUCTION_S = INSTRUCTION_STRUCT
 
 
 class Plan:
-    """A live instruction: what the planner re-plans on reprice until ``expires_ns``."""
+    """A live instruction: what the planner re-plans on reprice until ``expires_ns``. With the depth-aware
+    planner it is also the parent order: ``state`` (``execution.ParentState``, 0 for the simple
+    planner) and ``filled`` (base units its children filled). ``arrival_mid``: the reference mid when
+    it was made (the evaluation's slippage is measured against it)."""
 
     __slots__ = ("instrument_id", "action", "target_lots", "offset_ticks", "origin_seq", "expires_ns", "next_leg",
-                 "origin")
+                 "origin", "state", "filled", "arrival_mid")
 
     def __init__(self, instrument_id, action, target_lots, offset_ticks, origin_seq, expires_ns,
                  origin=OrderOrigin.LLM):
         self.instrument_id, self.action, self.target_lots = instrument_id, action, target_lots
         self.offset_ticks, self.origin_seq, self.expires_ns, self.next_leg = offset_ticks, origin_seq, expires_ns, 0
         self.origin = origin
+        self.state = 0
+        self.filled = 0.0
+        self.arrival_mid = 0.0
 
 
 class Planner(TradingStateMachine):
@@ -67,6 +81,7 @@ class Planner(TradingStateMachine):
     orders, and each instrument's price / size decimals."""
 
     def __init__(self, specs: dict[int, InstrumentSpec], limits: RiskLimits, clock: Callable[[], int], epoch: int):
+        check_risk_aversion(limits.risk_aversion)  # ConfigError outside [0.1, 2.0]
         super().__init__(specs, limits, clock)
         self.epoch = epoch
         self.tif = int(TimeInForce[limits.tif])
@@ -100,6 +115,7 @@ class Planner(TradingStateMachine):
                                           action=act.name, target_lots=target, delta=0.0, children=0))
             return out
         if act == Action.CANCEL:
+            self._retire(bk, "instruction", out)
             bk.plan = None
             n = 0
             for w in bk.working.values():
@@ -114,24 +130,41 @@ class Planner(TradingStateMachine):
         if act == Action.FLATTEN:
             target = 0
         plan = Plan(iid, act, target, off_ticks, sseq, expires)
+        plan.arrival_mid = bk.mid
+        self._retire(bk, "replaced", out)
         bk.plan = plan
         head = len(out)
-        delta, children = self._plan(bk, plan, out, OrderOrigin.LLM)
+        delta, children = self._launch(bk, plan, out, OrderOrigin.LLM)
         out.insert(head, InstructionPlanned(ts_ns=now, instrument_id=iid, instruction_id=inst_id, signal_seq=sseq,
                                             action=act.name, target_lots=target, delta=delta, children=children))
         return out
+
+    # ------------------------------------------------------------------------------------ parent hooks
+    def _launch(self, bk: Book, plan: Plan, out: list, origin: int) -> tuple[float, int]:
+        """Start a new plan: the simple planner plans it at once (the depth-aware one overrides)."""
+        return self._plan(bk, plan, out, origin)
+
+    def sigma_price(self, bk: Book) -> float:
+        """The sigma (price units) of the offset: the simple planner's EWMA of the per-SIGNAL move."""
+        return bk.sigma
+
+    def wanted(self, bk: Book, plan: Plan) -> float:
+        """The plan's wanted delta (base units, signed; module docstring), open orders not being
+        cancelled counted as done; 0 when the target is reached in the plan's direction."""
+        open_signed = 0.0
+        for w in bk.working.values():
+            if not w.cancelling:
+                open_signed += w.size if w.side == Side.BUY else -w.size
+        delta = plan.target_lots * bk.spec.lot - (bk.position + open_signed)
+        if plan.action == Action.BUY and delta < 0 or plan.action == Action.SELL and delta > 0:
+            return 0.0
+        return delta
 
     def _plan(self, bk: Book, plan: Plan, out: list, origin: int = OrderOrigin.RISK) -> tuple[float, int]:
         """Plan (and check) the child orders that move ``bk`` to the plan's target. Returns (delta, children)."""
         spec = bk.spec
         lot = spec.lot
-        open_signed = 0.0
-        for w in bk.working.values():
-            if not w.cancelling:
-                open_signed += w.size if w.side == Side.BUY else -w.size
-        delta = plan.target_lots * lot - (bk.position + open_signed)
-        if plan.action == Action.BUY and delta < 0 or plan.action == Action.SELL and delta > 0:
-            delta = 0.0
+        delta = self.wanted(bk, plan)
         n_lots = int(round(abs(delta) / lot))
         if n_lots == 0:
             return 0.0, 0
@@ -164,7 +197,7 @@ class Planner(TradingStateMachine):
         spec = bk.spec
         if not bk.mid > 0:
             return 0.0
-        off = max(bk.spread / 2.0, bk.sigma * self.limits.risk_aversion * 0.3) + offset_ticks * spec.tick
+        off = max(bk.spread / 2.0, self.sigma_price(bk) * self.limits.risk_aversion * 0.3) + offset_ticks * spec.tick
         t = spec.tick
         if side == Side.BUY:
             k = math.floor((bk.mid - off) / t + 1e-9)
@@ -210,8 +243,10 @@ class Planner(TradingStateMachine):
         lots = self.limits.lean_lots
         plan = Plan(bk.spec.id, Action.BUY if buy else Action.SELL, lots if buy else -lots, 0, fseq,
                     now + self.limits.lean_ttl_ms * NS_PER_MS, OrderOrigin.FAST)
+        plan.arrival_mid = bk.mid
+        self._retire(bk, "replaced", out)
         bk.plan = plan
-        self._plan(bk, plan, out, OrderOrigin.FAST)
+        self._launch(bk, plan, out, OrderOrigin.FAST)
 
     def _reprice(self, bk: Book, fseq: int, sigma: float, out: list) -> None:
         thresh = max(self.limits.reprice_sigmas * sigma, bk.spec.tick)

@@ -35,11 +35,16 @@ class TradingStateMachine(PreTradeChecks):
         self.state = new
         out.append(StateChanged(ts_ns=self.clock(), old=old.name, new=new.name, cause=cause, latched=self.latched))
 
+    def _retire(self, bk, why: str, out: list) -> None:
+        """Hook: ``bk``'s live plan is dropped from outside (``why``); the depth-aware planner
+        (``depth.DepthPlanner``) records its parent as CANCELLED. Nothing here."""
+
     def _cancel_everything(self, why: str, out: list) -> None:
         now = self.clock()
         for iid, bk in self.books.items():
             for w in bk.working.values():
                 w.cancelling = True
+            self._retire(bk, why, out)
             bk.plan = None
             out.append(CancelAllSent(ts_ns=now, cmd=OrderCmd.CANCEL_ALL, instrument_id=iid, origin_seq=0, why=why))
 

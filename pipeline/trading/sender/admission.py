@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Callable
 
 from pipeline.runtime.agent import MARK_ORDER_READ, mark_code
-from pipeline.trading.bitget import rest
+from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.journal import PENDING, UNKNOWN, WORKING, OrderEntry
 from pipeline.trading.messages import ExecReason, ExecType, OrderRecord, client_oid
 from pipeline.trading.sender.groupcommit import PendingIntent
@@ -75,7 +75,7 @@ class NewOrderAdmission:
         inst = self.instruments[iid]
         coid = client_oid(oid)
         try:
-            body = rest.place_body(inst.symbol, o.side, o.tif, o.price, o.size, coid, inst.tick_size, inst.lot_size)
+            body = OrderApi.place_body(inst, o.side, o.tif, o.price, o.size, coid)
         except ValueError as exc:
             self.stats["malformed"] += 1
             self.log.warning("sender_bad_order", order_id=oid, error=str(exc))

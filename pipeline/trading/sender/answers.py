@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.trading.bitget import rest
+from pipeline.trading.bitget import orderapi, rest
 from pipeline.trading.bitget.rest import Outcome, Result
 from pipeline.trading.journal import PENDING, UNKNOWN, WORKING, OrderEntry
 from pipeline.trading.messages import ExecReason, ExecType, OrderCmd
@@ -89,7 +89,7 @@ class OrderAnswers:
                 self.stats["acked"] += 1
                 self.report(ts, ExecType.ACKED, o)
             return
-        if res.outcome is Outcome.REJECTED and res.code == rest.CODE_DUPLICATE_OID:
+        if res.outcome is Outcome.REJECTED and res.code in rest.DUPLICATE_OID_CODES:
             self.owed[o.oid] = self.clock()  # the venue has it: ask what it is
             return
         if res.outcome is Outcome.REJECTED or (res.outcome is Outcome.RETRYABLE and res.status < 500):
@@ -126,7 +126,7 @@ class OrderAnswers:
 
             self.queries.after_fills(cancelled)
             return
-        if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER:
+        if res.outcome is Outcome.REJECTED and res.code in rest.NO_ORDER_CODES:
             def queried() -> None:  # the venue's view applied: a cancel of an order it still works failed
                 if not o.terminal and o.status not in (PENDING, UNKNOWN):
                     self.report(ts, ExecType.REJECTED, o, reason=ExecReason.NOT_FOUND)
@@ -147,7 +147,7 @@ class OrderAnswers:
             self.report(ts, ExecType.REJECTED, None, reason=ExecReason.VENUE_REJECTED, iid=iid)
             return
         try:
-            coids = set(rest.parse_cancelled(res.data))
+            coids = set(orderapi.parse_cancelled(res.data))
         except ValueError:
             coids = set()
         self.queries.after_fills(lambda: self._report_cancelled_all(ts, iid, coids))

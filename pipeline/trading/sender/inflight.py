@@ -19,6 +19,7 @@ import msgspec
 
 from pipeline.runtime.agent import MARK_CANCEL_SENT, MARK_ORDER_SENT, MARK_VENUE_ACK, mark_code
 from pipeline.trading.bitget import rest
+from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.journal import OrderEntry
 from pipeline.trading.messages import OrderCmd
 from pipeline.trading.sender.connection import HttpTransport, readable
@@ -51,6 +52,7 @@ class InFlightRequests:
         self.bodies = ledger.bodies  # cleared, never replaced
         self.creds = creds
         self.instruments = instruments
+        self.api = OrderApi(creds, instruments)  # each instrument's requests by its product type
         self.wall_ms = wall_ms
         self.timeout_ns = timeout_ns
         self.stats = stats
@@ -92,11 +94,10 @@ class InFlightRequests:
             self.stats["sent"] += 1
         elif cmd is OrderCmd.CANCEL:
             entry = self.ledger.orders[o.order_id]
-            req = rest.build_cancel(self.creds, self.wall_ms(), self.instruments[entry.iid].symbol,
-                                    client_oid=entry.coid)
+            req = self.api.cancel(self.instruments[entry.iid], self.wall_ms(), entry.coid)
             mark, crash_point = mark_code(MARK_CANCEL_SENT, o.origin), ""
         else:
-            req = rest.build_cancel_symbol(self.creds, self.wall_ms(), self.instruments[o.instrument_id].symbol)
+            req = self.api.cancel_all(self.instruments[o.instrument_id], self.wall_ms())
             mark, crash_point = mark_code(MARK_CANCEL_SENT, o.origin), ""
         k = self.free.pop()
         res = self.send(self.pool[k], req, crash_point, sent_mark=mark, ts=ts)
@@ -109,11 +110,9 @@ class InFlightRequests:
     def _place_request(self, o: OrderEntry) -> rest.Request:
         body = self.bodies.get(o.oid)
         if body is not None:
-            return rest.build_place_with_body(self.creds, self.wall_ms(), body)
+            return self.api.place_with_body(self.instruments[o.iid], self.wall_ms(), body)
         # not admitted by this process (never happens on the hot path): from the journaled intent
-        inst = self.instruments[o.iid]
-        return rest.build_place(self.creds, self.wall_ms(), inst.symbol, o.side, o.tif, o.px, o.sz, o.coid,
-                                inst.tick_size, inst.lot_size)
+        return self.api.place(self.instruments[o.iid], self.wall_ms(), o.side, o.tif, o.px, o.sz, o.coid)
 
     def read_answers(self, now: int) -> int:
         """Read the answers that have arrived (a zero-timeout select over the connections in flight)

@@ -13,13 +13,18 @@
 
 Orders whose state is owed (unknown outcomes, surprises) wait in ``owed`` (order id -> when to query
 it next); ``query_owed`` queues their queries, one at a time per order (``querying``).
+
+The requests are ``api``'s (``OrderApi``: each instrument's product type; the account-wide ones once
+per product type). It starts as spot only; the ``Reconciler`` that owns these queries sets the one of
+the configured instruments. A fill that names no clientOid (a perpetual's) is matched by orderId.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.trading.bitget import rest
+from pipeline.trading.bitget import orderapi, rest
+from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.bitget.rest import Outcome
 from pipeline.trading.journal import CANCELLED, FILLED, LIVE, PARTIAL, PENDING, UNKNOWN, WORKING, OrderEntry
 from pipeline.trading.messages import ExecReason, ExecType, order_id_from_client_oid
@@ -43,6 +48,7 @@ class VenueQueries:
         self.lane = lane
         self.report = report
         self.creds = creds
+        self.api = OrderApi(creds, {})  # spot; the Reconciler sets the configured instruments' one
         self.wall_ms = wall_ms
         self.clock = clock
         self.stats = stats
@@ -100,10 +106,10 @@ class VenueQueries:
     def query_gen(self, o: OrderEntry, ts: int):
         """orderInfo for ``o``; applies and reports what the venue says (with the order's fills when
         the venue has more than we know). A request generator; returns the orderInfo Result."""
-        res = yield rest.build_order_info(self.creds, self.wall_ms(), client_oid=o.coid)
+        res = yield self.api.order_info(o.sym, self.wall_ms(), client_oid=o.coid)
         if res.ok:
             try:
-                found = [v for v in rest.parse_orders(res.data) if v.clientOid == o.coid]
+                found = [v for v in orderapi.parse_orders(res.data) if v.clientOid == o.coid]
             except ValueError:
                 found = []
             if found:
@@ -111,14 +117,14 @@ class VenueQueries:
                 self.owed.pop(o.oid, None)
             return res
         record = self.ledger.record
-        if res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER and o.status in (PENDING, UNKNOWN):
+        if res.outcome is Outcome.REJECTED and res.code in rest.NO_ORDER_CODES and o.status in (PENDING, UNKNOWN):
             if self.wall_ms() - o.ts_ms >= self.grace_ms:
                 record({"t": "never_sent", "oid": o.oid})
                 self.stats["never_sent"] += 1
                 self.owed.pop(o.oid, None)
                 self.log.info("sender_never_sent", order_id=o.oid)
                 self.report(ts, ExecType.REJECTED, o, reason=ExecReason.NOT_FOUND, leaves=0.0)
-        elif res.outcome is Outcome.REJECTED and res.code == rest.CODE_NO_ORDER and o.status in WORKING:
+        elif res.outcome is Outcome.REJECTED and res.code in rest.NO_ORDER_CODES and o.status in WORKING:
             self.log.error("sender_order_lost", order_id=o.oid)  # the venue forgot an acked order
             record({"t": "cancel", "oid": o.oid})
             self.owed.pop(o.oid, None)
@@ -152,12 +158,11 @@ class VenueQueries:
         """Every fill of ``o`` (a request per page), ingested. A request generator."""
         after = None
         while True:
-            res = yield rest.build_fills(self.creds, self.wall_ms(), symbol=o.sym, order_id=o.vid or None,
-                                         id_greater_than=after)
+            res = yield self.api.order_fills(o.sym, self.wall_ms(), order_id=o.vid or None, id_greater_than=after)
             if not res.ok:
                 return
             try:
-                fills = rest.parse_fills(res.data)
+                fills = orderapi.parse_fills(res.data)
             except ValueError:
                 return
             self.ingest(fills, None, advance=False)  # one order's fills: others' may lie before them
@@ -170,13 +175,15 @@ class VenueQueries:
         """Lane job: unfilled-orders, then every new fill; a working order missing from
         unfilled-orders is owed a query (due ``now``)."""
         self.stats["polls"] += 1
-        res = yield rest.build_unfilled(self.creds, self.wall_ms())
-        if not res.ok:
-            return
-        try:
-            open_coids = {v.clientOid for v in rest.parse_orders(res.data)}
-        except ValueError:
-            return
+        open_coids: set[str] = set()
+        for product in self.api.products:
+            res = yield self.api.open_orders(product, self.wall_ms())
+            if not res.ok:
+                return
+            try:
+                open_coids.update(v.clientOid for v in orderapi.parse_orders(res.data))
+            except ValueError:
+                return
         yield from self.poll_fills_gen()
         for o in self.ledger.working():
             if o.coid not in open_coids:
@@ -186,19 +193,27 @@ class VenueQueries:
         """Fetch every fill after the last trade id (a request per page); returns True when the venue
         answered. A request generator (``Lane.run_sync`` waits for each answer; the lane does not)."""
         ledger = self.ledger
-        while True:
-            res = yield rest.build_fills(self.creds, self.wall_ms(), id_greater_than=ledger.last_trade_id or None)
-            if not res.ok:
-                return False
-            try:
-                fills = rest.parse_fills(res.data)
-            except ValueError:
-                self.stats["http_err"] += 1
-                return False
-            before = ledger.last_trade_id
-            self.ingest(fills, None)
-            if len(fills) < FILL_PAGE or ledger.last_trade_id == before:
-                return True
+        start = top = ledger.last_trade_id
+        for product in self.api.products:  # each product type's fills after the same cursor
+            after = start
+            while True:
+                res = yield self.api.fills(product, self.wall_ms(), after or None)
+                if not res.ok:
+                    return False
+                try:
+                    fills = orderapi.parse_fills(res.data)
+                except ValueError:
+                    self.stats["http_err"] += 1
+                    return False
+                self.ingest(fills, None, advance=False)
+                if not fills or fills[-1].tradeId <= after:
+                    break
+                top = max(top, fills[-1].tradeId)
+                after = fills[-1].tradeId
+                if len(fills) < FILL_PAGE:
+                    break
+            ledger.last_trade_id = max(ledger.last_trade_id, top)
+        return True
 
     def ingest(self, fills: list[rest.VenueFill], ts: int | None, *, advance: bool = True) -> None:
         """Journal and report each fill of ours not seen before (FILLED with origin ``ts``, the clock's
@@ -209,7 +224,7 @@ class VenueQueries:
         for f in fills:
             if advance and f.tradeId > ledger.last_trade_id:
                 ledger.last_trade_id = f.tradeId
-            oid = order_id_from_client_oid(f.clientOid)
+            oid = order_id_from_client_oid(f.clientOid) if f.clientOid else self._oid_of_vid(f.orderId)
             o = ledger.orders.get(oid) if oid is not None else None
             if o is None or f.tradeId in ledger.state.trade_ids:
                 continue
@@ -223,3 +238,12 @@ class VenueQueries:
             self.stats["fills"] += 1
             self.report(self.clock() if ts is None else ts, ExecType.FILLED, o, price=f.priceAvg, size=f.size,
                         venue_ts_ns=f.cTime * _NS_PER_MS, fill_id=f.tradeId)
+
+    def _oid_of_vid(self, vid: str) -> int | None:
+        """The order id of the journaled order the venue calls ``vid`` (a fill without a clientOid)."""
+        if not vid:
+            return None
+        for o in self.ledger.orders.values():
+            if o.vid == vid:
+                return o.oid
+        return None

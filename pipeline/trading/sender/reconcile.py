@@ -13,8 +13,9 @@ After a (re)start, before any ORDER is read (``Reconciler.attempt``, retried eve
 3. every non-terminal journaled order is queried (``VenueQueries.query_gen``; an intent the venue
    does not know past the grace becomes ``never_sent``);
 4. the fills after the last journaled trade id are fetched and journaled;
-5. each instrument's journaled position is compared, in whole lots, with the venue's balance of its
-   base coin (account/assets), read between two fill polls that agree: a difference is journaled
+5. each instrument's journaled position is compared, in whole lots, with the venue's: a spot
+   instrument's balance of its base coin (account/assets), a perpetual's signed position
+   (mix all-position; one-way mode), read between two fill polls that agree: a difference is journaled
    (``adjust``: the journal takes the venue's position), counted (``pdiff_<id>``), logged
    (``sender_position_mismatch``) and carried by every state report as POSITION_MISMATCH (the risk
    gateway then reduces until an operator resumes);
@@ -40,6 +41,7 @@ from typing import Callable
 
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.bitget import rest
+from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.bitget.protocol import base_coin
 from pipeline.trading.bitget.rest import Outcome
 from pipeline.trading.messages import ExecReason, ExecType
@@ -92,6 +94,8 @@ class Reconciler:
         self.creds = creds
         self.instruments = instruments
         self.coins = coins
+        self.api = OrderApi(creds, instruments)  # each instrument's requests by its product type
+        queries.api = self.api
         self.wall_ms = wall_ms
         self.clock = clock
         self.stats = stats
@@ -199,14 +203,17 @@ class Reconciler:
         ledger = self.ledger
         for _ in range(3):
             before = ledger.last_trade_id
-            res = yield rest.build_assets(self.creds, self.wall_ms())
-            if not res.ok:
-                return False
+            answers = []
+            for product, req in self.api.position_requests(self.wall_ms()):
+                res = yield req
+                if not res.ok:
+                    return False
+                answers.append((product, res.data))
             try:
-                assets = rest.parse_assets(res.data)
+                venue_pos = self.api.positions(answers)
             except ValueError as exc:
                 self.stats["malformed"] += 1
-                self.log.error("sender_bad_answer", request="account/assets", error=str(exc))
+                self.log.error("sender_bad_answer", request="positions", error=str(exc))
                 return False
             if not (yield from self.queries.poll_fills_gen()):
                 return False
@@ -215,8 +222,7 @@ class Reconciler:
         else:
             return False  # fills keep coming: try again later
         for iid, inst in sorted(self.instruments.items()):
-            a = assets.get(self.coins[iid])
-            venue = a.total if a is not None else 0.0
+            venue = venue_pos.get(iid, 0.0)
             ours = ledger.state.position(iid).qty
             lots = round((venue - ours) / inst.lot_size)
             if lots:

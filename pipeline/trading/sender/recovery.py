@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.trading.bitget import rest
+from pipeline.trading.bitget import orderapi
+from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.bitget.rest import SIDE_FROM_TEXT, VenueOrder
 from pipeline.trading.journal import CANCELLED, FILLED, LIVE, PARTIAL
 from pipeline.trading.messages import order_id_from_client_oid
@@ -59,6 +60,7 @@ class WindowRecovery:
     def __init__(self, ledger, creds, instruments: dict, wall_ms: Callable[[], int], stats: dict, log):
         self.ledger = ledger
         self.creds = creds
+        self.api = OrderApi(creds, instruments)
         self.iid_of = {inst.symbol: iid for iid, inst in instruments.items()}
         self.wall_ms = wall_ms
         self.stats = stats
@@ -69,41 +71,53 @@ class WindowRecovery:
         them: every order of ours the journal lacks is adopted. A request generator; returns True when
         the venue answered every request (the journal's last trade id is not moved: the fills poll
         after it ingests those fills)."""
-        res = yield rest.build_unfilled(self.creds, self.wall_ms())
-        if not res.ok:
-            return False
-        try:
-            for v in rest.parse_orders(res.data):
-                self._adopt(v, "open")
-        except ValueError as exc:
-            return self._bad("unfilled-orders", exc)
-        unknown: list[str] = []
-        after = self.ledger.last_trade_id or None
-        while True:
-            res = yield rest.build_fills(self.creds, self.wall_ms(), id_greater_than=after)
+        api = self.api
+        for product in api.products:
+            res = yield api.open_orders(product, self.wall_ms())
             if not res.ok:
                 return False
             try:
-                fills = rest.parse_fills(res.data)
+                for v in orderapi.parse_orders(res.data):
+                    self._adopt(v, "open")
             except ValueError as exc:
-                return self._bad("fills", exc)
-            for f in fills:
-                if self._unknown(f.clientOid) and f.clientOid not in unknown:
-                    unknown.append(f.clientOid)
-            if len(fills) < FILL_PAGE or fills[-1].tradeId == after:
-                break
-            after = fills[-1].tradeId
-        for coid in unknown:
-            res = yield rest.build_order_info(self.creds, self.wall_ms(), client_oid=coid)
+                return self._bad("unfilled-orders", exc)
+        unknown: list[tuple[str, str, str]] = []  # (symbol, clientOid, orderId): one of the two
+        for product in api.products:
+            after = self.ledger.last_trade_id or None
+            while True:
+                res = yield api.fills(product, self.wall_ms(), after)
+                if not res.ok:
+                    return False
+                try:
+                    fills = orderapi.parse_fills(res.data)
+                except ValueError as exc:
+                    return self._bad("fills", exc)
+                for f in fills:
+                    key = (f.symbol, f.clientOid, "") if f.clientOid else (f.symbol, "", f.orderId)
+                    if self._unknown_fill(f.clientOid, f.orderId) and key not in unknown:
+                        unknown.append(key)
+                if len(fills) < FILL_PAGE or fills[-1].tradeId == after:
+                    break
+                after = fills[-1].tradeId
+        for symbol, coid, vid in unknown:
+            res = yield api.order_info(symbol, self.wall_ms(), client_oid=coid or None, order_id=vid or None)
             if not res.ok:
                 return False
             try:
-                found = [v for v in rest.parse_orders(res.data) if v.clientOid == coid]
+                found = [v for v in orderapi.parse_orders(res.data) if (v.clientOid == coid if coid else
+                                                                        v.orderId == vid)]
             except ValueError as exc:
                 return self._bad("orderInfo", exc)
             for v in found:
                 self._adopt(v, "filled")
         return True
+
+    def _unknown_fill(self, coid: str, vid: str) -> bool:
+        """Whether a fill is of an order of ours the journal does not know (by clientOid, or, for a
+        fill without one, by the venue's orderId: any orderId the journal does not hold)."""
+        if coid:
+            return self._unknown(coid)
+        return bool(vid) and not any(o.vid == vid for o in self.ledger.orders.values())
 
     def _unknown(self, coid: str) -> bool:
         """Whether ``coid`` is one of ours that the journal does not know."""

@@ -58,6 +58,22 @@ def test_out_of_bounds_value_rejected_with_its_path(text, path, bound):
     assert path in msg and bound in msg, msg
 
 
+@pytest.mark.parametrize(("extra", "path", "words"), [
+    ('sched = "rr"\n', "$.processes[0].sched", "Invalid enum value 'rr'"),
+    ('sched = "fifo"\nsched_priority = 0\n', "$.processes[0].sched_priority", ">= 1"),
+    ('sched = "fifo"\nsched_priority = 100\n', "$.processes[0].sched_priority", "<= 99"),
+], ids=["unknown_policy", "priority_0", "priority_100"])
+def test_a_bad_scheduling_policy_or_priority_is_rejected_with_its_path(extra, path, words):
+    msg = rejected(RING_A + process("p", "Idle", extra=extra))
+    assert path in msg and words in msg, msg
+
+
+def test_a_process_runs_sched_other_unless_it_asks_for_fifo():
+    cfg = parse_config(RING_A + process("p", "Idle") + process("q", "Idle", extra='sched = "fifo"\nsched_priority = 20\n'))
+    assert (cfg.process("p").sched, cfg.process("p").sched_priority) == ("other", 10)
+    assert (cfg.process("q").sched, cfg.process("q").sched_priority) == ("fifo", 20)
+
+
 def test_bad_shm_prefix_rejected():
     msg = rejected('[supervisor]\nshm_prefix = "Bad/Prefix"\n')
     assert "$.supervisor.shm_prefix" in msg, msg

@@ -153,3 +153,82 @@ def test_nice_lowers_the_whole_process_priority_threads_included(pipe):
     ready = [e for e in pipe.log("slow") if e["event"] == "ready"]
     assert ready and ready[-1]["nice"] == 7
     assert pipe.down() == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_sched_fifo_puts_the_whole_process_under_sched_fifo_at_its_priority_threads_included(pipe):
+    pipe.write_config(process("rt", "ThreadedIdle", extra=BACK_OFF + 'sched = "fifo"\nsched_priority = 7\n')
+                      + process("plain", "ThreadedIdle", extra=BACK_OFF))
+    pipe.up()
+    procs = wait_until(lambda: (p := pipe.procs()) and all(p[n]["stage"].get("thread_tid") for n in p) and p,
+                       10, 0.05, "the agents' threads")
+    rt, plain = procs["rt"], procs["plain"]
+    for tid in (rt["pid"], rt["stage"]["thread_tid"]):  # the thread made in on_start inherits it
+        assert os.sched_getscheduler(tid) == os.SCHED_FIFO and os.sched_getparam(tid).sched_priority == 7
+    for tid in (plain["pid"], plain["stage"]["thread_tid"]):
+        assert os.sched_getscheduler(tid) == os.SCHED_OTHER and os.sched_getparam(tid).sched_priority == 0
+    ready = [e for e in pipe.log("rt") if e["event"] == "ready"]
+    assert ready and (ready[-1]["sched"], ready[-1]["sched_priority"]) == ("fifo", 7)
+    assert pipe.down() == 0
+
+
+def _fifo_proc(priority: int = 7):
+    from pipeline.runtime.config import parse_config
+
+    return parse_config(process("rt", "Idle", extra=f'sched = "fifo"\nsched_priority = {priority}\n')).process("rt")
+
+
+def test_a_refused_sched_fifo_is_a_startup_error_naming_the_process_never_a_fallback():
+    from pipeline.runtime.errors import StartupError
+    from pipeline.runtime.runner import apply_sched
+
+    calls = []
+
+    def refuse(tid, policy, param):
+        calls.append((tid, policy, param.sched_priority))
+        raise PermissionError(1, "Operation not permitted")
+
+    with pytest.raises(StartupError) as info:
+        apply_sched(_fifo_proc(), setscheduler=refuse)
+    msg = str(info.value)
+    assert msg.startswith("rt: ") and 'sched = "fifo" (sched_priority 7) refused: Operation not permitted' in msg
+    assert "CAP_SYS_NICE" in msg and calls[0][1:] == (os.SCHED_FIFO, 7)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this process was left as it was
+
+
+def test_without_cap_sys_nice_the_kernel_refuses_and_the_runner_says_so():
+    """A real refusal: a child that is not root, with RLIMIT_RTPRIO 0, asks for SCHED_FIFO."""
+    import resource
+
+    from pipeline.runtime.errors import StartupError
+    from pipeline.runtime.runner import apply_sched
+
+    proc = _fifo_proc()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no return into pytest
+        code = 3
+        try:
+            os.close(r)
+            resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+            if os.getuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)  # nobody: no CAP_SYS_NICE
+            try:
+                apply_sched(proc)
+                os.write(w, b"accepted")
+            except StartupError as exc:
+                os.write(w, str(exc).encode()[:4000])
+                code = 0 if os.sched_getscheduler(0) == os.SCHED_OTHER else 4
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        with os.fdopen(r, "rb") as f:
+            said = f.read().decode()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    assert said.startswith('rt: sched = "fifo" (sched_priority 7) refused: Operation not permitted'), said

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from pipeline.trading import features as F
 from pipeline.trading.features import OK, FeatureParams, FeatureState, Reason, compute, update_from_trade
-from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_SNAPSHOT, FEATURES_DTYPE, FEATURES_FLAG_NO_EXCH_TS,
-                               FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_WARMUP, TRADE_DTYPE, TRADE_SIDE_BUY,
-                               TRADE_SIDE_SELL)
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_HIDDEN_REPORTED, BOOK_FLAG_SNAPSHOT, FEATURES_DTYPE,
+                                      FEATURES_FLAG_NO_BASIS, FEATURES_FLAG_NO_EXCH_TS, FEATURES_FLAG_NO_HIDDEN,
+                                      FEATURES_FLAG_SNAPSHOT, FEATURES_FLAG_WARMUP, TRADE_DTYPE, TRADE_FLAG_HIDDEN,
+                                      TRADE_SIDE_BUY, TRADE_SIDE_SELL)
 
 T0 = 1_700_000_000_000_000_000
 S = 1_000_000_000
@@ -33,9 +34,10 @@ def book(bids, asks, *, ts=T0, seq=1, iid=1, flags=0):
     return r
 
 
-def trade(side, px, sz, ts=T0):
+def trade(side, px, sz, ts=T0, flags=0):
     r = np.zeros((), TRADE_DTYPE)
     r["instrument_id"], r["side"], r["exch_ts_ns"], r["price"], r["size"] = 1, side, ts, px, sz
+    r["flags"] = flags
     return r
 
 
@@ -54,7 +56,9 @@ def test_layout_has_128_named_slots():
     assert len(names) == F.N_FEATURES == 128 and all(names)
     assert (F.F_BID_DIST_14, F.F_ASK_DIST_0, F.F_BID_SIZE_0, F.F_ASK_SIZE_14) == (14, 15, 30, 59)
     assert [F.F_IMBALANCE_1, F.F_IMBALANCE_3, F.F_IMBALANCE_5, F.F_IMBALANCE_10, F.F_IMBALANCE_15] == [60, 61, 62, 63, 64]
-    assert F.F_RESERVED_0 == 86 and F.F_RESERVED_41 == 127
+    assert [F.F_HIDDEN_AVAILABLE, F.F_HIDDEN_VOLUME_RATE, F.F_HIDDEN_SHARE, F.F_HIDDEN_TO_TOUCH] == [86, 87, 88, 89]
+    assert [F.F_BASIS_AVAILABLE, F.F_BASIS_BPS, F.F_BASIS_Z, F.F_BASIS_AGE_MS] == [90, 91, 92, 93]
+    assert F.F_RESERVED_0 == 94 and F.F_RESERVED_33 == 127 and F.FEATURE_LAYOUT_VERSION == 2
 
 
 def test_small_book_hand_computed():
@@ -65,7 +69,8 @@ def test_small_book_hand_computed():
     mid = 100.1
     assert out["instrument_id"] == 1 and out["book_seq"] == 42 and out["exch_ts_ns"] == T0
     assert out["ref_mid"] == pytest.approx(mid) and out["ref_spread"] == pytest.approx(0.2)
-    assert out["flags"] == FEATURES_FLAG_WARMUP | FEATURES_FLAG_SNAPSHOT
+    assert out["flags"] == (FEATURES_FLAG_WARMUP | FEATURES_FLAG_SNAPSHOT | FEATURES_FLAG_NO_HIDDEN
+                            | FEATURES_FLAG_NO_BASIS)
     assert f[0:3] == pytest.approx([1.0, 2.0, 3.0], rel=1e-5) and not f[3:15].any()
     assert f[15:17] == pytest.approx([1.0, 2.0], rel=1e-5) and not f[17:30].any()
     assert f[30:33].tolist() == [1.0, 2.0, 3.0] and not f[33:45].any()
@@ -291,3 +296,102 @@ def test_mirroring_the_book_flips_the_signed_features_and_keeps_the_unsigned(fir
             assert (fm[i], fm[j]) == (f[j], f[i])
         assert not fm[F.F_RESERVED_0:].any()
     assert f[F.F_OFI] != 0.0  # the change did move the order flow (so the sign flip was tested)
+
+
+# ------------------------------------------------------------------ hidden-order strength (slots 86..89)
+def test_hidden_order_strength_on_a_golden_book():
+    """Displayed buy of 3 and hidden execution of 1 at T0, hidden 2 at T0 + 1 s; the BOOK at T0 + 1 s
+    from a venue that reports hidden executions: H = e^-1 + 2 = 2.3679, V = 3 e^-1 = 1.1036 (tau 1 s)."""
+    s = FeatureState(1, 0.5, FeatureParams(tau_trade_ns=S))
+    assert update_from_trade(s, trade(TRADE_SIDE_BUY, 1001.0, 3.0, T0)) == OK
+    assert update_from_trade(s, trade(TRADE_SIDE_BUY, 1000.5, 1.0, T0, flags=TRADE_FLAG_HIDDEN)) == OK
+    assert update_from_trade(s, trade(TRADE_SIDE_BUY, 1000.5, 2.0, T0 + S, flags=TRADE_FLAG_HIDDEN)) == OK
+    code, out = run(s, book([(1000.0, 2.0)], [(1001.0, 2.0)], ts=T0 + S, flags=BOOK_FLAG_HIDDEN_REPORTED))
+    f = out["features"]
+    hidden, shown = math.exp(-1) + 2.0, 3.0 * math.exp(-1)
+    assert code == OK and not out["flags"] & FEATURES_FLAG_NO_HIDDEN and out["flags"] & FEATURES_FLAG_NO_BASIS
+    assert f[F.F_HIDDEN_AVAILABLE] == 1.0
+    assert f[F.F_HIDDEN_VOLUME_RATE] == pytest.approx(2.367879, rel=1e-6) == pytest.approx(hidden, rel=1e-6)
+    assert f[F.F_HIDDEN_SHARE] == pytest.approx(0.682087, rel=1e-5)
+    assert f[F.F_HIDDEN_SHARE] == pytest.approx(hidden / (hidden + shown), rel=1e-6)
+    assert f[F.F_HIDDEN_TO_TOUCH] == pytest.approx(hidden / 4.0, rel=1e-6)  # the touch shows 2 + 2
+    # a hidden execution is no aggressor's trade: the trade slots see the displayed one only
+    assert f[F.F_TRADE_INTENSITY] == pytest.approx(math.exp(-1), rel=1e-6)
+    assert f[F.F_TRADE_VOLUME_RATE] == pytest.approx(3.0 * math.exp(-1), rel=1e-6)
+    assert f[F.F_LAST_TRADE_OFFSET] == pytest.approx(1.0) and s.vpin == pytest.approx(1.0)
+    # the same state, a BOOK that does not say so: the slots are 0 again (nothing left over from the last row)
+    code, out = run(s, book([(1000.0, 2.0)], [(1001.0, 2.0)], ts=T0 + 2 * S))
+    assert code == OK and not out["features"][F.F_HIDDEN_AVAILABLE:F.F_RESERVED_0].any()
+
+
+def test_hidden_slots_are_zero_and_flagged_not_available_where_the_venue_does_not_report_them():
+    s = FeatureState(1, 0.5)
+    assert update_from_trade(s, trade(TRADE_SIDE_BUY, 1000.5, 5.0, T0, flags=TRADE_FLAG_HIDDEN)) == OK
+    code, out = run(s, book([(1000.0, 2.0)], [(1001.0, 2.0)], ts=T0))  # no BOOK_FLAG_HIDDEN_REPORTED
+    assert code == OK and out["flags"] & FEATURES_FLAG_NO_HIDDEN
+    assert not out["features"][F.F_HIDDEN_AVAILABLE:F.F_BASIS_AVAILABLE].any()
+    # none reported yet from a venue that reports them: available, and 0
+    code, out = run(FeatureState(1, 0.5), book([(1000.0, 2.0)], [(1001.0, 2.0)], flags=BOOK_FLAG_HIDDEN_REPORTED))
+    assert code == OK and not out["flags"] & FEATURES_FLAG_NO_HIDDEN
+    assert out["features"][F.F_HIDDEN_AVAILABLE:F.F_BASIS_AVAILABLE].tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_bad_hidden_execution_is_rejected_and_counts_for_nothing():
+    s = FeatureState(1, 0.5)
+    zero, nan = trade(TRADE_SIDE_BUY, 1000.5, 0.0, flags=TRADE_FLAG_HIDDEN), trade(TRADE_SIDE_BUY, math.nan, 1.0,
+                                                                                   flags=TRADE_FLAG_HIDDEN)
+    assert update_from_trade(s, zero) == Reason.NON_POSITIVE_SIZE and update_from_trade(s, nan) == Reason.NON_FINITE_INPUT
+    assert s.hidden_trades == 0 and s.hidden_vol == 0.0 and s.trades == 0
+
+
+# ------------------------------------------------------------------ spot-perpetual basis (slots 90..93)
+def _basis(f):
+    return [float(f[k]) for k in (F.F_BASIS_AVAILABLE, F.F_BASIS_BPS, F.F_BASIS_Z, F.F_BASIS_AGE_MS)]
+
+
+def test_basis_of_a_spot_perpetual_pair_on_golden_books():
+    """Spot and perpetual of one base (tau_basis 1 s), books 1 s apart: spot mid 1000.5, perp 1001.5,
+    spot 1000.0, perp 1003.0. Bases (bps, perp over spot): b1 = 1e4 ln(1001.5 / 1000.5) = 9.9900,
+    b2 = 1e4 ln(1001.5 / 1000) = 14.9888, b3 = 1e4 ln(1003 / 1000) = 29.9551. At b3 the statistics
+    hold b1 from its time and then b2 for 1 s: w = 1 - e^-1, m = b1 + w (b2 - b1), v = (1 - w) w (b2 - b1)^2."""
+    spot, perp = FeatureState(1, 0.5), FeatureState(2, 0.5)
+    pair = F.pair_basis(spot, perp, tau_basis_ns=S)
+    code, out = run(spot, book([(1000.0, 1.0)], [(1001.0, 1.0)], ts=T0))
+    assert code == OK and out["flags"] & FEATURES_FLAG_NO_BASIS and _basis(out["features"]) == [0.0] * 4
+    code, out = run(perp, book([(1001.0, 1.0)], [(1002.0, 1.0)], ts=T0 + S, iid=2))
+    b1 = 1e4 * math.log(1001.5 / 1000.5)
+    assert code == OK and not out["flags"] & FEATURES_FLAG_NO_BASIS
+    assert _basis(out["features"]) == pytest.approx([1.0, 9.990010, 0.0, 1000.0], rel=1e-6)
+    assert _basis(out["features"])[1] == pytest.approx(b1, rel=1e-6)
+    code, out = run(spot, book([(999.5, 1.0)], [(1000.5, 1.0)], ts=T0 + 2 * S))
+    b2 = 1e4 * math.log(1001.5 / 1000.0)
+    assert code == OK and _basis(out["features"]) == pytest.approx([1.0, b2, 0.0, 1000.0], rel=1e-6)  # v still 0
+    code, out = run(perp, book([(1002.5, 1.0)], [(1003.5, 1.0)], ts=T0 + 3 * S, iid=2))
+    b3 = 1e4 * math.log(1003.0 / 1000.0)
+    w = 1 - math.exp(-1)
+    m, v = b1 + w * (b2 - b1), (1 - w) * w * (b2 - b1) ** 2
+    assert (m, v) == pytest.approx((13.149824, 5.810698), rel=1e-6)
+    assert code == OK and _basis(out["features"]) == pytest.approx([1.0, b3, (b3 - m) / math.sqrt(v), 1000.0], rel=1e-5)
+    assert _basis(out["features"])[2] == pytest.approx(6.971580, rel=1e-5)
+    assert (pair.n, pair.basis_bps) == (3, pytest.approx(b3))
+
+
+def test_a_rejected_book_leaves_the_basis_statistics_alone():
+    spot, perp = FeatureState(1, 0.5), FeatureState(2, 0.5)
+    pair = F.pair_basis(spot, perp)
+    run(spot, book([(1000.0, 1.0)], [(1001.0, 1.0)], ts=T0))
+    run(perp, book([(1001.0, 1.0)], [(1002.0, 1.0)], ts=T0 + S, iid=2))
+    before = (pair.n, pair.ts_ns, pair.basis_bps, pair.mean, pair.var)
+    assert run(perp, book([(1003.0, 1.0)], [(1002.0, 1.0)], ts=T0 + 2 * S, iid=2))[0] == Reason.CROSSED_BOOK
+    assert (pair.n, pair.ts_ns, pair.basis_bps, pair.mean, pair.var) == before
+
+
+def test_pairing_refuses_one_instrument_twice_and_a_leg_of_another_pair():
+    a, b, c = FeatureState(1, 0.5), FeatureState(2, 0.5), FeatureState(3, 0.5)
+    with pytest.raises(ValueError, match="both legs"):
+        F.pair_basis(a, a)
+    F.pair_basis(a, b)
+    with pytest.raises(ValueError, match="instrument 2 is already a leg"):
+        F.pair_basis(c, b)
+    with pytest.raises(ValueError, match="tau_basis_ns"):
+        F.pair_basis(c, FeatureState(4, 0.5), tau_basis_ns=0)

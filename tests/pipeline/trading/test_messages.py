@@ -61,6 +61,23 @@ def test_trade_golden_bytes():
     assert struct.unpack_from("<QQdd", raw, 8) == (99, 5, 26293.4, 0.0013)
 
 
+def test_trade_flags_byte_and_the_hidden_flags():
+    from pipeline.trading.messages import (BOOK_FLAG_HIDDEN_REPORTED, FEATURES_FLAG_NO_BASIS, FEATURES_FLAG_NO_HIDDEN,
+                                           OFF_TRADE_FLAGS, TRADE_FLAG_HIDDEN, TRADE_STRUCT)
+
+    assert (TRADE_FLAG_HIDDEN, OFF_TRADE_FLAGS, BOOK_FLAG_HIDDEN_REPORTED) == (1, 3, 2)
+    assert (FEATURES_FLAG_NO_HIDDEN, FEATURES_FLAG_NO_BASIS) == (8, 16)
+    assert TRADE_DTYPE.fields["flags"][1] == OFF_TRADE_FLAGS
+    rec = np.zeros(1, TRADE_DTYPE)
+    rec["instrument_id"], rec["side"], rec["flags"], rec["trade_id"] = 3, TRADE_SIDE_BUY, TRADE_FLAG_HIDDEN, 7
+    raw = rec.tobytes()
+    assert raw[:8] == bytes.fromhex("0300" "01" "01" "00000000")
+    packed = bytearray(TRADE_STRUCT.pack(3, TRADE_SIDE_BUY, 7, 0, 0.0, 0.0))  # the struct leaves the flags 0
+    assert packed[OFF_TRADE_FLAGS] == 0
+    packed[OFF_TRADE_FLAGS] = TRADE_FLAG_HIDDEN
+    assert bytes(packed) == raw
+
+
 def test_features_layout_offsets():
     from pipeline.trading.messages import FEATURES_DTYPE, FEATURES_LEN, OFF_FEATURES_VECTOR
 
@@ -141,33 +158,38 @@ def test_instruction_layout_and_golden_bytes():
 
 
 def test_order_layout_and_golden_bytes():
-    from pipeline.trading.messages import ORDER_DTYPE, OrderCmd, OrderOrigin, Side, TimeInForce
+    from pipeline.trading.messages import (ORDER_DTYPE, ORDER_FLAG_REDUCE_ONLY, ORDER_STRUCT, OrderCmd, OrderOrigin,
+                                           Side, TimeInForce)
 
     assert [(c.name, c.value) for c in OrderCmd] == [("NEW", 1), ("CANCEL", 2), ("CANCEL_ALL", 3), ("SYNC", 4)]
     assert [(s.name, s.value) for s in Side] == [("BUY", 1), ("SELL", 2)]
     assert [(t.name, t.value) for t in TimeInForce] == [("GTC", 1), ("POST_ONLY", 2), ("IOC", 3)]
+    assert ORDER_FLAG_REDUCE_ONLY == 1
     assert ORDER_DTYPE.itemsize == 48
-    assert _offsets(ORDER_DTYPE) == {"instrument_id": 0, "cmd": 2, "side": 3, "tif": 4, "origin": 5, "_pad": 6, "order_id": 8,
-                                     "price": 16, "size": 24, "origin_seq": 32, "decided_ns": 40}
+    assert _offsets(ORDER_DTYPE) == {"instrument_id": 0, "cmd": 2, "side": 3, "tif": 4, "origin": 5, "flags": 6,
+                                     "_pad": 7, "order_id": 8, "price": 16, "size": 24, "origin_seq": 32,
+                                     "decided_ns": 40}
     rec = np.zeros(1, ORDER_DTYPE)
     rec["instrument_id"], rec["cmd"], rec["side"], rec["tif"] = 2, OrderCmd.NEW, Side.SELL, TimeInForce.POST_ONLY
-    rec["origin"] = OrderOrigin.LLM
+    rec["origin"], rec["flags"] = OrderOrigin.LLM, ORDER_FLAG_REDUCE_ONLY
     rec["order_id"], rec["price"], rec["size"], rec["origin_seq"], rec["decided_ns"] = 0xAB, 2001.5, 0.25, 9, 10
     raw = rec.tobytes()
     assert [(o.name, o.value) for o in OrderOrigin] == [("UNSPECIFIED", 0), ("FAST", 1), ("LLM", 2), ("RISK", 3)]
-    assert raw[:8] == bytes.fromhex("0200" "01" "02" "02" "02" "0000")
+    assert raw[:8] == bytes.fromhex("0200" "01" "02" "02" "02" "01" "00")
     assert struct.unpack_from("<QddQQ", raw, 8) == (0xAB, 2001.5, 0.25, 9, 10)
+    assert ORDER_STRUCT.pack(2, OrderCmd.NEW, Side.SELL, TimeInForce.POST_ONLY, OrderOrigin.LLM, ORDER_FLAG_REDUCE_ONLY,
+                             0xAB, 2001.5, 0.25, 9, 10) == raw, "the struct writes the flags at byte 6, byte 7 zero"
 
 
 def test_decode_order_reads_the_numpy_layout_field_by_field():
     from pipeline.trading.messages import ORDER_DTYPE, ORDER_STRUCT, OrderRecord, decode_order
 
     rec = np.zeros(1, ORDER_DTYPE)
-    rec["instrument_id"], rec["cmd"], rec["side"], rec["tif"], rec["origin"] = 513, 3, 2, 1, 1
+    rec["instrument_id"], rec["cmd"], rec["side"], rec["tif"], rec["origin"], rec["flags"] = 513, 3, 2, 1, 1, 0x81
     rec["order_id"], rec["price"], rec["size"], rec["origin_seq"], rec["decided_ns"] = 2**63 + 5, -1.5, 3e-4, 2**40, 7
     got = decode_order(memoryview(rec.tobytes()))
-    assert got == OrderRecord(instrument_id=513, cmd=3, side=2, tif=1, origin=1, order_id=2**63 + 5, price=-1.5,
-                              size=3e-4, origin_seq=2**40, decided_ns=7)
+    assert got == OrderRecord(instrument_id=513, cmd=3, side=2, tif=1, origin=1, flags=0x81, order_id=2**63 + 5,
+                              price=-1.5, size=3e-4, origin_seq=2**40, decided_ns=7)
     assert ORDER_STRUCT.pack(*got) == rec.tobytes()
     with pytest.raises(struct.error):
         decode_order(rec.tobytes()[:47])
@@ -222,3 +244,28 @@ def test_the_signal_and_features_head_structs_read_and_write_the_numpy_layouts()
     raw = feat.tobytes()
     assert FEATURES_HEAD_STRUCT.unpack_from(raw, 0) == (7, 2, 99, 2**50, 101.25, 0.5)
     assert FEATURES_DTYPE.fields["features"][1] == OFF_FEATURES_VECTOR == FEATURES_HEAD_STRUCT.size
+
+
+def test_signal_with_depth_is_the_signal_then_the_feature_vectors_level_block():
+    from pipeline.trading import features as F
+    from pipeline.trading.messages import (OFF_DEPTH_ASK_DIST, OFF_DEPTH_ASK_SZ, OFF_DEPTH_BID_DIST, OFF_DEPTH_BID_SZ,
+                                   OFF_SIGNAL_DEPTH, SIGNAL_DEPTH_BYTES, SIGNAL_DEPTH_DTYPE, SIGNAL_DEPTH_LEVELS,
+                                   SIGNAL_DTYPE, SIGNAL_STRUCT)
+
+    assert SIGNAL_DEPTH_DTYPE.itemsize == SIGNAL_DEPTH_BYTES == 296 and SIGNAL_DEPTH_LEVELS == 15
+    off = _offsets(SIGNAL_DEPTH_DTYPE)
+    assert {k: v for k, v in off.items() if not k.startswith("depth_")} == _offsets(SIGNAL_DTYPE)
+    assert (off["depth_bid_dist"], off["depth_ask_dist"], off["depth_bid_sz"], off["depth_ask_sz"]) == \
+        (OFF_SIGNAL_DEPTH, OFF_DEPTH_ASK_DIST, OFF_DEPTH_BID_SZ, OFF_DEPTH_ASK_SZ) == (56, 116, 176, 236)
+    assert OFF_DEPTH_BID_DIST == 56
+    # the block is the FEATURES vector's level slots in their order: one copy of 60 floats
+    assert (F.F_BID_DIST_0, F.F_ASK_DIST_0, F.F_BID_SIZE_0, F.F_ASK_SIZE_0) == (0, 15, 30, 45)
+    rec = np.zeros(1, SIGNAL_DEPTH_DTYPE)
+    rec["instrument_id"], rec["label"], rec["feature_seq"], rec["ref_mid"] = 2, 1, 9, 100.625
+    rec["depth_bid_dist"][0, 0], rec["depth_ask_dist"][0, 14] = 0.5, 7.5
+    rec["depth_bid_sz"][0, 1], rec["depth_ask_sz"][0, 0] = 1.25, 3.0
+    raw = rec.tobytes()
+    assert raw[:56] == SIGNAL_STRUCT.pack(2, 1, 0, 9, 0, 100.625, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert struct.unpack_from("<f", raw, 56) == (0.5,) and struct.unpack_from("<f", raw, 116 + 4 * 14) == (7.5,)
+    assert struct.unpack_from("<f", raw, 176 + 4) == (1.25,) and struct.unpack_from("<f", raw, 236) == (3.0,)
+    assert raw[60:116] == bytes(56) and len(raw) == 296

@@ -253,8 +253,8 @@ def test_an_admin_adjustment_changes_the_position_only_and_persists(tmp_path):
     clock.advance_ms(3)
     assert eng.adjust_position("BTCUSDT", "-0.002") == D("0.998")
     assert eng.cash() == cash and len(eng.fills) == 1 and eng.balance_u_ms("BTCUSDT") == clock.now
-    for sym, delta, code in (("XYZUSDT", "1", "40034"), ("BTCUSDT", "0", "40001"), ("BTCUSDT", "abc", "40001"),
-                             ("BTCUSDT", "NaN", "40001"), ("BTCUSDT", 1.5, "40001")):
+    for sym, delta, code in (("XYZUSDT", "1", "40034"), ("BTCUSDT", "0", "40020"), ("BTCUSDT", "abc", "40020"),
+                             ("BTCUSDT", "NaN", "40020"), ("BTCUSDT", 1.5, "40020")):
         with pytest.raises(OrderRejected) as e:
             eng.adjust_position(sym, delta)
         assert e.value.code == code

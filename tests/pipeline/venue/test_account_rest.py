@@ -170,8 +170,8 @@ def test_admin_adjust_when_allowed_changes_the_position_only_and_persists(tmp_pa
     assert status == 200 and doc["data"] == {"symbol": "BTCUSDT", "position": "0.002"}
     status, doc = v.request("POST", ADJUST_POSITION, body={"symbol": "BTCUSDT", "delta": "-0.0035"})
     assert doc["data"] == {"symbol": "BTCUSDT", "position": "-0.0015"}
-    for body, code in (({"symbol": "BTCUSDT", "delta": 0.1}, "40001"), ({"symbol": "BTCUSDT", "delta": "0"}, "40001"),
-                       ({"symbol": "NOPEUSDT", "delta": "1"}, "40034"), ({"delta": "1"}, "40001")):
+    for body, code in (({"symbol": "BTCUSDT", "delta": 0.1}, "40020"), ({"symbol": "BTCUSDT", "delta": "0"}, "40020"),
+                       ({"symbol": "NOPEUSDT", "delta": "1"}, "40034"), ({"delta": "1"}, "40019")):
         assert v.request("POST", ADJUST_POSITION, body=body)[1]["code"] == code
     rows = {r["coin"]: r for r in v.request("GET", ASSETS)[1]["data"]}
     assert rows["BTC"]["available"] == "-0.0015" and rows["BTC"]["uTime"] == str(T0_MS + 40)

@@ -74,7 +74,8 @@ def test_the_records_rebuild_the_same_account():
 def test_find_needs_an_id_or_a_client_oid():
     a = AccountState(["BTCUSDT"], T0_MS)
     assert a.find("123", None) is None and a.find(None, "nope") is None
-    for order_id, client_oid in ((None, None), ("", ""), ("x", None), (None, 5)):
+    for order_id, client_oid, code in ((None, None, "40019"), ("", "", "40019"), ("x", None, "40020"),
+                                       (None, 5, "40020")):
         with pytest.raises(OrderRejected) as e:
             a.find(order_id, client_oid)
-        assert e.value.code == "40001"
+        assert e.value.code == code

@@ -161,7 +161,7 @@ def test_cancel_by_order_id_or_client_oid_and_a_cancelled_order_no_longer_fills(
         assert e.value.code == "43001"
     with pytest.raises(OrderRejected) as e:
         eng.cancel("BTCUSDT")
-    assert e.value.code == "40001"
+    assert e.value.code == "40019"
 
 
 def test_a_filled_order_cannot_be_cancelled(eng):
@@ -204,9 +204,9 @@ def test_ids_increase_and_the_fills_list_pages_with_id_greater_than(eng):
     assert eng.fills_since(order_id=str(a.order_id), limit=1) == all_fills[:1]
     j = all_fills[0].to_json()
     assert j == {"tradeId": str(ids[0]), "orderId": str(a.order_id), "clientOid": a.client_oid, "symbol": "BTCUSDT",
-                 "side": "buy", "priceAvg": "100.1", "size": "1", "amount": "100.1", "tradeScope": "taker",
-                 "cTime": str(T0_MS)}
-    with pytest.raises(OrderRejected, match="40001"):
+                 "orderType": "limit", "side": "buy", "priceAvg": "100.1", "size": "1", "amount": "100.1",
+                 "tradeScope": "taker", "cTime": str(T0_MS), "uTime": str(T0_MS)}
+    with pytest.raises(OrderRejected, match="40020"):
         eng.fills_since(id_greater_than="1e5")
 
 
@@ -218,23 +218,24 @@ def test_ids_do_not_repeat_after_a_restart_of_the_engine(book, clock):
 
 
 @pytest.mark.parametrize(("change", "code", "words"), [
-    ({"symbol": "DOGEUSDT"}, "40034", "not traded"),
-    ({"symbol": None}, "40001", "symbol is missing"),
-    ({"side": "long"}, "40001", "side must be"),
-    ({"orderType": "market"}, "40001", "orderType"),
-    ({"force": "day"}, "40001", "force"),
-    ({"price": "-1"}, "40001", "positive"),
-    ({"price": "0"}, "40001", "positive"),
-    ({"price": "NaN"}, "40001", "positive finite"),
-    ({"price": "Infinity"}, "40001", "positive finite"),
-    ({"price": "abc"}, "40001", "not a decimal"),
-    ({"price": 99.0}, "40001", "decimal string"),
-    ({"price": "99.05"}, "40001", "tick 0.1"),
-    ({"size": "0.0005"}, "40001", "lot 0.001"),
-    ({"size": None}, "40001", "size is missing"),
+    ({"symbol": "DOGEUSDT"}, "40034", "DOGEUSDT does not exist"),
+    ({"symbol": None}, "40019", "symbol cannot be empty"),
+    ({"side": "long"}, "40020", "side error"),
+    ({"orderType": "stop"}, "40020", "orderType"),
+    ({"force": "day"}, "40020", "force"),
+    ({"force": ""}, "40019", "force cannot be empty"),
+    ({"price": "-1"}, "40020", "positive"),
+    ({"price": "0"}, "40020", "positive"),
+    ({"price": "NaN"}, "40020", "positive finite"),
+    ({"price": "Infinity"}, "40020", "positive finite"),
+    ({"price": "abc"}, "40020", "not a decimal"),
+    ({"price": 99.0}, "40020", "decimal string"),
+    ({"price": "99.05"}, "41103", "tick 0.1"),
+    ({"size": "0.0005"}, "40808", "lot=0.001"),
+    ({"size": None}, "40019", "size cannot be empty"),
     ({"price": "100000.0", "size": "11"}, "43012", "notional"),
-    ({"clientOid": "x" * 65}, "40001", "clientOid"),
-    ({"clientOid": "bad\noid"}, "40001", "clientOid"),
+    ({"clientOid": "x" * 65}, "40020", "clientOid"),
+    ({"clientOid": "bad\noid"}, "40020", "clientOid"),
 ])
 def test_bad_orders_are_refused_with_the_venues_code_and_change_nothing(eng, change, code, words):
     body = order(price="99.0")
@@ -326,3 +327,66 @@ def test_a_failing_order_side_hook_is_counted_and_the_market_goes_on():
     stats, failures = asyncio.run(go())
     assert stats["book_events"] == 5 and stats["listener_errors"] >= 5
     assert failures and failures[0] == "RuntimeError: boom"
+
+
+# -- market orders ------------------------------------------------------------------------------
+
+
+def market(side: str, size: str, **kw) -> dict:
+    return {"symbol": "BTCUSDT", "side": side, "orderType": "market", "size": size, **kw}
+
+
+def test_a_market_buy_spends_its_quote_size_in_whole_lots_level_by_level(eng):
+    # asks 100.1 x 1, 100.2 x 2, 100.5 x 5 (lot 0.001): 300.85 USDT buys 1 at 100.1, then
+    # 200.75 / 100.2 = 2.003 -> 2 (the level holds 2), then 0.35 / 100.5 = 0.00348 -> 0.003
+    o = eng.place(market("buy", "300.85", force="GTC"))
+    assert [(f.price, f.size) for f in eng.fills] == [(D("100.1"), D("1")), (D("100.2"), D("2")),
+                                                       (D("100.5"), D("0.003"))]
+    assert (o.status, o.filled, o.order_type, o.size_text) == (STATUS_FILLED, D("3.003"), "market", "300.85")
+    j = o.to_json()
+    assert (j["orderType"], j["size"], j["baseVolume"], j["price"], j["orderSource"]) == \
+        ("market", "300.85", "3.003", "0", "market")
+    assert eng.book_checks == {"orders_valid": 0, "orders_invalid": 0}  # a market order is not a quote
+
+
+def test_a_market_sell_takes_what_is_shown_and_the_rest_is_cancelled(eng):
+    o = eng.place(market("sell", "4"))  # bids 99.9 x 1, 99.8 x 2
+    assert (o.status, o.filled, eng.position("BTCUSDT")) == (STATUS_CANCELLED, D("3"), D("-3"))
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    (market("buy", "0.1"), "45110"),  # less than one lot (0.001) at 100.1
+    (market("buy", "0.0001"), "45110"),
+    (market("sell", "0.0005"), "40808"),  # a sell is sized in base lots
+])
+def test_a_market_order_that_fills_nothing_is_refused(eng, body, code):
+    with pytest.raises(OrderRejected) as e:
+        eng.place(body)
+    assert e.value.code == code and eng.orders == {} and eng.fills == []
+
+
+def test_a_market_order_is_restored_from_the_account_records(book, clock):
+    records = []
+    first = OrderEngine(RULES, book.levels, clock, on_event=records.append)
+    first.restore([{"t": "account", "account_id": "7", "created_ms": T0_MS}])
+    first.place(market("buy", "150.2", clientOid="m1"))
+    again = OrderEngine(RULES, book.levels, clock)
+    again.restore([{"t": "account", "account_id": "7", "created_ms": T0_MS}, *records])
+    a, b = first.order(client_oid="m1"), again.order(client_oid="m1")
+    assert a.to_json() == b.to_json() and b.order_type == "market" and b.size == D("1.5")
+
+
+def test_batches_place_and_cancel_each_entry_as_its_single_request_would(eng):
+    from pipeline.venue.batch import MAX_BATCH, cancel_batch, place_batch
+
+    placed, refused = place_batch(eng, "BTCUSDT", [order(coid="b1"), order(price="99.05", coid="b2"),
+                                                   order(coid="b1"), order(symbol="ETHUSDT", price="9.9", coid="b3")])
+    assert [o.client_oid for o in placed] == ["b1", "b3"]
+    assert [(e["clientOid"], exc.code) for e, exc in refused] == [("b2", "41103"), ("b1", "43118")]
+    done, refused = cancel_batch(eng, "BTCUSDT", [{"clientOid": "b1"}, {"orderId": "1"},
+                                                 {"clientOid": "b3", "symbol": "ETHUSDT"}])
+    assert [o.client_oid for o in done] == ["b1", "b3"] and [exc.code for _, exc in refused] == ["43001"]
+    for bad in ([], [order()] * (MAX_BATCH + 1), "x", [1]):
+        with pytest.raises(OrderRejected) as e:
+            place_batch(eng, "BTCUSDT", bad)
+        assert e.value.code == "40020"

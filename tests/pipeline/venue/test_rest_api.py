@@ -10,6 +10,7 @@ import pytest
 from pipeline.trading.bitget.signing import Credentials
 from pipeline.venue.http_wire import HttpRequest
 from pipeline.venue.orders import OrderEngine
+from pipeline.venue.public import PUBLIC_ROUTES
 from pipeline.venue.rest_api import (
     ACCOUNT_INFO,
     ADJUST_POSITION,
@@ -42,10 +43,10 @@ def _call(api: RestApi, req: HttpRequest) -> tuple[int, dict]:
     return status, orjson.loads(raw)
 
 
-def test_every_route_has_one_handler_and_only_place_and_cancels_are_rate_limited():
+def test_every_route_has_one_handler_and_the_order_changing_ones_take_the_latency():
     api = _api()
-    assert set(api._handlers) == set(ROUTES)
-    assert RATE_LIMITED == {p for p in ROUTES if "cancel" in p or p == PLACE}
+    assert set(api._handlers) | set(PUBLIC_ROUTES) == set(ROUTES) and not set(api._handlers) & set(PUBLIC_ROUTES)
+    assert RATE_LIMITED == {p for p in ROUTES if "cancel" in p or p.endswith(("place-order", "batch-orders"))}
     assert all(ROUTES[p] == "POST" for p in RATE_LIMITED)
 
 
@@ -100,3 +101,18 @@ def test_the_token_bucket_refills_at_its_rate_and_caps_at_its_burst():
     assert b.allow("other", 0)  # per key
     assert b.allow("k", 500_000_000) and not b.allow("k", 500_000_000)
     assert [b.allow("k", 100_000_000_000) for _ in range(3)] == [True, True, False]
+
+
+def test_batch_place_and_cancel_answer_success_and_failure_lists_with_the_exchanges_codes():
+    api = _api()
+    good = {"side": "buy", "orderType": "limit", "force": "GTC", "price": "99.0", "size": "1", "clientOid": "b1"}
+    status, doc = _call(api, _request("POST", "/api/v2/spot/trade/batch-orders", {"symbol": "BTCUSDT", "orderList": [
+        good, {**good, "clientOid": "b2", "price": "99.05"}, {**good, "clientOid": "b1"}]}))
+    assert status == 200 and [o["clientOid"] for o in doc["data"]["successList"]] == ["b1"]
+    assert [(f["clientOid"], f["errorCode"]) for f in doc["data"]["failureList"]] == [("b2", "41103"), ("b1", "43118")]
+    status, doc = _call(api, _request("POST", "/api/v2/spot/trade/batch-cancel-order", {
+        "symbol": "BTCUSDT", "orderList": [{"clientOid": "b1"}, {"clientOid": "b1"}]}))
+    assert [o["clientOid"] for o in doc["data"]["successList"]] == ["b1"]
+    assert [f["errorCode"] for f in doc["data"]["failureList"]] == ["43001"]
+    status, doc = _call(api, _request("POST", "/api/v2/spot/trade/batch-orders", {"symbol": "BTCUSDT", "orderList": []}))
+    assert (status, doc["code"]) == (400, "40020") and api.stats["bad_requests"] == 1

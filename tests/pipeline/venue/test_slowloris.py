@@ -38,7 +38,8 @@ class Venue(VenueStack):
     def __init__(self, tmp_path, **server_kwargs) -> None:
         rules = {"BTCUSDT": InstrumentRules("BTCUSDT", D("0.1"), D("0.0001"))}
         super().__init__(paper_credentials(tmp_path / "paper.json"), lambda: time.time_ns() // 1_000_000,
-                         rules=rules, name="test-venue-slowloris", server_kwargs=server_kwargs)
+                         rules=rules, name="test-venue-slowloris", server_kwargs=server_kwargs,
+                         api_kwargs={"rate_limit_per_s": 10_000.0})  # connections are tested here, not rates
         self.sockets: list[socket.socket] = []
 
     @property

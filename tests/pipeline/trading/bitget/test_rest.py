@@ -152,3 +152,37 @@ def test_parse_orders_fills_and_cancelled():
                                            (0.30000000000000004, 0.1, "0.3"), (5.0, 5.0, "5"), (1e-08, 1e-08, "0.00000001")])
 def test_fmt_decimal(x, step, text):
     assert rest.fmt_decimal(x, step) == text
+
+
+# ------------------------------------------------------------------------------- the venue's codes
+#: every code the sender distinguishes, spot and mix, with what it must mean (fixed here, not read back)
+EXPECTED_CODES = {
+    "00000": rest.CodeClass.OK, "40001": rest.CodeClass.MALFORMED, "40006": rest.CodeClass.AUTH,
+    "40008": rest.CodeClass.AUTH, "40009": rest.CodeClass.AUTH, "40012": rest.CodeClass.AUTH,
+    "40034": rest.CodeClass.BAD_SYMBOL, "429": rest.CodeClass.RATE_LIMIT, "43001": rest.CodeClass.NO_ORDER,
+    "43012": rest.CodeClass.FUNDS, "43027": rest.CodeClass.POST_ONLY, "43118": rest.CodeClass.DUPLICATE,
+    "45110": rest.CodeClass.FUNDS, "50000": rest.CodeClass.INTERNAL,
+    "22001": rest.CodeClass.NO_ORDER, "22002": rest.CodeClass.NO_POSITION, "40109": rest.CodeClass.NO_ORDER,
+    "40768": rest.CodeClass.NO_ORDER, "40786": rest.CodeClass.DUPLICATE, "40762": rest.CodeClass.FUNDS,
+    "40774": rest.CodeClass.POSITION_MODE, "40020": rest.CodeClass.MALFORMED,
+}
+
+
+def test_every_code_is_mapped_to_its_meaning():
+    assert {c: k for c, (k, _) in rest.CODES.items()} == EXPECTED_CODES
+    assert all(rest.CODES[c][1] for c in EXPECTED_CODES)  # each has its text
+    assert rest.code_class("99999") is None
+    assert rest.NO_ORDER_CODES == {"43001", "22001", "40109", "40768"}
+    assert rest.DUPLICATE_OID_CODES == {"43118", "40786"}
+
+
+@pytest.mark.parametrize("code", sorted(EXPECTED_CODES))
+def test_every_code_classifies_as_the_sender_acts_on_it(code):
+    body = orjson.dumps({"code": code, "msg": "m", "data": None})
+    status = 429 if code == "429" else 500 if code == "50000" else 200 if code == "00000" else 400
+    res = rest.classify_response(status, body)
+    want = {rest.CodeClass.OK: Outcome.OK, rest.CodeClass.RATE_LIMIT: Outcome.RETRYABLE,
+            rest.CodeClass.INTERNAL: Outcome.RETRYABLE}.get(EXPECTED_CODES[code], Outcome.REJECTED)
+    assert (res.outcome, res.code) == (want, code)
+    assert rest.classify_response(200, body).outcome is (Outcome.RETRYABLE if code == "429" else want
+                                                         if code != "50000" else Outcome.REJECTED)

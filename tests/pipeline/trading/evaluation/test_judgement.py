@@ -67,3 +67,19 @@ def test_fast_path_verdicts_read_results_and_say_it_in_words():
     assert "risk_adjusted_lift" in v["judged_on"] and "net P&L after fees" in v["judged_on"]
     missing = fast_path_verdicts([_market(1, {"on": (1.0, 1.0)})], on="on", off="off")
     assert missing["net_pnl"]["n"] == 0 and missing["statement"].startswith("The fast path is INCONCLUSIVE")
+
+
+def test_planner_verdicts_judge_each_depth_variant_against_its_simple_twin_higher_is_better():
+    from pipeline.trading.evaluation.judgement import planner_verdicts
+
+    def market(s):
+        rows = {"d": {"net_pnl": 1.0 + s, "fill_rate": 0.2, "slippage": {"mean_bps": -5.0 - s}},
+                "s": {"net_pnl": 0.5 + s, "fill_rate": 0.4 + s / 100, "slippage": {"mean_bps": -1.0}}}
+        return {"seed": s, "variants": [{"name": n, **r} for n, r in rows.items()]}
+
+    markets = [market(s) for s in range(5)]
+    v = planner_verdicts(markets, [("d", "s"), ("x", "s")])  # x is in no market: left out
+    assert [(c["a"], c["b"], c["measure"].split(" (")[0], c["outcome"]) for c in v] == [
+        ("d", "s", "net P&L after fees", A_BETTER), ("d", "s", "fill rate", B_BETTER),
+        ("d", "s", "price improvement against the arrival mid", A_BETTER)]  # -5 - s bps costs less than -1
+    assert planner_verdicts(markets[:1], [("d", "s")])[0]["outcome"] == INCONCLUSIVE  # one seed cannot judge

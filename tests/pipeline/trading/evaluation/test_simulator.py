@@ -205,3 +205,38 @@ def test_quoting_with_the_fast_path_on_and_off_differ_when_an_emergency_comes():
     assert through["would_fill"] == 1 and through["markouts"][1000]["sum_ticks"] == pytest.approx(-1.0)
     assert through["markouts"][1000]["adverse_quote"] == pytest.approx(0.1)
     assert m_on["fill_rate"] == 0.0 and m_off["fill_rate"] > 0
+
+
+@pytest.mark.parametrize("ask_sz, placed", [(5.0, 1), (1.0, 0)])
+def test_the_depth_aware_planner_sees_the_books_depth_and_slippage_is_taken_against_the_arrival_mid(ask_sz, placed):
+    """A LEAN_BUY of 1 lot at T0 (bid 100.0 / ask 100.2, mid 100.1): the buy would rest at 100.0, one tick
+    under the mid, so the asks within one tick above it count: 5 > 1.2 opens the gate at once, 1 does
+    not (and no later book shows more: the parent waits, then expires). The fill at 100.0 is one tick,
+    0.1 / 100.1 = 9.99 bps, better than the arrival mid: slippage -1 tick."""
+    from pipeline.trading.risk.execution import ExecutionParams
+
+    tape = Tape((INS,), [book(T0, 100.0, 5, 100.2, ask_sz, 1), trade(T0 + 10 * MS, 100.0, 3, 1),
+                         book(T0 + 2000 * MS, 100.0, 5, 100.2, ask_sz, 2)])
+    table, d = one_buy(tape, 0)
+    p = SimParams(order_latency_ns=100_000, exec_latency_ns=100_000, fees=None, queue_model=False, capital=1000.0)
+    run = VariantRun(tape, table, marks_of(table), d, LIMITS, p, execution=ExecutionParams(planner="depth"))
+    res = run.run()
+    assert res.metrics["planner"] == "depth" and run.ex.counts["placed"] == placed
+    parents = res.counts["parents"]
+    if placed:
+        assert parents == {"FILLED": 1, "SUBMITTED": 1, "WAIT_LIQUIDITY": 1}
+        s = res.metrics["slippage"]
+        assert s["fills"] == 1 and s["mean_ticks"] == pytest.approx(-1.0)
+        assert s["mean_bps"] == pytest.approx(-0.1 / 100.1 * 1e4)
+    else:
+        assert parents == {"EXPIRED": 1, "WAIT_LIQUIDITY": 1} and res.metrics["slippage"]["fills"] == 0
+
+
+def test_the_simple_planner_ignores_depth_and_is_the_default():
+    tape = Tape((INS,), [book(T0, 100.0, 5, 100.2, 1.0, 1), trade(T0 + 10 * MS, 100.0, 3, 1)])
+    table, d = one_buy(tape, 0)
+    p = SimParams(order_latency_ns=100_000, exec_latency_ns=100_000, fees=None, queue_model=False, capital=1000.0)
+    run = VariantRun(tape, table, marks_of(table), d, LIMITS, p)
+    res = run.run()
+    assert res.metrics["planner"] == "simple" and run.ex.counts["placed"] == 1 and "parents" not in res.counts
+    assert res.metrics["slippage"]["mean_ticks"] == pytest.approx(-1.0)

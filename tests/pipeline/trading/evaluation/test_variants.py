@@ -108,7 +108,7 @@ def test_the_quoting_scenario_and_the_controls(cfg):
     """The defaults: the directional model and its three controls, then the quoting scenario with the
     fast path on and off and its two controls; quoting keeps the risk process's lean_lots as it is."""
     assert DEFAULT_VARIANTS == ("model", "hold", "imbalance", "random", "quote-model", "quote-off", "quote-imbalance",
-                                "quote-random")
+                                "quote-random", "model-depth", "imbalance-depth")
     on, off = parse_variant("quote-model", cfg), parse_variant("quote-off", cfg)
     assert (on.kind, on.quote, on.fast, on.quote_lots, on.lean_lots) == ("onnx", True, True, 1, 3)
     assert (off.kind, off.quote, off.fast) == ("onnx", True, False)
@@ -141,3 +141,16 @@ def test_the_synthetic_market_comes_from_the_venue_s_param(tmp_path):
     assert synthetic_params("calibrated") == CALIBRATED and synthetic_params("default") == SyntheticParams()
     with pytest.raises(EvaluationError, match="market 'real' is not one of calibrated, default"):
         synthetic_params("real")
+
+
+def test_the_planner_key_picks_the_risk_gateways_planner_and_defaults_to_the_risk_processs(cfg, tmp_path):
+    assert cfg.planner == "simple" and parse_variant("m=kind=onnx", cfg).planner == "simple"
+    assert parse_variant("m=kind=onnx,planner=depth", cfg).planner == "depth"
+    assert parse_variant("model-depth", cfg).planner == "depth" and parse_variant("imbalance-depth", cfg).rule == \
+        "imbalance"
+    with pytest.raises(EvaluationError, match="'m': planner='fast' must be simple or depth"):
+        parse_variant("m=kind=rule,rule=hold,planner=fast", cfg)
+    p = tmp_path / "d.toml"
+    p.write_text(CONFIG.replace("lean_lots = 3", "lean_lots = 3\n[processes.params.execution]\nplanner = \"depth\""))
+    depth_cfg = PipelineConfig.load(p)
+    assert depth_cfg.risk_execution == {"planner": "depth"} and parse_variant("hold", depth_cfg).planner == "depth"

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.trading.features import FEATURE_LAYOUT_VERSION
+from pipeline.trading.features import F_BASIS_AVAILABLE, F_HIDDEN_AVAILABLE, FEATURE_LAYOUT_VERSION, feature_names
 from pipeline.trading.messages import Label
 from pipeline.trading.model import build, main
 from pipeline.trading.model.card import BOUNDS_KEY, META_KEY, card_path, check_card, input_bounds
@@ -70,6 +70,25 @@ def test_the_model_its_card_and_its_report_are_written_beside_each_other(built):
             "random"} <= set(rows)
     assert rows["hold"]["fills"] == 0 and rows["quote-off"]["emergency_cancelled"] == 0
     assert "## Trading the market (the offline evaluation)" in text and "| quote-model |" in text
+    feat = card["features"]  # the synthetic market has no non-displayed executions and no perpetual
+    assert feat["names"] == feature_names() and feat["available_share_train"] == {"hidden_orders": 0.0, "basis": 0.0}
+    assert {"HIDDEN_AVAILABLE", "HIDDEN_SHARE", "BASIS_AVAILABLE", "BASIS_Z", "RESERVED_0"} <= set(
+        feat["constant_in_training"])
+    assert "hidden-order strength available on 0.0%, the spot-perpetual basis on 0.0%" in text
+    assert "HIDDEN_AVAILABLE, HIDDEN_VOLUME_RATE, HIDDEN_SHARE, HIDDEN_TO_TOUCH, BASIS_AVAILABLE" in text
+
+
+def test_rows_with_inputs_the_training_market_never_had_are_held_by_the_guard(built):
+    """Trained where no venue reports hidden executions and no pair is configured, the model meets rows
+    that have them (an ITCH venue; a spot-perpetual pair): out of range, HOLD."""
+    m, _ = built
+    th, bounds = m.card["thresholds"], input_bounds(m.card)
+    own = synthetic_series(SMALL, 20, 300, seed=99)
+    for slot in (F_HIDDEN_AVAILABLE, F_BASIS_AVAILABLE):
+        X = own.X.copy()
+        X[:, slot] = 1.0
+        lab, flags = model_decisions(m, X, th, bounds)
+        assert (flags == 8).all() and (lab == Label.HOLD).all()
 
 
 def test_thresholds_come_from_the_validation_split_and_are_scored_as_deployed(built):

@@ -170,7 +170,10 @@ def test_the_mirror_image_swaps_bids_and_asks_and_the_lean_labels():
     X[0, f.F_BID_SIZE_0 + 1], X[0, f.F_ASK_SIZE_0] = 3.0, 7.0
     X[0, f.F_IMBALANCE_5], X[0, f.F_OFI], X[0, f.F_RETURN_BPS] = 0.25, -4.0, 1.5
     X[0, f.F_DEPTH_BID], X[0, f.F_DEPTH_ASK], X[0, f.F_VPIN], X[0, f.F_SPREAD_TICKS] = 10.0, 20.0, 0.4, 1.0
+    X[0, f.F_BASIS_BPS], X[0, f.F_BASIS_Z], X[0, f.F_HIDDEN_SHARE], X[0, f.F_BASIS_AGE_MS] = 3.0, -1.25, 0.3, 40.0
     Xm, ym = mirror_rows(X, np.array([H, B, S, E])[:1])
+    assert (Xm[0, f.F_BASIS_BPS], Xm[0, f.F_BASIS_Z], Xm[0, f.F_HIDDEN_SHARE], Xm[0, f.F_BASIS_AGE_MS]) == (
+        -3.0, 1.25, np.float32(0.3), 40.0)
     assert Xm[0, f.F_ASK_DIST_0] == 0.5 and Xm[0, f.F_BID_DIST_0 + 2] == 2.5
     assert Xm[0, f.F_ASK_SIZE_0 + 1] == 3.0 and Xm[0, f.F_BID_SIZE_0] == 7.0
     assert (Xm[0, f.F_IMBALANCE_5], Xm[0, f.F_OFI], Xm[0, f.F_RETURN_BPS]) == (-0.25, 4.0, -1.5)
@@ -189,7 +192,9 @@ def test_the_same_market_stepped_at_1_ms_and_20_ms_differs_only_in_the_pace_depe
     fast = synthetic_series(p, 1, 1_500, seed=5, warmup_ms=0)
     slow = synthetic_series(p, 20, 1_500, seed=5, warmup_ms=0)
     differ = {k for k in range(128) if not np.array_equal(fast.X[:, k], slow.X[:, k])}
-    assert differ == set(PACE_DEPENDENT_SLOTS)
+    # the synthetic market has no non-displayed executions and no perpetual: those two stay 0 at every pace
+    assert differ == set(PACE_DEPENDENT_SLOTS) - {f.F_HIDDEN_VOLUME_RATE, f.F_BASIS_AGE_MS}
+    assert not fast.X[:, f.F_HIDDEN_AVAILABLE:f.F_RESERVED_0].any()
     assert np.array_equal(fast.mid_ticks, slow.mid_ticks)
     assert (fast.X[:, f.F_BOOK_INTERVAL_MS] == 1.0).all() and (slow.X[:, f.F_BOOK_INTERVAL_MS] == 20.0).all()
     ratio = fast.X[500:, f.F_TRADE_INTENSITY].mean() / slow.X[500:, f.F_TRADE_INTENSITY].mean()

@@ -74,7 +74,8 @@ def test_a_row_outside_the_bounds_is_named_by_its_worst_slot():
     assert bad.tolist() == [False, True, True, False]
     assert worst.tolist() == [-1, f.F_DEPTH_BID, 7, -1]
     assert slot_name(f.F_DEPTH_BID) == "F_DEPTH_BID" and slot_name(f.F_BID_SIZE_0 + 3) == "F_BID_SIZE_3"
-    assert slot_name(127) == "F_RESERVED_41" and slot_name(500) == "slot_500"
+    assert slot_name(127) == "F_RESERVED_33" and slot_name(500) == "slot_500"
+    assert slot_name(f.F_HIDDEN_SHARE) == "F_HIDDEN_SHARE" and slot_name(f.F_BASIS_Z) == "F_BASIS_Z"
 
 
 def test_unbounded_bounds_refuse_only_nan():

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pipeline.trading.bitget.rest import VenueFill
+import pytest
+
+from pipeline.runtime.config import InstrumentConfig
+from pipeline.trading.bitget.orderapi import OrderApi
+from pipeline.trading.bitget.rest import Outcome, Result, VenueFill
+from pipeline.trading.bitget.signing import Credentials
 from pipeline.trading.messages import ExecType, client_oid
 from pipeline.trading.sender.lane import QUERY
 from pipeline.trading.sender.queries import VenueQueries
@@ -70,3 +75,34 @@ def test_one_orders_fills_do_not_move_the_fills_polls_cursor_past_anothers_unpol
     q.ingest([fill(20, 1), fill(21, 2)], None)  # the next poll: 1's fill is there, 2's is not reported twice
     assert ledger.last_trade_id == 21 and [t for t in reports.types() if t[0] == ExecType.FILLED] == [
         (ExecType.FILLED, 2), (ExecType.FILLED, 1)]
+
+
+def test_a_perpetuals_fill_without_a_client_oid_is_matched_by_the_venue_order_id(ledger, stats, log):
+    ledger.record(intent(1))
+    ledger.record({"t": "state", "oid": 1, "status": "live", "vid": "v77"})
+    q, reports, _, _ = queries_of(ledger, stats, log)
+    mix_fill = VenueFill(tradeId=21, orderId="v77", clientOid="", symbol="BTCUSDT", side="buy", priceAvg=100.0,
+                         size=0.01, cTime=1_700_000_000_000)
+    stranger = VenueFill(tradeId=22, orderId="v99", clientOid="", symbol="BTCUSDT", side="buy", priceAvg=100.0,
+                         size=0.01, cTime=1_700_000_000_000)
+    q.ingest([mix_fill, stranger], None)
+    assert reports.types() == [(ExecType.FILLED, 1)] and ledger.orders[1].filled == 0.01 and stats["fills"] == 1
+
+
+def test_the_fills_poll_asks_each_product_after_the_same_cursor_and_advances_to_the_newest(ledger, stats, log):
+    spot = InstrumentConfig(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001)
+    perp = InstrumentConfig(id=2, symbol="ETHUSDT", tick_size=0.01, lot_size=0.001, product_type="USDT-FUTURES",
+                            contract_size=0.001)
+    q, _, _, _ = queries_of(ledger, stats, log)
+    q.api = OrderApi(Credentials("k", "s", "p"), {1: spot, 2: perp})
+    ledger.last_trade_id = 10
+    gen = q.poll_fills_gen()
+    first = next(gen)
+    assert first.target == "/api/v2/spot/trade/fills?idGreaterThan=10"
+    second = gen.send(Result(Outcome.OK, 200, "00000", "", [fill(14, None)]))
+    assert second.target == "/api/v2/mix/order/fills?idGreaterThan=10&productType=USDT-FUTURES"
+    with pytest.raises(StopIteration) as stop:
+        gen.send(Result(Outcome.OK, 200, "00000", "", {"fillList": [
+            {"tradeId": "12", "orderId": "x", "symbol": "ETHUSDT", "side": "sell", "price": "10", "baseVolume": "1"}]}))
+    assert stop.value.value is True
+    assert ledger.last_trade_id == 14

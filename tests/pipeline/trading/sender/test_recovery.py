@@ -3,6 +3,7 @@ open, or that has fills after the journal's last trade id, and that the journal 
 
 from __future__ import annotations
 
+from pipeline.runtime.config import InstrumentConfig
 from pipeline.trading.bitget.rest import Outcome, Result
 from pipeline.trading.bitget.signing import Credentials
 from pipeline.trading.messages import client_oid
@@ -105,3 +106,38 @@ def test_an_unanswered_request_ends_the_attempt_and_a_retry_adopts_once(ledger, 
     assert venue.run(rec.adopt_gen()) is False and set(ledger.orders) == {7}
     venue.refuse = ""
     assert venue.run(rec.adopt_gen()) and set(ledger.orders) == {7, 8} and stats["adopted"] == 2
+
+
+class MixVenue:
+    """The mix endpoints of one perpetual: orders-pending (none open), fills without clientOid, detail."""
+
+    def __init__(self, orders, fills):
+        self.orders, self.fills, self.asked = orders, fills, []
+
+    def answer(self, req) -> Result:
+        endpoint = req.path.rsplit("/", 1)[-1]
+        q = dict(kv.split("=", 1) for kv in req.query.split("&") if kv)
+        self.asked.append((endpoint, q))
+        if endpoint == "orders-pending":
+            return Result(Outcome.OK, 200, "00000", "", {"entrustedList": None})
+        if endpoint == "fills":
+            rows = [{"tradeId": str(f["tradeId"]), "orderId": f["orderId"], "symbol": "ETHUSDT", "side": "buy",
+                     "price": "99.5", "baseVolume": "0.01"} for f in self.fills]
+            return Result(Outcome.OK, 200, "00000", "", {"fillList": rows})
+        (o,) = [o for o in self.orders if o["orderId"] == q.get("orderId")]
+        return Result(Outcome.OK, 200, "00000", "", {**o, "state": o["status"]})
+
+    run = Venue.run
+
+
+def test_a_perpetuals_lost_order_behind_a_fill_is_found_by_its_venue_order_id(ledger, stats, log):
+    perp = InstrumentConfig(id=2, symbol="ETHUSDT", tick_size=0.01, lot_size=0.001, product_type="USDT-FUTURES",
+                            contract_size=0.001)
+    rec = WindowRecovery(ledger, Credentials("k", "s", "p"), {2: perp}, lambda: WALL_MS, stats, log)
+    order = {**venue_order(5, "filled", symbol="ETHUSDT", filled="0.02"), "orderId": "v5"}
+    venue = MixVenue([order], [{"tradeId": 40, "orderId": "v5"}])
+    assert venue.run(rec.adopt_gen())
+    assert [e for e, _ in venue.asked] == ["orders-pending", "fills", "detail"]
+    assert venue.asked[2][1] == {"orderId": "v5", "productType": "USDT-FUTURES", "symbol": "ETHUSDT"}
+    o = ledger.orders[5]
+    assert (o.status, o.vid, o.iid) == ("filled", "v5", 2) and stats["adopted"] == 1
