@@ -16,7 +16,9 @@ TINY_GGUF := models/generated/tiny.gguf
 PAPER_KEY := secrets/paper.json
 OPS_TOKEN := secrets/ops.token
 
-setup: $(STAMP) $(MODEL) $(MODEL_CARD) $(TINY_GGUF) $(PAPER_KEY) $(OPS_TOKEN)
+LLM_GGUF  := models/generated/SmolLM2-135M-Instruct.Q4_0.gguf
+
+setup: $(STAMP) $(MODEL) $(MODEL_CARD) $(TINY_GGUF) $(LLM_GGUF) $(PAPER_KEY) $(OPS_TOKEN)
 
 # The fast path's default model and its card beside it (models/generated/fast.card.json: the fast stage
 # refuses a model without one), trained on the calibrated synthetic market (a few minutes: stepping the
@@ -28,6 +30,11 @@ $(MODEL) $(MODEL_CARD) &: $(MODEL_SRC) | $(STAMP)
 # The tests' LLM stand-in: a tiny random-weight GGUF (well under 1 MB), written by the gguf package.
 $(TINY_GGUF): | $(STAMP)
 	$(PY) -m pipeline.trading.llm.tinymodel $(TINY_GGUF)
+
+# The llm stage's default model: the wheel's SmolLM2 GGUF (Q4_1) stored as Q4_0, which llama.cpp evaluates
+# several times faster on a CPU (pipeline.trading.llm.requant; bench.llm compares the two). Seconds.
+$(LLM_GGUF): pipeline/trading/llm/requant.py | $(STAMP)
+	$(PY) -m pipeline.trading.llm.requant $(LLM_GGUF)
 
 # A random key for the paper venue (0600); the order sender signs with it, the venue verifies it.
 $(PAPER_KEY): | $(STAMP)

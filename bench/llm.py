@@ -13,7 +13,11 @@ Rows, in one run:
 - ``production``: prefix reuse and fast-forward (text the grammar forces evaluated without sampling),
   ``--n`` decisions (at least 200 for the figures);
 - ``no fast-forward``: every answer token sampled (``--n-peers`` decisions);
-- ``no prefix reuse``: the system turn evaluated again every time (``--n-peers``).
+- ``no prefix reuse``: the system turn evaluated again every time (``--n-peers``);
+- ``packaged Q4_1``: the wheel's own file (``modelfile.PACKAGED_MODEL``), of which the default model is
+  the Q4_0 copy setup derives (``pipeline.trading.llm.requant``), on the production row's first
+  ``--n-compare`` prompts: what the faster type costs in answers, as the share of prompts both answer
+  with the same action, and with the same whole answer (action, position, offset, confidence).
 
 Per row: prompt tokens, prompt tokens evaluated (the first decision, which evaluates the system turn,
 is shown apart and left out of the steady figures), tokens sampled and forced per answer, wall time
@@ -34,12 +38,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from bench import report
 from pipeline.runtime.config import InstrumentConfig
 from pipeline.trading.llm.hub import LlmHub, LlmParams
-from pipeline.trading.llm.modelfile import DEFAULT_MODEL
+from pipeline.trading.llm.modelfile import DEFAULT_MODEL, PACKAGED_MODEL
 from pipeline.trading.llm.prompt import PositionView, example_signal
 from pipeline.trading.llm.tinymodel import write_tiny_gguf
 
@@ -59,7 +64,7 @@ def run(model: str, n: int, name: str, **kw) -> dict:
     """``n`` decisions on one hub with ``LlmParams(model_path=model, **kw)``: the row's figures."""
     hub = LlmHub(LlmParams(model_path=model, **kw), INSTRUMENTS)
     try:
-        wall, cpu, pt, pe, gen, forced, acts, reasons = [], [], [], [], [], [], Counter(), Counter()
+        wall, cpu, pt, pe, gen, forced, acts, reasons, answers = [], [], [], [], [], [], Counter(), Counter(), []
         for i in range(n):
             sig = example_signal(i, instrument_id=1 + i % 2, feature_seq=i)
             t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
@@ -73,6 +78,7 @@ def run(model: str, n: int, name: str, **kw) -> dict:
             reasons[out.reason or "valid"] += 1
             if out.ok:
                 acts[out.decision.act] += 1
+            answers.append(msgspec.to_builtins(out.decision) if out.ok else None)
         steady = slice(1, None) if n > 1 else slice(None)
         p50, p99 = report.hdr_us(wall[steady], (50.0, 99.0))
         return {"row": name, "model": hub.model_name, "n": n, "params": kw, "system_tokens": len(hub.sys_tokens),
@@ -82,9 +88,22 @@ def run(model: str, n: int, name: str, **kw) -> dict:
                 "prompt_tokens": round(float(np.mean(pt)), 1), "prompt_evaluated": round(float(np.mean(pe[steady])), 1),
                 "sampled_tokens": round(float(np.mean(gen)), 2), "forced_tokens": round(float(np.mean(forced)), 2),
                 "valid_pct": round(100.0 * reasons["valid"] / n, 2), "truncated_pct": round(100.0 * reasons["truncated"] / n, 2),
-                "reasons": dict(reasons), "actions": dict(acts)}
+                "reasons": dict(reasons), "actions": dict(acts), "answers": answers}
     finally:
         hub.close()
+
+
+def agreement(a: list, b: list) -> dict:
+    """How often two rows answered alike on the same prompts (``answers`` of ``run``, position by
+    position over the shorter): the same action, and the same whole answer (action, position, offset,
+    confidence); a prompt either one failed counts as a disagreement."""
+    pairs = list(zip(a, b))
+    n = len(pairs)
+    same_act = sum(1 for x, y in pairs if x and y and x["act"] == y["act"])
+    same = sum(1 for x, y in pairs if x and y and {k: x[k] for k in ("act", "lots", "off", "conf")}
+               == {k: y[k] for k in ("act", "lots", "off", "conf")})
+    return {"n": n, "same_action_pct": round(100.0 * same_act / n, 1) if n else None,
+            "same_answer_pct": round(100.0 * same / n, 1) if n else None}
 
 
 def verdicts(prod: dict) -> list[str]:
@@ -112,7 +131,14 @@ def markdown(machine: dict, model: str, runs: list[dict], kw: dict) -> list[str]
     md += ["", "Sampled: answer tokens the model chose; forced: the keys and punctuation the grammar leaves no choice "
            "on, evaluated in one batch with the token before them (0 without fast-forward). CPU: the deciding "
            "thread's own CPU time.", "",
-           f"Actions answered (production row): {first['actions']}; outcomes: {first['reasons']}.", "",
+           f"Actions answered (production row): {first['actions']}; outcomes: {first['reasons']}.", ""]
+    cmp = next((r for r in runs if r.get("agreement")), None)
+    if cmp:
+        ag = cmp["agreement"]
+        md += [f"Packaged Q4_1 against the production row's model on the same {ag['n']} prompts: the same action "
+               f"{ag['same_action_pct']:g} %, the same whole answer (action, position, offset, confidence) "
+               f"{ag['same_answer_pct']:g} %; actions {cmp['actions']}.", ""]
+    md += [
            f"## Against the goal (fixed before the run: wall p50 <= {GOAL_P50_MS:.0f} ms, 100 % validated, "
            f"0 truncated, >= {GOAL_MIN_N} decisions)", ""] + verdicts(first)
     return md
@@ -123,6 +149,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL, help="a GGUF path or package:<distribution>/<file>")
     ap.add_argument("--n", type=int, default=GOAL_MIN_N, help="decisions of the production row")
     ap.add_argument("--n-peers", type=int, default=50, help="decisions of each comparison row (0: none)")
+    ap.add_argument("--n-compare", type=int, default=100,
+                    help="prompts of the packaged-Q4_1 row (0: none; only when --model is the default)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--n-ctx", type=int, default=1024)
@@ -135,6 +163,10 @@ def main(argv=None) -> int:
     kw = {"n_threads": a.threads, "n_gpu_layers": a.n_gpu_layers, "n_ctx": a.n_ctx, "chat_format": a.chat_format}
     runs = [run(a.model, a.n if name == "production" else a.n_peers, name, **kw, **extra)
             for name, extra in ROWS if name == "production" or a.n_peers > 0]
+    if a.model == DEFAULT_MODEL and a.n_compare > 0:
+        packaged = run(PACKAGED_MODEL, min(a.n_compare, a.n), "packaged Q4_1", **kw)
+        packaged["agreement"] = agreement(runs[0]["answers"], packaged["answers"])
+        runs.append(packaged)
     md = markdown(machine, a.model, runs, kw)
     report.write(out_dir, {"machine": machine, "model": a.model, "goal": {"wall_ms_p50": GOAL_P50_MS, "min_n": GOAL_MIN_N},
                            "runs": runs}, md)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.llm import GOAL_MIN_N, verdicts
+from bench.llm import GOAL_MIN_N, agreement, verdicts
 from tests.support.llm import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,13 +44,25 @@ def test_reuse_evaluates_fewer_prompt_tokens_and_fast_forward_samples_fewer(tmp_
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_default_model_is_the_packaged_one_through_its_chat_template(tmp_path: Path) -> None:
-    runs, report = bench(tmp_path, "--n", "4", "--n-peers", "0")
-    (prod,) = runs
-    assert prod["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and prod["template"] == "gguf"
-    assert prod["valid_pct"] == 100.0 and prod["truncated_pct"] == 0.0
-    assert prod["prompt_evaluated"] < prod["prompt_tokens"] - prod["system_tokens"] + 2
+def test_the_default_model_is_the_packaged_one_as_q4_0_compared_with_the_packaged_file(tmp_path: Path) -> None:
+    runs, report = bench(tmp_path, "--n", "4", "--n-peers", "0", "--n-compare", "3")
+    prod, packaged = runs
+    assert prod["model"] == "SmolLM2-135M-Instruct.Q4_0.gguf" and prod["template"] == "gguf"
+    assert packaged["row"] == "packaged Q4_1" and packaged["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert packaged["n"] == 3 and packaged["agreement"]["n"] == 3
+    for r in runs:
+        assert r["valid_pct"] == 100.0 and r["truncated_pct"] == 0.0
+        assert r["prompt_evaluated"] < r["prompt_tokens"] - r["system_tokens"] + 2
     assert "prompt framed by its own chat template" in report
+    assert f"Packaged Q4_1 against the production row's model on the same 3 prompts: the same action " in report
+
+
+def test_agreement_counts_the_same_action_and_the_same_whole_answer_prompt_by_prompt():
+    a = {"act": "BUY", "lots": 2, "off": 1, "conf": 80}
+    row = [a, a, {**a, "conf": 70}, None, a]
+    other = [a, {**a, "act": "HOLD"}, a, a]  # shorter: the first four prompts are compared
+    assert agreement(row, other) == {"n": 4, "same_action_pct": 50.0, "same_answer_pct": 25.0}
+    assert agreement([], []) == {"n": 0, "same_action_pct": None, "same_answer_pct": None}
 
 
 def test_the_goal_is_judged_only_on_enough_decisions_and_each_part_on_its_own():

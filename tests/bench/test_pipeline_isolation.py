@@ -126,6 +126,6 @@ def test_a_short_run_measures_both_conditions_with_the_real_model(tmp_path: Path
     # the model's load shows in the llm process's CPU (a generation may outlast a 1 s window: it is
     # counted in the window it starts in); nothing starts while stopped
     assert f["llm_cpu_pct"]["busy"] > 2 * f["llm_cpu_pct"]["idle"] and f["generations"]["idle"] == 0
-    assert doc["llm_stage"]["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and doc["llm_stage"]["generations"] >= 1
+    assert doc["llm_stage"]["model"] == "SmolLM2-135M-Instruct.Q4_0.gguf" and doc["llm_stage"]["generations"] >= 1
     report = (tmp_path / "report.md").read_text()
     assert "| stopped | 2 |" in report and "| busy | 2 |" in report and "**Verdict: INCONCLUSIVE**" in report

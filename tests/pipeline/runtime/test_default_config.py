@@ -74,7 +74,7 @@ def test_default_config_runs_every_stage_against_the_paper_venue(pipe):
         return next(p for p in pipe.status()["processes"] if p["name"] == name)["stage"]
 
     llm = wait_until(lambda: (s := stage("llm")).get("instructions", 0) >= 3 and s, 30, 0.1, "3 INSTRUCTIONs")
-    assert llm["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and llm["breaker"] == "closed" and llm["instr_drops"] == 0
+    assert llm["model"] == "SmolLM2-135M-Instruct.Q4_0.gguf" and llm["breaker"] == "closed" and llm["instr_drops"] == 0
     risk = wait_until(lambda: (s := stage("risk")).get("synced") == 1 and s, 30, 0.1, "the gateway synced")
     assert risk["state"] == "ACTIVE" and risk.get("errors", 0) == 0 and risk["rejected"] == 0
     sender = stage("sender")

@@ -18,7 +18,7 @@ from pipeline.trading.llm.modelfile import DEFAULT_MODEL
 from pipeline.trading.llm.prompt import PositionView, example_signal, system_text
 from pipeline.trading.llm.schema import ANSWER_PREFIX, Decision, Rejected, validate
 from tests.support.configtext import instruments
-from tests.support.llm import packaged_model, tiny_model
+from tests.support.llm import default_model, tiny_model
 from tests.support.paths import REPO_ROOT
 
 FAR = 10**18
@@ -239,13 +239,13 @@ def test_status_names_the_stand_in(tight):
 
 @pytest.fixture(scope="module")
 def smollm():
-    h = LlmHub(LlmParams(n_ctx=1024, seed=7), instruments())  # the default model_path: the packaged one
+    h = LlmHub(LlmParams(n_ctx=1024, seed=7), instruments())  # the default model_path: the packaged one as Q4_0
     yield h
     h.close()
 
 
-def test_the_packaged_model_answers_through_its_own_chat_template_and_every_answer_validates(smollm):
-    assert smollm.model_name == packaged_model().name == "SmolLM2-135M-Instruct.Q4_1.gguf" and not smollm.stand_in
+def test_the_default_model_answers_through_its_own_chat_template_and_every_answer_validates(smollm):
+    assert smollm.model_name == default_model().name == "SmolLM2-135M-Instruct.Q4_0.gguf" and not smollm.stand_in
     assert smollm.frame.template == "gguf" and smollm.frame.prefix.startswith("<|im_start|>system\n")
     assert smollm.prompt_text(example_signal(1), 2).endswith("<|im_end|>\n<|im_start|>assistant\n" + ANSWER_PREFIX)
     n_sys = len(smollm.sys_tokens)

