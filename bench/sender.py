@@ -68,7 +68,7 @@ class OrderSource(Agent):
         self.next_ns += self.period_ns
         self.n += 1
         out = self.outs[PATTERN[self.n % len(PATTERN)] % len(self.outs)]
-        payload = ORDER_STRUCT.pack(1, OrderCmd.NEW, Side.BUY, TimeInForce.IOC, OrderOrigin.FAST, self.base + self.n,
+        payload = ORDER_STRUCT.pack(1, OrderCmd.NEW, Side.BUY, TimeInForce.IOC, OrderOrigin.FAST, 0, self.base + self.n,
                                     self.price, self.size, self.n, now)
         self.ctx.emit(out, Kind.ORDER, payload, self.ctx.clock())
         return 1

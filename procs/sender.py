@@ -24,8 +24,10 @@ Input ring ``orders`` (ORDER, ``pipeline.trading.messages.ORDER_DTYPE``); output
 what the sender learns by itself (polled fills, reconciliation).
 
 Per order (``clientOid = client_oid(order_id)``): NEW -> intent journaled (written, not yet fsync'd),
-place-order sent, the intent fsync'd with the records around it by the group commit (begun at most
-``sync_window_us`` after the oldest un-fsync'd record, or once ``sync_max_records`` wait, on the
+place-order sent (its instrument's product's: spot, or a perpetual's mix place-order, ``reduceOnly``
+"YES" when the ORDER carries ``ORDER_FLAG_REDUCE_ONLY``; a flagged spot order is answered REJECTED
+MALFORMED, never sent), the intent fsync'd with the records around it by the group commit (begun at
+most ``sync_window_us`` after the oldest un-fsync'd record, or once ``sync_max_records`` wait, on the
 journal's own thread); the answer journaled and reported (ACKED, REJECTED with its reason, UNKNOWN then
 queried every ``poll_interval_ms`` until the venue knows it: never resent under a new id). CANCEL by
 clientOid -> the fills before it reported first, then CANCELLED; CANCEL_ALL (instrument 0: every
@@ -87,7 +89,6 @@ from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError
 from pipeline.runtime.portfile import read_port_file
-from pipeline.trading.bitget import rest
 from pipeline.trading.bitget.signing import load_credentials
 from pipeline.trading.journal import Journal
 from pipeline.trading.messages import (ORDER_DTYPE, ORDER_STRUCT, ExecReason, ExecType, Kind, OrderCmd, OrderOrigin,
@@ -199,8 +200,8 @@ class SenderAgent(Agent):
         self._wire(p, pool, bucket, coins, now)
         self._batch: list = []  # (seq, ts, kind, payload) of the ORDER messages of one poll, NEW first
         self._warm_pair = None  # keep_warm's loopback TCP pair
-        self._warm_order = ORDER_STRUCT.pack(min(self.instruments), OrderCmd.CANCEL_ALL, 0, 0, OrderOrigin.FAST, 0, 0.0,
-                                             0.0, 0, 0)
+        self._warm_order = ORDER_STRUCT.pack(min(self.instruments), OrderCmd.CANCEL_ALL, 0, 0, OrderOrigin.FAST, 0, 0,
+                                             0.0, 0.0, 0, 0)
         journal, state = self.ledger.journal, self.ledger.state
         self.crash_marker = Path(str(journal.path) + ".crashed")
         self.crash_armed = bool(p.crash_after) and os.environ.get(CRASH_ENV) == "1"
@@ -333,15 +334,17 @@ class SenderAgent(Agent):
     def keep_warm(self) -> None:
         """Runner hook (``keep_warm_us``, while idle): the cancel-all and place paths up to the bytes
         that would be written (ORDER decode, body, signature, HTTP encoding) for the first instrument,
+        through the builders of its own product (``OrderApi``: spot, or a perpetual's mix requests),
         written nowhere; then the kernel's send path, which a request after milliseconds of idling
         finds cold: a zero-timeout select on the idle order
         connections and one byte through a private loopback TCP pair (as a NIC stack's warm send).
         Nothing journaled, counted or reported, and nothing reaches the venue."""
         o = decode_order(self._warm_order)
         inst = self.instruments[o.instrument_id]
-        for req in (rest.build_cancel_symbol(self.creds, _wall_ms(), inst.symbol),
-                    rest.build_place(self.creds, _wall_ms(), inst.symbol, Side.BUY, TimeInForce.IOC,
-                                     inst.tick_size * 1000, inst.lot_size * 10, "warm", inst.tick_size, inst.lot_size)):
+        api = self.requests.api
+        for req in (api.cancel_all(inst, _wall_ms()),
+                    api.place(inst, _wall_ms(), Side.BUY, TimeInForce.IOC, inst.tick_size * 1000, inst.lot_size * 10,
+                              "warm")):
             http1.encode_request(req.method, req.target, "127.0.0.1:0", req.headers, req.body.encode())
         # the kernel's side of a send: the reuse check's zero-timeout select (on the idle order
         # connections, result unused), and one byte through a private loopback TCP connection

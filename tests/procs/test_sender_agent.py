@@ -38,6 +38,7 @@ from pipeline.venue.rest import RestServer
 from pipeline.venue.rest_api import RestApi
 from pipeline.venue.server import VenueServer as MarketServer
 from pipeline.venue.service import VenueThread
+import procs.sender as procs_sender
 from procs.sender import CRASH_ENV, SenderAgent
 from ringbuf import Ring
 from tests.support.clock import ManualClock
@@ -366,6 +367,37 @@ def test_keep_warm_signs_and_encodes_but_sends_journals_and_reports_nothing(tmp_
     h.pump(lambda: ("POST", "cancel-symbol-order") in venue.requests, what="the cancel-all request")
     h.agent.on_close()
     assert a.fileno() == -1 and b.fileno() == -1  # closed with the sender
+
+
+PERP_INSTRUMENTS = """
+[[instruments]]
+id = 1
+symbol = "BTCUSDT"
+tick_size = 0.1
+lot_size = 0.001
+product_type = "USDT-FUTURES"
+contract_size = 0.001
+"""
+
+
+def test_keep_warm_of_a_perpetual_sender_builds_the_mix_requests_and_sends_nothing(tmp_path, venue, monkeypatch):
+    prm = {"base_url": venue.url, "key_file": key_file(tmp_path), "journal_path": str(tmp_path / "sender.journal")}
+    text = f'[supervisor]\nrun_dir = "{tmp_path}/run"\n' + ring("orders", payload=48) + ring("exec", payload=56)
+    proc = ProcessConfig(name="sender", module="procs.sender:SenderAgent", inputs=["orders"], outputs=["exec"],
+                         params=prm)
+    port = RecordingPort()
+    agent = SenderAgent()
+    agent.on_start(stage_context(text + PERP_INSTRUMENTS, proc, inputs={"orders": ListInput([])},
+                                 outputs={"exec": port}))
+    encoded = []
+    real = procs_sender.http1.encode_request
+    monkeypatch.setattr(procs_sender.http1, "encode_request",
+                        lambda method, target, *a: encoded.append((method, target)) or real(method, target, *a))
+    for _ in range(3):
+        agent.keep_warm()
+    assert encoded == 3 * [("POST", "/api/v2/mix/order/batch-cancel-orders"), ("POST", "/api/v2/mix/order/place-order")]
+    assert venue.requests == [] and port.msgs == [] and not agent.journal.path.read_bytes()
+    agent.on_close()
 
 
 def self_signed(tmp_path: Path, name: str = "localhost") -> tuple[Path, Path]:

@@ -2,10 +2,13 @@
 
 - ``compute_features``: a tape's BOOK / TRADE payloads through ``pipeline.trading.features`` as the
   feature stage runs it (``procs.features``: one ``FeatureState`` per instrument, its ``FeatureParams``
-  from the stage's params, each message's simulated time as the fallback time), ONCE per market: every
+  from the stage's params, the legs of its ``basis_pairs`` paired with ``tau_basis_ms``
+  (``feature_params``' ``StageFeatureParams.pairs``), each message's simulated time as the fallback
+  time), ONCE per market: every
   variant reads the same ``FeatureTable``. A BOOK the features reject gives no row (the stage passes
   nothing on); the rejections are counted by reason. For the synthetic market the same rows come
-  per instrument from the processes that replay it (``features_of_instrument``, ``merge_features``).
+  per instrument from the processes that replay it (``features_of_instrument``, ``merge_features``),
+  unless the instrument is a pair's leg (its basis needs the other leg's books: the whole tape then).
 - ``marks_of``: the mid at every BOOK with both sides (the P&L marks).
 - Decisions, one label, one set of SIGNAL flags and one signal value per row: ``model_decisions`` (an
   ONNX model run over all rows at once through onnxruntime on the CPU, labelled and flagged by the
@@ -33,7 +36,8 @@ import numpy as np
 from pipeline.trading.evaluation.metrics import MarkSeries
 from pipeline.trading.evaluation.replay import EvaluationError, InstrumentPart, MarketEvent, Tape, TapeInstrument
 from pipeline.trading.features import (F_IMBALANCE_1, F_IMBALANCE_3, F_IMBALANCE_5, F_IMBALANCE_10, F_IMBALANCE_15,
-                                       OK, FeatureParams, FeatureState, Reason, compute, update_from_trade)
+                                       OK, FeatureParams, FeatureState, Reason, compute, pair_basis,
+                                       update_from_trade)
 from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_LEN, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID,
                                        Kind, Label)
 
@@ -68,19 +72,35 @@ class FeatureTable:
         return len(self.rows)
 
 
-def feature_params(instruments: Sequence[TapeInstrument],
-                   stage_params: Mapping | None = None) -> dict[int, FeatureParams]:
-    """Each instrument's ``FeatureParams`` as ``procs.features.FeatureAgent`` builds them from its
-    params (None: the stage's defaults; the VPIN bucket is 1000 lots unless the params set one).
+class StageFeatureParams(dict):
+    """What the feature stage builds from its params: instrument id -> ``FeatureParams``, and
+    ``pairs``: its spot-perpetual basis pairs, ``(spot id, perp id, tau_basis_ns)`` each (none by default)."""
+
+    def __init__(self, params: Mapping[int, FeatureParams], pairs: Sequence[tuple[int, int, int]] = ()):
+        super().__init__(params)
+        self.pairs = tuple(pairs)
+
+
+def feature_params(instruments: Sequence[TapeInstrument], stage_params: Mapping | None = None) -> StageFeatureParams:
+    """Each instrument's ``FeatureParams`` and the basis pairs, as ``procs.features.FeatureAgent``
+    builds them from its params (None: the stage's defaults; the VPIN bucket is 1000 lots unless the
+    params set one; ``basis_pairs`` / ``tau_basis_ms`` checked as the stage checks them, by
+    ``procs.features.check_basis_pairs``: a tape's instruments name no product type, so the legs'
+    products are left to the pipeline's own start to check).
 
     Raises:
-        EvaluationError: params the stage would refuse (named).
+        EvaluationError: params the stage would refuse (named, a pair's field included).
     """
+    from types import SimpleNamespace
+
     from pipeline.runtime.errors import ConfigError
-    from procs.features import parse_params
+    from procs.features import check_basis_pairs, parse_params
 
     try:
         p = parse_params("features", dict(stage_params or {}))
+        legs = [SimpleNamespace(id=i.id, symbol=i.symbol, venue=getattr(i, "venue", "")) for i in instruments]
+        pairs = [(spot, perp, int(p.tau_basis_ms * 1_000_000))
+                 for _where, spot, perp in check_basis_pairs("features", p.basis_pairs, legs)]
     except ConfigError as exc:
         raise EvaluationError(str(exc)) from None
     out = {}
@@ -91,14 +111,36 @@ def feature_params(instruments: Sequence[TapeInstrument],
             tau_ofi_ns=int(p.tau_ofi_ms * 1_000_000), tau_trade_ns=int(p.tau_trade_ms * 1_000_000),
             tau_vol_fast_ns=int(p.tau_vol_fast_ms * 1_000_000), tau_vol_slow_ns=int(p.tau_vol_slow_ms * 1_000_000),
             vpin_bucket_volume=float(vol), vpin_buckets=p.vpin_buckets)
-    return out
+    return StageFeatureParams(out, pairs)
+
+
+def _states(instruments: Sequence[TapeInstrument], params: Mapping[int, FeatureParams]) -> dict[int, FeatureState]:
+    """One ``FeatureState`` per instrument, the legs of ``params.pairs`` (when it has them) paired
+    (``features.pair_basis``), as the feature stage's ``on_start`` makes them.
+
+    Raises:
+        EvaluationError: a pair names an instrument the tape lacks, or a ``tau_basis_ns`` not > 0.
+    """
+    states = {i.id: FeatureState(i.id, i.tick_size, params[i.id]) for i in instruments}
+    for spot, perp, tau_ns in getattr(params, "pairs", ()):
+        if spot not in states or perp not in states:
+            raise EvaluationError(f"the basis pair ({spot}, {perp}) needs both legs' books: instruments "
+                                  f"{sorted(states)} only")
+        try:
+            pair_basis(states[spot], states[perp], tau_ns)
+        except ValueError as exc:
+            raise EvaluationError(f"features: bad basis pair: {exc}") from None
+    return states
 
 
 def compute_features(tape: Tape, params: Mapping[int, FeatureParams] | None = None) -> FeatureTable:
-    """The feature stage over the whole tape (see the module docstring); ``params``: per instrument id
-    (default ``feature_params(tape.instruments)``)."""
-    params = dict(params) if params is not None else feature_params(tape.instruments)
-    states = {i.id: FeatureState(i.id, i.tick_size, params[i.id]) for i in tape.instruments}
+    """The feature stage over the whole tape (see the module docstring); ``params``: per instrument id,
+    with its basis pairs when it is a ``StageFeatureParams`` (default ``feature_params(tape.instruments)``).
+
+    Raises:
+        EvaluationError: a basis pair whose legs are not both in the tape.
+    """
+    states = _states(tape.instruments, params if params is not None else feature_params(tape.instruments))
     n_books = sum(1 for e in tape.events if e.kind == Kind.BOOK)
     rows = np.zeros(n_books, FEATURES_DTYPE)
     index = np.zeros(n_books, np.int64)
@@ -129,7 +171,16 @@ def compute_features(tape: Tape, params: Mapping[int, FeatureParams] | None = No
 def features_of_instrument(params: Mapping[int, FeatureParams], instrument: TapeInstrument,
                            events: list[MarketEvent]) -> FeatureTable:
     """``compute_features`` over one instrument's own events (``params`` per instrument id): the
-    ``per_instrument`` step of ``replay.synthetic_parts``, run in the process that replayed them."""
+    ``per_instrument`` step of ``replay.synthetic_parts``, run in the process that replayed them.
+
+    Raises:
+        EvaluationError: the instrument is a leg of one of ``params``' basis pairs (its features need
+            the other leg's books: ``compute_features`` over the whole tape).
+    """
+    for spot, perp, _tau in getattr(params, "pairs", ()):
+        if instrument.id in (spot, perp):
+            raise EvaluationError(f"instrument {instrument.id} is a leg of the basis pair ({spot}, {perp}): its "
+                                  f"features need both legs' books (compute_features over the whole tape)")
     return compute_features(Tape((instrument,), events), {instrument.id: params[instrument.id]})
 
 

@@ -21,10 +21,14 @@ bytes the feature stage would read:
   worth less than the risk gateway's minimum notional). A BOOK without a venue sequence number (v1
   frames carry none) gets the count of its instrument's BOOKs so far, as the paper venue numbers a
   replayed capture's updates (the risk gateway's order ids are made from it).
-- ``itch_tape``: an ITCH 5.0 BinaryFILE (``pipeline.trading.itch``: framing, ``L3Book``), one BOOK per
-  message that changed a tracked stock's book, and a TRADE per execution (E, C: the resting order's
-  side tells the aggressor's) and per non-displayed trade (P). Simulated time = the ITCH timestamp
-  (ns since midnight). Stocks: the directory's (R), or those asked for; tick ``ITCH_TICK``, lot 1 share.
+- ``itch_tape``: an ITCH 5.0 BinaryFILE through the ITCH feed's book (``pipeline.trading.itch``:
+  framing, ``executions.ExecutionBook``, as ``procs.feed.ItchFeedAgent`` runs it): one BOOK per message
+  that changed a tracked stock's book (flagged ``BOOK_FLAG_HIDDEN_REPORTED``), preceded by the TRADEs
+  the message reported: one per execution (E, printable C: the resting order's side tells the
+  aggressor's) and one per non-displayed execution (P: ``TRADE_FLAG_HIDDEN``, its side as given), the
+  payloads the feed writes (trade id the match number, ``exch_ts_ns`` the ITCH timestamp: midnight 0).
+  Simulated time = the ITCH timestamp (ns since midnight). Stocks: the directory's (R), or those asked
+  for; tick ``ITCH_TICK``, lot 1 share.
 
 Bad input never stops a replay: each rejected line, frame or message is counted in ``Tape.bad`` by
 reason (``garbage_line``, ``frame_<reject>``, ``checksum_mismatch``, ``seq_gap``, ``awaiting_snapshot``,
@@ -48,7 +52,7 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
-from pipeline.trading.messages import TRADE_SIDE_BUY, TRADE_SIDE_SELL, TRADE_STRUCT, Kind
+from pipeline.trading.messages import Kind
 
 SYNTH_START_MS = 1_700_000_000_000  # the synthetic market's data time at step 0 (2023-11-14T22:13:20Z)
 ITCH_TICK = 0.01  # US equities priced >= $1 trade on a cent grid (Reg NMS rule 612)
@@ -491,35 +495,6 @@ def _itch_directory(messages: Sequence[bytes]) -> list[str]:
     return list(seen)
 
 
-def _itch_trade(book, msg: bytes, locate_iid: dict[int, int]) -> tuple[int, int, float, float] | None:
-    """(instrument id, aggressor side, price, size) of an execution (E, C) or a non-displayed trade (P)
-    of a tracked stock, read before the message is applied (the resting order's side and price); None
-    for anything else."""
-    from pipeline.trading.itch import messages as M
-
-    t = msg[:1]
-    if t not in (b"E", b"C", b"P"):
-        return None
-    rec, _reason = M.try_decode(msg, 0, len(msg))
-    if rec is None:
-        return None
-    iid = locate_iid.get(rec.stock_locate)
-    if iid is None:
-        return None
-    if t == b"P":
-        resting_bid = rec.side == b"B"
-        price_p4, shares = rec.price_p4, rec.shares
-    else:
-        o = book.order(rec.order_ref)
-        if o is None or o[0] != rec.stock_locate or rec.executed_shares > o[2]:
-            return None  # the book rejects it: no trade
-        resting_bid = o[1] == b"B"
-        price_p4 = rec.exec_price_p4 if t == b"C" else o[3]
-        shares = rec.executed_shares
-    side = TRADE_SIDE_SELL if resting_bid else TRADE_SIDE_BUY
-    return iid, side, price_p4 / 10_000.0, float(shares)
-
-
 def itch_tape(path: str | Path, *, symbols: Sequence[str] | None = None) -> Tape:
     """The books and trades of an ITCH 5.0 BinaryFILE (``.gz`` too) for ``symbols`` (None: every
     stock of its directory); see the module docstring.
@@ -528,7 +503,8 @@ def itch_tape(path: str | Path, *, symbols: Sequence[str] | None = None) -> Tape
         EvaluationError: the file cannot be read, a symbol asked for is not in its directory, or
             the file lists no stock.
     """
-    from pipeline.trading.itch.book import NO_BOOK, REJECTIONS, BookEvent, L3Book
+    from pipeline.trading.itch.book import NO_BOOK, REJECTIONS, BookEvent
+    from pipeline.trading.itch.executions import ExecutionBook
 
     path = Path(path)
     bad: dict[str, int] = {}
@@ -543,30 +519,25 @@ def itch_tape(path: str | Path, *, symbols: Sequence[str] | None = None) -> Tape
         raise EvaluationError(f"ITCH file {str(path)!r} has no stock directory (R) message")
     instruments = tuple(TapeInstrument(id=k, symbol=s, tick_size=ITCH_TICK, lot_size=ITCH_LOT)
                         for k, s in enumerate(directory, 1))
-    book = L3Book({i.symbol: i.id for i in instruments}, midnight_epoch_ns=0)
+    trades: list[bytes] = []  # the TRADEs of the message being applied (the book reports them from apply_raw)
+    book = ExecutionBook({i.symbol: i.id for i in instruments}, midnight_epoch_ns=0,
+                         on_trade=lambda payload: trades.append(bytes(payload)))
     events: list[MarketEvent] = []
     buf = bytearray(504)
-    locate_iid: dict[int, int] = {}
-    trades = 0
     for seq, msg in enumerate(messages, 1):
-        if msg[:1] == b"R":
-            book.apply_raw(msg, 0, len(msg), seq)
-            locate_iid = {st.locate: st.instrument_id for st in book.stocks() if st.instrument_id >= 0}
-            continue
         ts_ns = int.from_bytes(msg[5:11], "big") if len(msg) >= 11 else 0
-        tr = _itch_trade(book, msg, locate_iid)
         iid = book.apply_raw(msg, 0, len(msg), seq)
-        if tr is not None and (iid != NO_BOOK or msg[:1] == b"P"):
-            trades += 1
-            events.append(MarketEvent(ts_ns, Kind.TRADE, tr[0], TRADE_STRUCT.pack(tr[0], tr[1], trades, ts_ns,
-                                                                                    tr[2], tr[3])))
+        for payload in trades:  # ahead of the BOOK the same message changed, as the feed writes them
+            events.append(MarketEvent(ts_ns, Kind.TRADE, int.from_bytes(payload[:2], "little"), payload))
+        trades.clear()
         if iid != NO_BOOK:
             book.write_payload(iid, buf)
             events.append(MarketEvent(ts_ns, Kind.BOOK, iid, bytes(buf)))
     for ev in sorted(REJECTIONS | {BookEvent.CROSSED}):
         if book.counts[ev]:
             bad["itch_" + ev.name.lower()] = book.counts[ev]
-    counts = {"messages": len(messages), "orders_live_at_end": book.n_orders}
+    counts = {"messages": len(messages), "orders_live_at_end": book.n_orders, "trades": book.trades_reported,
+              "hidden_trades": book.hidden_reported}
     return Tape(instruments, events, bad, counts, f"ITCH 5.0 {path.name} ({len(instruments)} stocks)")
 
 

@@ -7,7 +7,13 @@ One job a module, each using only the ones listed before it:
 - ``checks``: the pre-trade checks of one new order (``PreTradeChecks.check``, ``DenyReason``);
 - ``events``: the decision events and ``encode_order`` (the ORDER payload of one that carries an order);
 - ``state``: ACTIVE / REDUCING / HALTED and CONTROL (``TradingStateMachine``);
-- ``planner``: INSTRUCTION / LEAN SIGNAL -> checked child orders, reprice and cancel (``Planner``);
+- ``volatility``: the realized volatility of the mid on a time grid, annualized (``RealizedVol``);
+- ``execution``: the depth-aware parent order's states and transition table, the liquidity gate over a
+  SIGNAL's depth block, the planner's params (``ExecutionParams``) and risk_aversion's bounds;
+- ``planner``: INSTRUCTION / LEAN SIGNAL -> checked child orders (reduce-only where they only reduce a
+  perpetual's position), reprice and cancel (``Planner``);
+- ``depth``: the depth-aware planner over the simple one: each live plan a parent order run by
+  ``execution``'s machine, priced with ``volatility`` (``DepthPlanner``);
 - ``gateway``: ``RiskGateway``, the start, EXEC_REPORTs and SIGNALs over all of them.
 
 The names below are the package's public API (``procs.risk``, ``bench.risk`` and the tests use them).

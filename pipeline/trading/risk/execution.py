@@ -50,6 +50,7 @@ import msgspec
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.messages import (OFF_DEPTH_ASK_DIST, OFF_DEPTH_ASK_SZ, OFF_DEPTH_BID_DIST, OFF_DEPTH_BID_SZ,
                                        SIGNAL_DEPTH_LEVELS, Side)
+from pipeline.trading.risk.limits import RISK_AVERSION_MAX, RISK_AVERSION_MIN
 
 
 class ParentState(enum.IntEnum):
@@ -173,9 +174,6 @@ class ExecutionParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     sigma_horizon_ms: Annotated[int, msgspec.Meta(ge=1)] = 1000
 
 
-RISK_AVERSION_MIN, RISK_AVERSION_MAX = 0.1, 2.0
-
-
 def decode_execution(table) -> ExecutionParams:
     """``ExecutionParams`` from the risk stage's ``params.execution`` table (None: the defaults).
 
@@ -196,7 +194,8 @@ def decode_execution(table) -> ExecutionParams:
 
 
 def check_risk_aversion(value: float) -> None:
-    """Design document 000 section 3.3 bounds risk_aversion to [0.1, 2.0].
+    """Design document 000 section 3.3 bounds risk_aversion to [0.1, 2.0]: ``decode_limits`` refuses a
+    value outside; this holds a ``RiskLimits`` built in code (not decoded) to it too.
 
     Raises:
         ConfigError: outside, naming ``params.limits.risk_aversion``.

@@ -27,6 +27,9 @@ NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 EPS = 1e-9  # relative tolerance of the tick / lot / limit comparisons
 
+#: risk_aversion's bounds (design document 000 section 3.3)
+RISK_AVERSION_MIN, RISK_AVERSION_MAX = 0.1, 2.0
+
 PerInstrument = float | dict[str, float]  # one value, or {symbol: value} with an optional "*" default
 NonNeg = Annotated[float, msgspec.Meta(ge=0)]
 Pos = Annotated[float, msgspec.Meta(gt=0)]
@@ -59,7 +62,8 @@ class RiskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     max_price_decimals: Annotated[int, msgspec.Meta(ge=0, le=12)] = 8  # precision the venue accepts
     max_size_decimals: Annotated[int, msgspec.Meta(ge=0, le=12)] = 8
     # planner
-    risk_aversion: NonNeg = 1.0
+    # the offset's volatility weight, in [0.1, 2.0] (design document 000 section 3.3)
+    risk_aversion: Annotated[float, msgspec.Meta(ge=RISK_AVERSION_MIN, le=RISK_AVERSION_MAX)] = 1.0
     sigma_alpha: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.05
     reprice_sigmas: Pos = 2.0
     tif: Literal["GTC", "POST_ONLY", "IOC"] = "POST_ONLY"
@@ -73,13 +77,17 @@ def decode_limits(table: Any) -> RiskLimits:
     """``RiskLimits`` from a params table (None: the defaults).
 
     Raises:
-        ConfigError: unknown field, wrong type or out-of-bounds value; the message names the field.
+        ConfigError: unknown field, wrong type or out-of-bounds value; the message names the field
+            (``risk: params.limits.risk_aversion: Expected `float` <= 2.0``; an unknown one in its text).
     """
     if table is None:
         return RiskLimits()
     try:
         return msgspec.convert(table, RiskLimits)
     except msgspec.ValidationError as exc:
+        why, _, where = str(exc).rpartition(" - at `$.")
+        if why:
+            raise ConfigError(f"risk: params.limits.{where.rstrip('`')}: {why}") from None
         raise ConfigError(f"risk: params.limits: {exc}") from None
 
 

@@ -21,7 +21,15 @@ child limit orders, each through the pre-trade checks; reprice / cancel on a mov
   gateway re-plans a live instruction on the CANCELLED report of such a cancel too (a REJECTED one does
   not, so a price the venue refuses cannot loop);
 - a LEAN_BUY / LEAN_SELL SIGNAL plans toward +/- ``lean_lots`` (origin FAST) for ``lean_ttl_ms``, unless
-  an LLM instruction's plan is live.
+  an LLM instruction's plan is live;
+- reduce-only (``OrderApproved.reduce_only``, the ORDER's ``ORDER_FLAG_REDUCE_ONLY``, the venue's
+  ``reduceOnly``): a new order of a USDT-FUTURES instrument is reduce-only when reducing the position is
+  what it means: a FLATTEN instruction's children (reprices included), and every order planned while
+  the gateway is REDUCING (latency guard, operator, a position mismatch). It is then checked as one
+  (``check(..., reduce_only=True)``: REDUCE_ONLY when it would open, grow or flip the position, counting
+  the open orders on its side). Spot orders never are (spot has no reduce-only: the REDUCING check
+  alone holds them); BUY / SELL / LEAN orders outside REDUCING are not (they may open a position). An
+  EMERGENCY only cancels (a side's orders or CANCEL_ALL), so it places nothing to flag.
 
 Order ids: ``order_id_for(instrument_id, origin_seq, leg, epoch)`` with ``epoch`` the run's (given to
 the gateway: new at every ``up``, so ids never repeat across runs) and ``origin_seq`` = the INSTRUCTION's
@@ -44,12 +52,12 @@ from typing import Callable
 
 from pipeline.trading.messages import (INSTRUCTION_STRUCT, Action, Label, OrderCmd, OrderOrigin, Side, TimeInForce,
                                        order_id_for)
-from pipeline.trading.risk.checks import DenyReason
+from pipeline.trading.risk.checks import DenyReason, TradingState
 from pipeline.trading.risk.events import (CancelSent, Event, InstructionExpired, InstructionPlanned, MessageRejected,
                                           OrderApproved, OrderDenied)
 from pipeline.trading.risk.execution import check_risk_aversion
 from pipeline.trading.risk.ledger import Book, Working
-from pipeline.trading.risk.limits import NS_PER_MS, InstrumentSpec, RiskLimits, decimals_of
+from pipeline.trading.risk.limits import NS_PER_MS, PERP, InstrumentSpec, RiskLimits, decimals_of
 from pipeline.trading.risk.state import TradingStateMachine
 
 # Plain module globals, not the imported names: CPython compiles a method call on an imported name as an
@@ -208,10 +216,13 @@ class Planner(TradingStateMachine):
     # ------------------------------------------------------------------------------------ child orders
     def submit(self, bk: Book, oid: int, side: int, price: float, size: float, plan: Plan | None, leg: int,
                out: list, origin: int = OrderOrigin.LLM) -> bool:
-        """Check one new order; append OrderApproved (and record it as open) or OrderDenied."""
+        """Check one new order; append OrderApproved (and record it as open) or OrderDenied. A
+        perpetual's order is reduce-only (checked as one, flagged) by the module docstring's rule."""
         now = self.clock()
+        reduce_only = bk.spec.product == PERP and (self.state == TradingState.REDUCING or (
+            plan is not None and plan.action == Action.FLATTEN))
         try:
-            reason, detail = self.check(bk, oid, side, price, size, now)
+            reason, detail = self.check(bk, oid, side, price, size, now, reduce_only)
         except Exception as exc:  # fail closed
             reason, detail = DenyReason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:200]
         iid = bk.spec.id
@@ -229,7 +240,8 @@ class Planner(TradingStateMachine):
         self._notional.append((now, notional))
         self._notional_sum += notional
         out.append(OrderApproved(ts_ns=now, cmd=OrderCmd.NEW, instrument_id=iid, order_id=oid, side=side, tif=self.tif,
-                                 price=price, size=size, origin_seq=seq, leg=leg, origin=origin))
+                                 price=price, size=size, origin_seq=seq, leg=leg, origin=origin,
+                                 reduce_only=reduce_only))
         return True
 
     # ------------------------------------------------------------------------------------ signals

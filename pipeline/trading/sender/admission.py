@@ -7,7 +7,8 @@
   while its outcome is being queried, REJECTED with leaves 0 once it is terminal); never FILLED: a
   fill is reported once, when the sender receives it, so a repeated id cannot move a position. An
   order whose outcome is still open and that is neither queued nor in flight is owed a query.
-- its price or size does not fit the instrument's tick and lot: REJECTED MALFORMED.
+- its price or size does not fit the instrument's tick and lot, or it is flagged reduce-only
+  (``ORDER_FLAG_REDUCE_ONLY``) for a spot instrument (spot has no reduce-only): REJECTED MALFORMED.
 - its intent cannot be written (or the journal is in doubt and cannot recover): not durable, so not
   sent: REJECTED HALTED, ``journal_errors`` counted, ``sender_journal_failed`` logged.
 - the group commit's fsync has run longer than its limit (``GroupCommit.stalled``: the disk is not
@@ -15,7 +16,9 @@
   ``jstalled``.
 
 Otherwise the intent is written (made durable by ``GroupCommit.commit`` with the batch's others)
-and the place-order body made once, for the request (``InFlightRequests``).
+and the place-order body made once, for the request (``InFlightRequests``): the instrument's product's
+(``OrderApi.place_body``), a perpetual's with ``reduceOnly`` "YES" when the ORDER carries
+``ORDER_FLAG_REDUCE_ONLY``, else "NO".
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Callable
 from pipeline.runtime.agent import MARK_ORDER_READ, mark_code
 from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.journal import PENDING, UNKNOWN, WORKING, OrderEntry
-from pipeline.trading.messages import ExecReason, ExecType, OrderRecord, client_oid
+from pipeline.trading.messages import ORDER_FLAG_REDUCE_ONLY, ExecReason, ExecType, OrderRecord, client_oid
 from pipeline.trading.sender.groupcommit import PendingIntent
 
 
@@ -75,7 +78,8 @@ class NewOrderAdmission:
         inst = self.instruments[iid]
         coid = client_oid(oid)
         try:
-            body = OrderApi.place_body(inst, o.side, o.tif, o.price, o.size, coid)
+            body = OrderApi.place_body(inst, o.side, o.tif, o.price, o.size, coid,
+                                       reduce_only=bool(o.flags & ORDER_FLAG_REDUCE_ONLY))
         except ValueError as exc:
             self.stats["malformed"] += 1
             self.log.warning("sender_bad_order", order_id=oid, error=str(exc))

@@ -8,11 +8,13 @@ import struct
 import numpy as np
 import pytest
 
+from pipeline.trading.bitget.book import BOOK_STRUCT
 from pipeline.trading.evaluation.decisions import (FeatureTable, OnnxModel, compute_features, feature_params,
                                                   features_of_instrument, hold_decisions, imbalance_decisions,
                                                   label_counts, marks_of, merge_features, model_decisions)
 from pipeline.trading.evaluation.replay import EvaluationError, InstrumentPart, MarketEvent, Tape, TapeInstrument
-from pipeline.trading.features import F_IMBALANCE_1, F_IMBALANCE_5, FeatureParams, FeatureState, compute
+from pipeline.trading.features import (F_BASIS_AVAILABLE, F_IMBALANCE_1, F_IMBALANCE_5, FeatureParams, FeatureState,
+                                       compute)
 from pipeline.trading.messages import FEATURES_DTYPE, TRADE_STRUCT, Kind, Label
 from pipeline.trading.model.card import hand_made_card, write_card
 from tests.pipeline.trading.evaluation.test_simulator import INS, MS, T0, book, trade
@@ -211,3 +213,60 @@ def test_the_model_s_flags_are_the_fast_stage_s_side_and_range_guard(tmp_path):
     assert model_decisions(t, model, 0.6, 0.6, 0.5).flags.tolist() == [0, 0, 0, SIGNAL_FLAG_OUT_OF_RANGE, 0]
     with pytest.raises(EvaluationError, match="side threshold must be above 0.5"):
         model_decisions(t, model, 0.6, 0.6, 0.5, side=0.4)
+
+
+# ------------------------------------------------------------------------------------- basis pairs
+def _leg_book(iid: int, t_ns: int, mid: float, seq: int) -> MarketEvent:
+    z = [0.0] * 14
+    payload = BOOK_STRUCT.pack(iid, 0, 1, 1, seq, t_ns, mid - 0.05, *z, 2.0, *z, mid + 0.05, *z, 3.0, *z)
+    return MarketEvent(t_ns, Kind.BOOK, iid, payload)
+
+
+def test_a_paired_configs_features_are_the_live_stage_s_on_the_same_books():
+    from pipeline.runtime.config import ProcessConfig
+    from procs.features import FeatureAgent
+    from tests.support.configtext import INSTRUMENTS, ring
+    from tests.support.context import stage_context
+    from tests.support.ports import ListInput, RecordingPort
+
+    perp = '\n[[instruments]]\nid = 3\nsymbol = "BTCUSDT"\ntick_size = 0.1\nlot_size = 0.0001\n' \
+           'product_type = "USDT-FUTURES"\ncontract_size = 0.0001\n'
+    ins = (TapeInstrument(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001),
+           TapeInstrument(id=2, symbol="ETHUSDT", tick_size=0.01, lot_size=0.001),
+           TapeInstrument(id=3, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001))
+    rng = np.random.default_rng(7)
+    events, mid = [], {1: 50_000.0, 2: 3_000.0, 3: 50_010.0}
+    for k in range(120):  # the legs' books interleaved, the perpetual's mid drifting from the spot's
+        iid = int(rng.integers(1, 4))
+        mid[iid] = round(mid[iid] + float(rng.normal(0, 2.0)), 1)
+        events.append(_leg_book(iid, T0 + k * 7 * MS, mid[iid], k + 1))
+        if k % 10 == 3:
+            events.append(MarketEvent(T0 + k * 7 * MS + 1, Kind.TRADE, iid,
+                                      TRADE_STRUCT.pack(iid, 1, k, T0 + k * 7 * MS + 1, mid[iid], 0.01)))
+    params = {"basis_pairs": [{"spot": 1, "perp": 3}], "tau_basis_ms": 500.0}
+    table = compute_features(Tape(ins, events), feature_params(ins, params))
+    proc = ProcessConfig(name="features", module="procs.features:FeatureAgent", inputs=["md"], outputs=["feat"],
+                         params=params)
+    ctx = stage_context(ring("md", payload=512) + ring("feat", payload=560) + INSTRUMENTS + perp, proc,
+                        inputs={"md": ListInput([(e.kind, e.payload, e.ts_ns) for e in events])},
+                        outputs={"feat": RecordingPort()})
+    agent = FeatureAgent()
+    agent.on_start(ctx)
+    while agent.do_work():
+        pass
+    live = [bytes(p) for _, p, _, _ in ctx.outputs["feat"].msgs]
+    basis = table.X[:, F_BASIS_AVAILABLE]
+    assert len(table) == sum(e.kind == Kind.BOOK for e in events) and (basis[table.instrument_id == 2] == 0).all()
+    assert basis[table.instrument_id != 2].mean() > 0.9, "both legs carry the basis once each has a book"
+    assert [r.tobytes() for r in table.rows] == live, "row for row, the live stage's FEATURES"
+
+
+def test_a_pair_the_stage_would_refuse_or_a_leg_alone_is_an_evaluation_error():
+    ins = (TapeInstrument(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001),
+           TapeInstrument(id=3, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001))
+    with pytest.raises(EvaluationError, match=r"instrument 9 is not configured - at `\$\.basis_pairs\[0\]\.perp`"):
+        feature_params(ins, {"basis_pairs": [{"spot": 1, "perp": 9}]})
+    params = feature_params(ins, {"basis_pairs": [{"spot": 1, "perp": 3}]})
+    assert params.pairs == ((1, 3, 60_000_000_000),)
+    with pytest.raises(EvaluationError, match="leg of the basis pair"):
+        features_of_instrument(params, ins[0], [])

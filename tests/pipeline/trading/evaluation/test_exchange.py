@@ -17,7 +17,7 @@ INS = TapeInstrument(id=1, symbol="ABCUSDT", tick_size=0.1, lot_size=0.01)
 
 
 def order(cmd, oid, side=0, tif=0, price=0.0, size=0.0) -> bytes:
-    return ORDER_STRUCT.pack(1, cmd, side, tif, OrderOrigin.FAST, oid, price, size, 0, 0)
+    return ORDER_STRUCT.pack(1, cmd, side, tif, OrderOrigin.FAST, 0, oid, price, size, 0, 0)
 
 
 def reports(payloads):

@@ -1,5 +1,6 @@
 """The evaluation's market sources: the synthetic market through the feed's book building, captures
-and ITCH files with their bad input counted per reason (never a crash)."""
+and ITCH files (through the ITCH feed's own book: the same TRADE / BOOK payloads) with their bad input
+counted per reason (never a crash)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pipeline.trading.evaluation.replay import (CAPTURE_LOT_NOTIONAL, SYNTH_STAR
                                                capture_tape, itch_tape, synthetic_parts, synthetic_tape)
 from pipeline.trading.itch import messages as M
 from pipeline.trading.itch.framing import encode_binaryfile
-from pipeline.trading.messages import BOOK_DTYPE, TRADE_DTYPE, TRADE_SIDE_BUY, Kind
+from pipeline.trading.itch.synth import generate_binaryfile
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_HIDDEN_REPORTED, OFF_TRADE_FLAGS, TRADE_DTYPE,
+                                       TRADE_FLAG_HIDDEN, TRADE_SIDE_BUY, Kind)
 from pipeline.venue.market import BookEvent, TradeEvent, VenueMarket
 
 BTC = TapeInstrument(id=1, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001)
@@ -182,6 +185,30 @@ def test_itch_truncated_and_undecodable_messages_are_counted(tmp_path):
     assert [e.kind for e in tape.events] == [Kind.BOOK, Kind.BOOK, Kind.TRADE, Kind.BOOK]
     with pytest.raises(EvaluationError, match="lists no"):
         itch_tape(p, symbols=["MSFT"])
+
+
+def test_the_itch_tape_is_what_the_live_itch_feed_writes(tmp_path):
+    from procs.feed import ItchFeedAgent
+    from tests.support.context import feed_context
+    from tests.support.wait import pump
+
+    p = tmp_path / "synth.itch"
+    p.write_bytes(generate_binaryfile(5, 1500, symbols=("AAPL", "MSFT", "SPY")))
+    tape = itch_tape(p, symbols=["AAPL", "MSFT"])
+    agent = ItchFeedAgent()
+    agent.on_start(feed_context({"path": str(p), "midnight_epoch_ns": 0,
+                                 "symbols": {i.symbol: i.id for i in tape.instruments}},
+                                module="procs.feed:ItchFeedAgent", batch=4096))
+    pump(agent, lambda: agent.ctx.stats["replay_done"], what="the end of the replay")
+    live = [(k, bytes(payload)) for k, payload, _, _ in agent.ctx.outputs["md"].msgs]
+    agent.on_close()
+    replayed = [(e.kind, e.payload) for e in tape.events]
+    hidden = [pl for k, pl in replayed if k == Kind.TRADE and pl[OFF_TRADE_FLAGS] & TRADE_FLAG_HIDDEN]
+    assert tape.books > 100 and len(hidden) >= 3 and len(replayed) - tape.books - len(hidden) >= 20
+    assert all(pl[2:4] == BOOK_FLAG_HIDDEN_REPORTED.to_bytes(2, "little") for k, pl in replayed if k == Kind.BOOK)
+    assert replayed == live, "payload for payload, in the feed's order: each message's TRADEs before its BOOK"
+    assert [e.ts_ns for e in tape.events if e.kind == Kind.TRADE] == [
+        int(np.frombuffer(pl, TRADE_DTYPE, 1)[0]["exch_ts_ns"]) for k, pl in replayed if k == Kind.TRADE]
 
 
 def _who(ins: TapeInstrument, events: list) -> tuple:

@@ -24,3 +24,13 @@ def test_limits_reject_unknown_fields_and_bad_values_naming_the_field():
         RiskGateway(INSTRUMENTS, decode_limits({"max_position_lots": {"AAA": 3}}), ManualClock())
     with pytest.raises(ConfigError, match="allowed"):
         RiskGateway(INSTRUMENTS, decode_limits({"allowed": ["ZZZ"]}), ManualClock())
+
+
+@pytest.mark.parametrize("value, ok", [(0.1, True), (2.0, True), (1, True), (0.09, False), (2.01, False),
+                                       (0.0, False), (-1.0, False)])
+def test_decoding_the_limits_holds_risk_aversion_to_the_documents_range(value, ok):
+    if ok:
+        assert decode_limits({"risk_aversion": value}).risk_aversion == value
+    else:
+        with pytest.raises(ConfigError, match=r"^risk: params\.limits\.risk_aversion: Expected `float` [<>]= "):
+            decode_limits({"risk_aversion": value})
