@@ -49,7 +49,9 @@ file ``<stem>.card.json`` beside it and / or a card in its ONNX metadata, each w
 Counters (``ctx.stats``): provider, model (first 8 hex digits of the file's SHA-256), features,
 signals, hold, lean_buy, lean_sell, emergency (its side named: at_risk_bid, at_risk_ask), out_of_range
 (HOLDs of the guard; ``oor_slot``: the worst slot of the latest, by name, e.g. ``F_DEPTH_BID``), runs,
-risk_drops, llm_drops, rejected, unknown_kind, errors.
+risk_drops, llm_drops, rejected, unknown_kind, errors, stale_book (SIGNALs of FEATURES that carried
+``FEATURES_FLAG_STALE_BOOK``: they carry ``SIGNAL_FLAG_STALE_BOOK``, and a LEAN among them becomes HOLD;
+an EMERGENCY stays, since it only pulls orders).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.gpu import GpuNeed
 from pipeline.trading.features import F_ASK_DIST_0, F_ASK_SIZE_0, F_BID_DIST_0, F_BID_SIZE_0
-from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, FEATURES_HEAD_STRUCT, FEATURES_LEN,
+from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_STALE_BOOK, FEATURES_FLAG_WARMUP,
+                                       FEATURES_HEAD_STRUCT, FEATURES_LEN, SIGNAL_FLAG_STALE_BOOK,
                                        OFF_FEATURES_VECTOR, OFF_SIGNAL_DEPTH, SIGNAL_CTX_DTYPE, SIGNAL_DEPTH_BYTES,
                                        SIGNAL_DEPTH_DTYPE, SIGNAL_DEPTH_LEVELS, SIGNAL_DTYPE, SIGNAL_FLAG_AT_RISK_ASK,
                                        SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE, SIGNAL_FLAG_WARMUP,
@@ -81,6 +84,7 @@ N_LABELS = len(Label)
 _LABEL_KEYS = ("hold", "lean_buy", "lean_sell", "emergency")
 _HOLD, _BUY, _SELL, _EMERG = (int(lab) for lab in (Label.HOLD, Label.LEAN_BUY, Label.LEAN_SELL, Label.EMERGENCY))
 _SIG_WARMUP = int(SIGNAL_FLAG_WARMUP)
+_SIG_STALE = int(SIGNAL_FLAG_STALE_BOOK)
 _SIG_BID, _SIG_ASK, _SIG_OOR = int(SIGNAL_FLAG_AT_RISK_BID), int(SIGNAL_FLAG_AT_RISK_ASK), int(SIGNAL_FLAG_OUT_OF_RANGE)
 AT_RISK_OUTPUT = "at_risk"  # pipeline.trading.model.decide.AT_RISK_OUTPUT (float32 [N, 2]: bid, ask at risk)
 CUDA_EP = "CUDAExecutionProvider"
@@ -441,6 +445,10 @@ class FastAgent(Agent):
         if not np.minimum.reduce(a) >= 0:
             lab = _HOLD
             sflags = (sflags & _SIG_WARMUP) | _SIG_OOR
+        if flags & FEATURES_FLAG_STALE_BOOK:  # the book is rebuilding, crossed or invalid: no LEAN
+            sflags |= _SIG_STALE
+            if lab == _BUY or lab == _SELL:
+                lab = _HOLD
         SIGNAL_STRUCT.pack_into(self.sig1, 0, iid, lab, sflags, seq, exch_ts, mid, spread, *p)
         if self.depth:
             self.sig1[_DEPTH_DST] = payload[_DEPTH_SRC]
@@ -449,6 +457,8 @@ class FastAgent(Agent):
     def _count_flags(self, flags: int, x: np.ndarray) -> None:
         """The side and guard counters of one SIGNAL's flags (``x``: its input row, for ``oor_slot``)."""
         st = self.stats
+        if flags & _SIG_STALE:
+            st["stale_book"] = st.get("stale_book", 0) + 1
         if flags & _SIG_OOR:
             from pipeline.trading.model.decide import out_of_range, slot_name
 
@@ -490,6 +500,11 @@ class FastAgent(Agent):
         s["instrument_id"] = f["instrument_id"]
         s["label"] = lab
         s["flags"] = flags | np.where(f["flags"] & FEATURES_FLAG_WARMUP, SIGNAL_FLAG_WARMUP, 0).astype(np.uint8)
+        stale = (f["flags"] & FEATURES_FLAG_STALE_BOOK) != 0
+        if stale.any():  # as _classify_one: the flag, and no LEAN on a stale book
+            lab = np.where(stale & ((lab == _BUY) | (lab == _SELL)), _HOLD, lab)
+            s["label"] = lab
+            s["flags"] |= np.where(stale, _SIG_STALE, 0).astype(np.uint8)
         s["feature_seq"], s["exch_ts_ns"] = f["book_seq"], f["exch_ts_ns"]
         s["ref_mid"], s["ref_spread"] = f["ref_mid"], f["ref_spread"]
         s["probs"] = probs

@@ -6,7 +6,11 @@ per configured instrument (tick size from the config). Per message read with ``R
 - TRADE (40 B): ``update_from_trade``; a rejected trade is counted (``trade_rej_<reason>``).
 - BOOK (504 B): ``compute`` into one preallocated FEATURES record (552 B), written to the output
   with the BOOK's ``ts_origin_ns`` unchanged; a rejected BOOK is counted (``rejected`` and
-  ``rej_<reason>``) and nothing is emitted.
+  ``rej_<reason>``) and nothing is emitted, except for a crossed one that says so
+  (``BOOK_FLAG_CROSSED``, ITCH) of an instrument with an accepted BOOK before: a stale marker
+  (``stale_markers``: ``FEATURES_FLAG_STALE_BOOK``, the last accepted mid, spread 0, a zero vector),
+  so that risk stops new orders at once. A BOOK flagged rebuilding or invalid (``BOOK_FLAGS_STALE``)
+  is computed as any and its FEATURES carry ``FEATURES_FLAG_STALE_BOOK``.
 - anything else: counted (``unknown_kind``, ``bad_size``, ``unknown_instrument``). The handler never
   raises: an unexpected error is counted (``errors``) and logged once, and the message is skipped.
 
@@ -39,7 +43,8 @@ from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import parse_stage_params
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.features import OK, FeatureParams, FeatureState, Reason, compute, pair_basis, update_from_trade
-from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, Kind
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_CROSSED, BOOK_FLAGS_STALE, BOOK_HEAD_STRUCT,
+                                       FEATURES_DTYPE, FEATURES_FLAG_STALE_BOOK, TRADE_DTYPE, Kind)
 
 _BOOK_BYTES = BOOK_DTYPE.itemsize
 _TRADE_BYTES = TRADE_DTYPE.itemsize
@@ -152,6 +157,8 @@ class FeatureAgent(Agent):
                 raise ConfigError(f"{ctx.name}: bad params: {exc} - at `$.tau_basis_ms`") from None
         self.buf = np.zeros(1, FEATURES_DTYPE)
         self.payload = memoryview(self.buf).cast("B")
+        marker = np.zeros(1, FEATURES_DTYPE)  # _stale_marker's record (its vector stays 0)
+        self._marker, self._marker_bytes = marker[0], memoryview(marker).cast("B")
         self.stats = ctx.stats
         self.stats.update(books=0, trades=0, emitted=0, rejected=0, out_drops=0)
         self._logged_error = False
@@ -210,14 +217,31 @@ class FeatureAgent(Agent):
         if self._keep_book:
             self._warm_book = bytes(payload)
         code = compute(st, payload, self.buf, ts_origin_ns)
+        buf = self.payload
         if code != OK:
             self.stats["rejected"] += 1
             self._count("rej_" + Reason(code).name.lower())
-            return
-        if self.ctx.emit(self.out, Kind.FEATURES, self.payload, ts_origin_ns):
+            if not (payload[2] & BOOK_FLAG_CROSSED and code == Reason.CROSSED_BOOK and st.books):
+                return
+            buf = self._stale_marker(st, payload)  # risk must hear at once that this book cannot be traded on
+        elif payload[2] & BOOK_FLAGS_STALE:  # rebuilding / invalid: computed as any, flagged stale
+            self.buf["flags"] |= FEATURES_FLAG_STALE_BOOK
+        if self.ctx.emit(self.out, Kind.FEATURES, buf, ts_origin_ns):
             self.stats["emitted"] += 1
         else:
             self.stats["out_drops"] += 1
+
+    def _stale_marker(self, st: FeatureState, book) -> memoryview:
+        """The FEATURES that stands for a crossed BOOK (which ``compute`` refuses): the instrument's id,
+        the BOOK's seq and time, ``FEATURES_FLAG_STALE_BOOK``, its last accepted mid, spread 0 and a
+        zero vector (the fast stage says HOLD with SIGNAL_FLAG_STALE_BOOK; risk takes no new order)."""
+        m = self._marker
+        _iid, _fl, _nb, _na, seq, exch_ts = BOOK_HEAD_STRUCT.unpack_from(book, 0)
+        m["instrument_id"], m["flags"] = st.instrument_id, FEATURES_FLAG_STALE_BOOK
+        m["book_seq"], m["exch_ts_ns"] = seq, exch_ts
+        m["ref_mid"], m["ref_spread"] = st.prev_mid, 0.0
+        self.stats["stale_markers"] = self.stats.get("stale_markers", 0) + 1
+        return self._marker_bytes
 
     def _trade(self, payload, ts_origin_ns: int) -> None:
         st = self._state_for(payload, _TRADE_BYTES)

@@ -103,17 +103,25 @@ with ``ctx.clock()`` when it is written; every BOOK carries ``BOOK_FLAG_HIDDEN_R
   the original pace (1.0 = as recorded, by ITCH timestamps against ``ctx.clock``); the file is
   read lazily in chunks.
 - ``port``: MoldUDP64 datagrams on a non-blocking UDP socket bound to 127.0.0.1 (``0`` picks a
-  port: ``agent.port``; ``port_file`` receives it). ``MoldSequencer`` drops duplicates and reports
-  gaps; a gap is counted (``gaps``, ``missing``) and logged, and the books go on (no re-request:
-  an L3 book across a gap is not trustworthy until it is rebuilt).
+  port: ``agent.port``; ``port_file`` receives it), each stamped with ``ctx.clock()`` as it is
+  received, before the decode (its BOOKs and TRADEs carry that ``ts_origin_ns``). Gaps are recovered
+  (``pipeline.trading.itch.ingest.MoldDatagrams``): re-requests go from this socket to the address
+  the packets come from, at most one every ``rerequest_interval_ms`` (20) for at most
+  ``rerequest_max_messages`` (1000), ``rerequest_max`` (10) per gap; a gap still open after
+  ``gap_timeout_ms`` (500), wider than ``max_gap_messages`` or holding more than
+  ``max_held_messages`` (100000 each) is given up; BOOKs carry ``BOOK_FLAG_REBUILDING`` while a gap
+  is open, ``BOOK_FLAG_INVALID`` for a stock an unrecoverable gap left inconsistent, and
+  ``BOOK_FLAG_CROSSED`` when best bid >= best ask.
 - The ingestion itself is ``pipeline.trading.itch.ingest`` (``FileReplay``, ``MoldDatagrams``); the
   agent reads the file / socket and the clock.
 - ``symbols`` (default every configured instrument), ``midnight_epoch_ns`` (for ``exch_ts_ns``;
   default 0 in the payload), ``skip_empty`` / ``require_end`` (BinaryFILE variants), ``session``.
 
 Counters: messages, books_emitted, rejected, decode_errors, datagrams, bad_datagrams, gaps,
-missing, duplicates, foreign, out_drops (BOOKs and TRADEs), replay_done, file_errors, trades_emitted,
-hidden_trades (the TRADEs of P messages among them).
+missing, duplicates, foreign, out_drops (BOOKs and TRADEs), replay_done, file_errors, rerequests,
+recovered, unrecoverable, rebuilding (1 while a gap is open), invalid_stocks and invalid (the
+symbols, comma-separated), crossed_books, unknown_refs, truncated, trades_emitted, hidden_trades
+(the TRADEs of P messages among them), request_errors (a re-request the socket refused).
 """
 
 from __future__ import annotations
@@ -142,8 +150,9 @@ from pipeline.trading.bitget.pacing import Backoff
 from pipeline.trading.bitget.session import LOG_FIRST_REJECTS, FeedSession
 from pipeline.trading.itch.errors import ItchError
 from pipeline.trading.itch.executions import ExecutionBook
-from pipeline.trading.itch.framing import iter_file_frames
+from pipeline.trading.itch.framing import encode_request, iter_file_frames
 from pipeline.trading.itch.ingest import FileReplay, MoldDatagrams, start_counters
+from pipeline.trading.itch.recovery import RecoveryParams
 from pipeline.trading.messages import OFF_TRADE_FLAGS, TRADE_FLAG_HIDDEN, Kind
 from procs.feed_ws import NET_COUNTERS, WsClient
 
@@ -199,6 +208,13 @@ class ItchFeedParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     recv_buffer_bytes: Annotated[int, msgspec.Meta(ge=1)] = 4 << 20
     port_file: str = ""  # "": the bound port is not written anywhere
     output: str | None = None  # default: the only output
+    # gap recovery (pipeline.trading.itch.recovery.RecoveryParams)
+    rerequest_interval_ms: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    rerequest_max_messages: Annotated[int, msgspec.Meta(ge=1, le=65_534)] = 1_000
+    rerequest_max: Annotated[int, msgspec.Meta(ge=1)] = 10
+    gap_timeout_ms: Annotated[float, msgspec.Meta(gt=0)] = 500.0
+    max_gap_messages: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    max_held_messages: Annotated[int, msgspec.Meta(ge=1)] = 100_000
 
 
 def parse_params(name: str, params: dict, kind: type[msgspec.Struct]):
@@ -485,16 +501,23 @@ class ItchFeedAgent(_FeedAgent):
             self.replay = FileReplay(self.book, self._frames, speed=speed, **ports)
             ctx.log.info("feed_starting", venue="itch-file", path=str(p.path), speed=p.speed, symbols=symbols)
         else:
-            self.mold = MoldDatagrams(self.book, session=p.session, **ports)
+            recovery = RecoveryParams(
+                request_interval_ns=int(p.rerequest_interval_ms * 1e6), max_request_messages=p.rerequest_max_messages,
+                max_requests=p.rerequest_max, gap_timeout_ns=int(p.gap_timeout_ms * 1e6),
+                max_gap_messages=p.max_gap_messages, max_held_messages=p.max_held_messages)
+            self.mold = MoldDatagrams(self.book, session=p.session, recovery=recovery, request=self._rerequest, **ports)
+            self._source = None  # where the latest datagram came from: re-requests go there
             self._bind(p.port, p.recv_buffer_bytes)
             if p.port_file:
                 write_port_file(p.port_file, self.port)
             ctx.log.info("feed_starting", venue="itch-moldudp64", port=self.port, symbols=symbols)
 
     def _emit_trade(self, payload) -> None:
-        """An execution's TRADE into the output, ahead of its BOOK (``out_drops`` when the ring is full)."""
+        """An execution's TRADE into the output, ahead of its BOOK, stamped as its message (received or
+        read before the decode); ``out_drops`` when the ring is full."""
         s = self.stats
-        if self.ctx.emit(self.out, Kind.TRADE, payload, self.ctx.clock()):
+        ingest = self.replay if self._frames is not None else self.mold
+        if self.ctx.emit(self.out, Kind.TRADE, payload, ingest.ts):
             s["trades_emitted"] += 1
             s["hidden_trades"] += payload[OFF_TRADE_FLAGS] & TRADE_FLAG_HIDDEN
         else:
@@ -521,24 +544,36 @@ class ItchFeedAgent(_FeedAgent):
         else:
             ingest = self.mold
             n = self._drain()
+            ingest.poll(self.ctx.clock())  # an open gap's re-requests and bound, with or without datagrams
         if n:
             ingest.publish_book_counters()
         return n
 
+    # hot path: every datagram; the receive time is taken before anything is decoded
     def _drain(self) -> int:
-        recv_into, rx, rxv = self.sock.recv_into, self._rx, self._rxv
+        recvfrom_into, rx, rxv = self.sock.recvfrom_into, self._rx, self._rxv
         clock, on_datagram = self.ctx.clock, self.mold.on_datagram
         n = 0
         batch = self.ctx.batch
         while n < batch:
             try:
-                size = recv_into(rx)
+                size, self._source = recvfrom_into(rx)
             except (BlockingIOError, InterruptedError):
                 break
             ts = clock()
             n += 1
             on_datagram(rxv[:size], ts)
         return n
+
+    def _rerequest(self, first_seq: int, count: int) -> None:
+        """A MoldUDP64 re-request to where the packets come from (nothing before the first one)."""
+        if self._source is None or self.mold.session is None:
+            return
+        try:
+            self.sock.sendto(encode_request(self.mold.session, first_seq, count), self._source)
+        except OSError as exc:
+            self.stats["request_errors"] = self.stats.get("request_errors", 0) + 1
+            self.ctx.log.warning("mold_rerequest_failed", error=f"{type(exc).__name__}: {exc}")
 
     def on_close(self) -> None:
         if self.sock is not None:

@@ -12,7 +12,8 @@ import pytest
 from pipeline.runtime.agent import Agent
 from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError, StartupError
-from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE, SIGNAL_DTYPE,
+from pipeline.trading.messages import (FEATURES_DTYPE, FEATURES_FLAG_STALE_BOOK, FEATURES_FLAG_WARMUP, SIGNAL_CTX_DTYPE,
+                                       SIGNAL_DTYPE, SIGNAL_FLAG_STALE_BOOK,
                                        SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID, SIGNAL_FLAG_OUT_OF_RANGE,
                                        SIGNAL_FLAG_WARMUP, Kind, Label)
 from pipeline.trading.features import FEATURE_LAYOUT_VERSION
@@ -114,6 +115,19 @@ def test_every_features_gives_a_signal_to_risk_and_non_hold_ones_go_to_the_llm(t
     assert ctx.msgs_in == len(msgs) and ctx.msgs_out == 8
     ready = ctx.log.named("fast_ready")
     assert ready and ready[0]["provider"] == "CPUExecutionProvider" and ready[0]["warmup_runs"] == 3
+
+
+@pytest.mark.parametrize("batch", [1, 256])
+def test_a_stale_book_turns_a_lean_into_hold_keeps_an_emergency_and_flags_the_signal(tmp_path, batch):
+    model = write_model(tmp_path / "m.onnx")
+    stale = FEATURES_FLAG_STALE_BOOK
+    msgs = [(Kind.FEATURES, features(1, 5.0, flags=stale), 11), (Kind.FEATURES, features(2, -5.0, flags=stale), 12),
+            (Kind.FEATURES, features(3, 0.0, 5.0, flags=stale), 13), (Kind.FEATURES, features(4, 5.0), 14)]
+    _, ctx = run(msgs, {"model_path": model, "providers": "cpu"}, batch=batch)
+    got = [(int(s["label"]), bool(s["flags"] & SIGNAL_FLAG_STALE_BOOK)) for s, _ in signals(ctx.outputs["sig_risk"])]
+    assert got == [(Label.HOLD, True), (Label.HOLD, True), (Label.EMERGENCY, True), (Label.LEAN_BUY, False)]
+    st = ctx.stats
+    assert st["stale_book"] == 3 and (st["hold"], st["lean_buy"], st["emergency"]) == (2, 1, 1)
 
 
 def test_thresholds_decide_the_label(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 
 from pipeline.runtime.config import ProcessConfig, load_config
 from pipeline.runtime.errors import ConfigError
-from pipeline.trading.messages import BOOK_DTYPE, FEATURES_DTYPE, TRADE_DTYPE, TRADE_SIDE_BUY, Kind
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_CROSSED, BOOK_FLAG_INVALID, BOOK_FLAG_REBUILDING,
+                                       FEATURES_DTYPE, FEATURES_FLAG_STALE_BOOK, TRADE_DTYPE, TRADE_SIDE_BUY, Kind)
 from pipeline.runtime.runner import load_agent_class
 from procs.features import FeatureAgent, FeatureStageParams, parse_params
 from tests.support.configtext import BACK_OFF, INSTRUMENTS, process, ring
@@ -32,9 +33,10 @@ def start(msgs, port=None, *, params=None, name="features"):
     return agent, ctx
 
 
-def book_bytes(bid, ask, *, iid=1, seq=1, ts=1_000):
+def book_bytes(bid, ask, *, iid=1, seq=1, ts=1_000, flags=0):
     r = np.zeros(1, BOOK_DTYPE)
     r["instrument_id"], r["seq"], r["exch_ts_ns"], r["n_bids"], r["n_asks"] = iid, seq, ts, 1, 1
+    r["flags"] = flags
     r["bid_px"][0, 0], r["bid_sz"][0, 0], r["ask_px"][0, 0], r["ask_sz"][0, 0] = bid, 1.0, ask, 3.0
     return r.tobytes()
 
@@ -65,6 +67,25 @@ def test_books_become_features_with_the_books_origin_stamp_and_rejects_are_count
     assert st["rej_crossed_book"] == 1 and st["rej_non_finite_input"] == 1
     assert st["unknown_instrument"] == 1 and st["bad_size"] == 1 and st["unknown_kind"] == 1
     assert ctx.msgs_in == len(msgs) and ctx.msgs_out == 2
+
+
+def test_stale_books_give_stale_features_and_a_crossed_one_gives_a_stale_marker():
+    msgs = [(Kind.BOOK, book_bytes(100.3, 100.2, seq=1, flags=BOOK_FLAG_CROSSED), 10),  # nothing to stand for yet
+            (Kind.BOOK, book_bytes(100.0, 100.2, seq=2), 11),
+            (Kind.BOOK, book_bytes(100.0, 100.4, seq=3, flags=BOOK_FLAG_REBUILDING), 12),
+            (Kind.BOOK, book_bytes(100.0, 100.2, seq=4, flags=BOOK_FLAG_INVALID), 13),
+            (Kind.BOOK, book_bytes(100.3, 100.2, seq=5, flags=BOOK_FLAG_CROSSED), 14),
+            (Kind.BOOK, book_bytes(100.3, 100.2, seq=6), 15),  # crossed without saying so: refused as ever
+            (Kind.BOOK, book_bytes(100.0, 100.2, seq=7), 16)]
+    agent, ctx = start(msgs)
+    f = [np.frombuffer(p, FEATURES_DTYPE, 1)[0] for _, p, _, _ in ctx.outputs["feat"].msgs]
+    assert [(int(r["book_seq"]), bool(r["flags"] & FEATURES_FLAG_STALE_BOOK)) for r in f] == [
+        (2, False), (3, True), (4, True), (5, True), (7, False)]
+    marker = f[3]
+    assert marker["ref_mid"] == pytest.approx(100.1) and marker["ref_spread"] == 0 and not marker["features"].any()
+    assert f[1]["features"].any(), "a rebuilding book is computed as any"
+    st = ctx.stats
+    assert st["stale_markers"] == 1 and st["rej_crossed_book"] == 3 and st["emitted"] == 5
 
 
 def test_a_full_output_is_counted_not_raised():

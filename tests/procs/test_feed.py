@@ -28,9 +28,10 @@ from pipeline.runtime.config import load_config
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.itch import messages as M
 from pipeline.trading.itch.book import L3Book
-from pipeline.trading.itch.framing import encode_packet, iter_file_frames
+from pipeline.trading.itch.framing import decode_request, encode_binaryfile, encode_packet, iter_file_frames
 from pipeline.trading.itch.synth import generate_binaryfile, generate_session
-from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_HIDDEN_REPORTED, BOOK_FLAG_SNAPSHOT, TRADE_DTYPE,
+from pipeline.trading.messages import (BOOK_DTYPE, BOOK_FLAG_CROSSED, BOOK_FLAG_HIDDEN_REPORTED, BOOK_FLAG_REBUILDING,
+                                       BOOK_FLAG_SNAPSHOT, TRADE_DTYPE,
                                       TRADE_FLAG_HIDDEN, TRADE_SIDE_BUY, TRADE_SIDE_SELL, Kind)
 from pipeline.runtime.runner import load_agent_class
 from pipeline.runtime.portfile import read_port_file
@@ -168,10 +169,12 @@ def test_the_typed_params_keep_the_documented_defaults():
         "decoder": "msgspec", "join_timeout_s": 2.0, "switch_interval_us": 100.0, "decode_in": "network"}
     assert _plain(parse_params("feed", {}, ItchFeedParams)) == {
         "path": None, "port": None, "speed": "max", "require_end": True, "skip_empty": False, "symbols": None,
-        "midnight_epoch_ns": None, "session": None, "recv_buffer_bytes": 4 << 20, "port_file": "", "output": None}
+        "midnight_epoch_ns": None, "session": None, "recv_buffer_bytes": 4 << 20, "port_file": "", "output": None,
+        "rerequest_interval_ms": 20.0, "rerequest_max_messages": 1000, "rerequest_max": 10, "gap_timeout_ms": 500.0,
+        "max_gap_messages": 100_000, "max_held_messages": 100_000}
 
 
-@pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml"])
+@pytest.mark.parametrize("config", ["default.toml", "llm-7b.example.toml", "itch.toml"])
 def test_the_shipped_configs_feed_params_load(config):
     kinds = {"procs.feed:BitgetFeedAgent": BitgetFeedParams, "procs.feed:ItchFeedAgent": ItchFeedParams}
     procs = [p for p in load_config(REPO_ROOT / "configs" / config).processes if p.module in kinds]
@@ -565,28 +568,51 @@ def test_itch_replay_paces_by_itch_timestamps_against_the_injected_clock(tmp_pat
     agent.on_close()
 
 
-def test_itch_moldudp64_over_udp_counts_a_skipped_packet_as_a_gap(tmp_path):
+def test_itch_replay_of_a_broken_file_counts_garbage_unknown_references_crossing_and_truncation(tmp_path):
+    def R(loc, sym):
+        return M.StockDirectory(loc, 0, 1, M.pad_alpha(sym, 8), b"Q", b"N", 100, b"N", b"C", b"  ", b"P",
+                                b"N", b"N", b"1", b"N", 0, b"N")
+
+    good = [M.encode(r) for r in (R(1, "AAPL"), M.AddOrder(1, 0, 5, 1, b"B", 100, M.pad_alpha("AAPL", 8), 1_000_000),
+                                  M.OrderExecuted(1, 0, 6, 99, 10, 1),  # a reference never added
+                                  M.AddOrder(1, 0, 7, 2, b"S", 100, M.pad_alpha("AAPL", 8), 999_900))]  # crosses
+    data = encode_binaryfile([good[0], b"\xff" * 20, b"A" * 36, *good[1:]], end_of_session=False) + b"\x00\x24AB"
+    path = tmp_path / "broken.itch"
+    path.write_bytes(data)
+    agent = _itch_agent({"path": str(path), "symbols": {"AAPL": 7}})
+    pump(agent, lambda: agent.ctx.stats["replay_done"], what="end of replay")
+    s = agent.ctx.stats
+    assert (s["messages"], s["decode_errors"], s["unknown_refs"], s["crossed_books"]) == (6, 1, 1, 1)
+    assert s["truncated"] == 1 and s["file_errors"] == 1 and s["books_emitted"] == 2 and s["rejected"] >= 2
+    flags = [int(np.frombuffer(p, BOOK_DTYPE, 1)[0]["flags"]) for k, p, _, _ in _port(agent).msgs if k == Kind.BOOK]
+    assert [bool(f & BOOK_FLAG_CROSSED) for f in flags] == [False, True]
+    agent.on_close()
+
+
+def test_itch_moldudp64_over_udp_re_requests_a_lost_packet_from_its_sender_and_recovers(tmp_path):
     msgs = [M.encode(r) for r in generate_session(11, 300, symbols=("AAPL",))]
     packets = [encode_packet("SESSION1", 1 + i, msgs[i:i + 10]) for i in range(0, len(msgs), 10)]
     agent = _itch_agent({"port": 0, "symbols": {"AAPL": 7}, "port_file": str(tmp_path / "itch.port")})
     assert (tmp_path / "itch.port").read_text().strip() == str(agent.port)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    tx.settimeout(5)
     try:
-        sent = 0
         for i, pkt in enumerate(packets):
-            if i == 4:
-                continue  # lost on the way
-            tx.sendto(pkt, ("127.0.0.1", agent.port))
-            sent += 1
+            if i != 4:  # packet 4 lost on the way
+                tx.sendto(pkt, ("127.0.0.1", agent.port))
         tx.sendto(b"short", ("127.0.0.1", agent.port))
-        pump(agent, lambda: agent.ctx.stats["datagrams"] == sent + 1, what="every datagram")
+        pump(agent, lambda: agent.ctx.stats["rerequests"] >= 1, what="a re-request")
+        request, source = tx.recvfrom(64)
+        assert decode_request(request) == (b"SESSION1  ", 41, 10) and source[1] == agent.port
         s = agent.ctx.stats
-        assert (s["gaps"], s["missing"], s["bad_datagrams"], s["duplicates"]) == (1, 10, 1, 0)
-        assert s["messages"] == len(msgs) - 10
-        assert s["books_emitted"] > 0 and agent.ctx.log.named("mold_gap")[0]["first"] == 41
-        tx.sendto(packets[4], ("127.0.0.1", agent.port))  # arrives late: already given up on
-        pump(agent, lambda: agent.ctx.stats["duplicates"] == 10)
-        assert s["messages"] == len(msgs) - 10
+        assert s["gaps"] == 1 and s["rebuilding"] == 1 and s["messages"] == 40, "what follows the gap is held"
+        tx.sendto(packets[4], source)  # the venue's answer
+        pump(agent, lambda: s["messages"] == len(msgs), what="every message applied")
+        assert (s["recovered"], s["unrecoverable"], s["rebuilding"], s["missing"], s["bad_datagrams"]) == (1, 0, 0, 0, 1)
+        flags = [int(np.frombuffer(p, BOOK_DTYPE, 1)[0]["flags"]) for k, p, _, _ in _port(agent).msgs if k == Kind.BOOK]
+        rebuilding = [bool(f & BOOK_FLAG_REBUILDING) for f in flags]
+        assert any(rebuilding) and rebuilding[-1] is False and rebuilding.count(True) == sum(rebuilding)
     finally:
         tx.close()
         agent.on_close()

@@ -9,6 +9,7 @@
 - ``book``: ``L3Book`` (order-by-order book, aggregated levels, BOOK payloads).
 - ``executions``: ``ExecutionBook``, the ``L3Book`` that also reports every execution (E, printable C,
   and P, the non-displayed ones, flagged hidden) as a TRADE payload through an injected ``on_trade``.
+- ``recovery``: MoldUDP64 gap recovery (in-order release, bounded re-requests, give-up bounds).
 - ``ingest``: the feed's ingestion (a BinaryFILE replay, paced or not; MoldUDP64 datagrams) into
   the book, BOOK payloads out through an injected emit.
 - ``synth``: deterministic consistent sessions (``generate_session``).

@@ -36,8 +36,8 @@ executing or cancelling more shares than remain (never a negative size), a side 
 Locked / crossed books: the book mirrors the feed; it never matches orders itself. A consistent
 session (``synth``) never locks or crosses, but real ITCH can briefly (auctions, halts, a gap in
 the feed). When an add or replace leaves best bid >= best ask, the update is kept, counted as
-CROSSED, and ``StockBook.is_crossed()`` says so; the BOOK payload carries the levels as they are.
-(A BOOK flag for "crossed" would have to be declared in ``pipeline/trading/messages.py``.)
+CROSSED, and ``StockBook.is_crossed()`` says so; the BOOK payload carries the levels as they are
+(``executions.ExecutionBook``, the feed's book, also sets ``BOOK_FLAG_CROSSED`` in its flags).
 
 BOOK payload (``pipeline.trading.messages.BOOK_DTYPE``, 504 bytes) of a configured symbol: instrument_id
 from the ``{symbol: instrument_id}`` mapping, flags 0, n_bids/n_asks (<= 15), ``seq`` the sequence

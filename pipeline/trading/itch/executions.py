@@ -18,7 +18,9 @@ P      a non-displayed order executed (no book effect): ``flags = TRADE_FLAG_HID
 ``trade_id`` is the match number; ``exch_ts_ns`` as the BOOK's (``midnight_epoch_ns`` + the ITCH
 timestamp, 0 without a midnight). Only an execution the book accepted is reported (a rejected E / C
 gives no TRADE). Every BOOK payload carries ``BOOK_FLAG_HIDDEN_REPORTED``: this venue reports its
-non-displayed executions, so the features' hidden-order slots are meaningful for it.
+non-displayed executions, so the features' hidden-order slots are meaningful for it; also
+``BOOK_FLAG_CROSSED`` when the stock's best bid >= best ask, and the bits its feed put in
+``stale_flags[instrument_id]`` (``BOOK_FLAG_REBUILDING`` / ``BOOK_FLAG_INVALID``: gap recovery).
 
 Trades are reported from ``apply_raw`` (the feed's path: ``pipeline.trading.itch.ingest``); ``apply``
 and the batch ``apply_decoded`` build the book only. Counters: ``trades_reported``,
@@ -32,7 +34,8 @@ from typing import Callable, Mapping
 
 from pipeline.trading.itch import messages as M
 from pipeline.trading.itch.book import NO_BOOK, L3Book
-from pipeline.trading.messages import (BOOK_FLAG_HIDDEN_REPORTED, OFF_TRADE_FLAGS, TRADE_FLAG_HIDDEN, TRADE_SIDE_BUY,
+from pipeline.trading.messages import (BOOK_FLAG_CROSSED, BOOK_FLAG_HIDDEN_REPORTED, OFF_TRADE_FLAGS, TRADE_FLAG_HIDDEN,
+                                       TRADE_SIDE_BUY,
                                        TRADE_SIDE_SELL, TRADE_STRUCT)
 
 _P4 = 10_000.0
@@ -57,11 +60,18 @@ class ExecutionBook(L3Book):
         self.trades_reported = 0
         self.hidden_reported = 0
         self._trade = bytearray(TRADE_STRUCT.size)
+        #: instrument id -> BOOK flag bits the feed adds to its payloads (gap recovery's)
+        self.stale_flags: dict[int, int] = {}
 
     def write_payload(self, instrument_id: int, buf, offset: int = 0) -> int:
-        """``L3Book.write_payload`` with ``BOOK_FLAG_HIDDEN_REPORTED`` in the flags. Raises as it."""
+        """``L3Book.write_payload`` with ``BOOK_FLAG_HIDDEN_REPORTED``, ``BOOK_FLAG_CROSSED`` (best bid >=
+        best ask) and ``stale_flags[instrument_id]`` in the flags. Raises as it."""
         n = super().write_payload(instrument_id, buf, offset)
-        _U16.pack_into(buf, offset + _BOOK_FLAGS_OFF, BOOK_FLAG_HIDDEN_REPORTED)
+        flags = BOOK_FLAG_HIDDEN_REPORTED | self.stale_flags.get(instrument_id, 0)
+        st = self._by_iid.get(instrument_id)
+        if st is not None and st.is_crossed():
+            flags |= BOOK_FLAG_CROSSED
+        _U16.pack_into(buf, offset + _BOOK_FLAGS_OFF, flags)
         return n
 
     def apply_raw(self, buf, offset: int = 0, length: int | None = None, seq: int = 0) -> int:

@@ -56,6 +56,11 @@ class DenyReason(enum.IntEnum):
     BAD_CONTRACT = 23  # a perpetual whose contract size is not > 0: nothing can be sized
 
 
+#: ``Book.ref_ns`` after a SIGNAL with SIGNAL_FLAG_STALE_BOOK (the market data's book rebuilding, crossed
+#: or invalid): no reference until the next unflagged SIGNAL, so every new order is STALE_REF
+REF_STALE_BOOK = -2
+
+
 class TradingState(enum.IntEnum):
     ACTIVE = 0
     REDUCING = 1
@@ -101,7 +106,7 @@ class PreTradeChecks(Ledger):
             return DenyReason.BAD_CONTRACT, f"{spec.symbol} contract size {spec.contract!r}"
         mid = bk.mid
         if bk.ref_ns < 0 or not mid > 0:
-            return DenyReason.STALE_REF, "no reference"
+            return DenyReason.STALE_REF, "book stale" if bk.ref_ns == REF_STALE_BOOK else "no reference"
         age = now - bk.ref_ns
         if age > self.stale_ns:
             return DenyReason.STALE_REF, f"reference {age // NS_PER_MS} ms old"

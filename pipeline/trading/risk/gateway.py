@@ -23,7 +23,10 @@ it pulls follows its side bits (``SIGNAL_FLAG_AT_RISK_BID`` / ``SIGNAL_FLAG_AT_R
                            cool-down while every order is already cancelling
 
 Either way the live plan is dropped and ``EmergencyReceived`` says whether anything new was pulled
-(``repeated``: inside the cool-down with nothing left to cancel). Daily
+(``repeated``: inside the cool-down with nothing left to cancel). A SIGNAL with
+``SIGNAL_FLAG_STALE_BOOK`` (its book rebuilding after a feed gap, crossed, or invalid) does its
+EMERGENCY, if any, and nothing else: the instrument has no reference (``REF_STALE_BOOK``) until an
+unflagged SIGNAL, so each new order is denied STALE_REF ("book stale"); cancels still go. Daily
 PnL = realized (since start or ``reset_daily_pnl``) + unrealized at the latest ``ref_mid`` (average entry
 price accounting).
 
@@ -44,8 +47,9 @@ import time
 from typing import Callable
 
 from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_DEPTH_BYTES, SIGNAL_FLAG_AT_RISK_ASK, SIGNAL_FLAG_AT_RISK_BID,
+                                       SIGNAL_FLAG_STALE_BOOK,
                                        SIGNAL_STRUCT, ExecReason, ExecType, Label, OrderCmd, OrderOrigin, Side)
-from pipeline.trading.risk.checks import TradingState
+from pipeline.trading.risk.checks import REF_STALE_BOOK, TradingState
 from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, Event, FillApplied,
                                           MessageRejected, PositionMismatch, Synced, SyncRequested, SyncStarted,
                                           VenueAccountChanged)
@@ -235,6 +239,9 @@ class RiskGateway(DepthPlanner):
         out: list[Event] = []
         if label == Label.EMERGENCY:
             self._emergency(bk, _AT_RISK.get(flags & _SIDE_BITS), fseq, out)
+        if flags & SIGNAL_FLAG_STALE_BOOK:  # no reference to trade on until an unflagged SIGNAL (STALE_REF)
+            bk.ref_ns = REF_STALE_BOOK
+            return out
         if not (math.isfinite(mid) and mid > 0 and math.isfinite(spread) and spread >= 0):
             out.append(MessageRejected(ts_ns=self.clock(), kind="SIGNAL", why="bad ref_mid / ref_spread"))
             return out

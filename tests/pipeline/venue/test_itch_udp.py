@@ -123,3 +123,60 @@ def test_dropped_packets_show_as_gaps_and_re_requests_fill_them(receiver):
     finally:
         t.stop()
     assert t.error is None
+
+
+def test_retransmit_leaves_out_the_withheld_sequence_numbers_and_answers_the_rest():
+    s = MoldStream("S1", [bytes([65 + i % 26]) * 6 for i in range(30)])
+    while s.next_packet():
+        pass
+    got = [(decode_packet(pk).seq, len(decode_packet(pk).messages)) for pk in s.retransmit(5, 10, {7, 8})]
+    assert got == [(5, 2), (9, 6)]
+
+
+def test_at_a_speed_a_packet_carries_only_the_messages_due_by_their_itch_timestamps():
+    msgs = [M.encode(M.SystemEvent(0, 0, t, b"O")) for t in (100, 100, 150, 400, 401)]
+    s = MoldStream("S1", msgs)
+    assert s.last_due(120) == 2 and s.timestamp_ns(3) == 150
+    packet, n = s.next_packet(s.last_due(120))
+    assert n == 2 and decode_packet(packet).seq == 1
+    assert s.last_due(0) == 3, "the next message always goes in a packet, even when not due yet"
+
+
+def test_the_publisher_finds_its_target_in_a_port_file_paces_by_timestamps_drops_and_withholds_packets(
+        receiver, tmp_path):
+    step_ns = 10_000_000  # 10 ms of ITCH time a message; at speed 2: 5 ms apart
+    msgs = [M.encode(M.SystemEvent(0, 0, 1_000 + i * step_ns, b"O")) for i in range(40)]
+    published = []
+    port_file = tmp_path / "feed.port"
+    pub = ItchUdpPublisher(MoldStream("S1", msgs), target_port_file=str(port_file), speed=2.0, drop_seqs=[10],
+                           unanswered_seqs=[10], on_published=lambda first, n: published.append((first, n)))
+    t = _run(pub)
+    try:
+        time.sleep(0.1)
+        assert published == [], "nothing is sent before the port file exists"
+        port_file.write_text(f"{receiver.getsockname()[1]}\n")
+        t0 = time.monotonic()
+        seqr, got = MoldSequencer(), {}
+        server_addr = _receive_session(receiver, seqr, got)
+        took = time.monotonic() - t0
+        receiver.sendto(encode_request("S1", 9, 3), server_addr)  # 10 is never answered: 9 and 11 are
+        answers, deadline = [], time.monotonic() + 3  # end-of-session packets keep coming meanwhile
+        while len(answers) < 2 and time.monotonic() < deadline:
+            p = decode_packet(receiver.recvfrom(65536)[0])
+            if p.messages:
+                answers.append((p.seq, len(p.messages)))
+        assert answers == [(9, 1), (11, 1)]
+    finally:
+        t.stop()
+    assert t.error is None
+    assert took >= 39 * step_ns / 2 / 1e9 * 0.9, f"paced by the timestamps: {took:.3f} s"
+    assert [g for g in seqr.gaps] == [range(10, 11)] and pub.stats["packets_dropped"] == 1
+    assert sorted(got) == [i for i in range(1, 41) if i != 10]
+    assert sum(n for _, n in published) == 40, "the hook hears every published message, the dropped one too"
+
+
+def test_the_publisher_needs_exactly_one_target():
+    with pytest.raises(VenueError, match="exactly one"):
+        ItchUdpPublisher(MoldStream("S", [b"x"]), 5000, target_port_file="p")
+    with pytest.raises(VenueError, match="speed"):
+        ItchUdpPublisher(MoldStream("S", [b"x"]), 5000, speed=-1.0)
