@@ -189,7 +189,10 @@ def synthetic_steps(args: argparse.Namespace, step_ms: int) -> int:
 
 def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig, seed: int) -> Market:
     """The synthetic market of ``seed`` replayed one instrument per process, each process computing its
-    instrument's features too (``synthetic_parts``, ``features_of_instrument``).
+    instrument's features too (``synthetic_parts``, ``features_of_instrument``); with basis pairs in the
+    features' params (``fparams.pairs``) a leg's features need the other leg's book, so the processes
+    only replay, and the features are computed over the merged tape (``compute_features``, by
+    ``evaluate_market``: the market's table is None, its features timed as a capture's are).
 
     Raises:
         EvaluationError: no instrument in the config, an unknown market, feature params the stage refuses,
@@ -203,9 +206,10 @@ def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig, seed: int) 
     workers = min(_workers(args), len(cfg.instruments))
     fparams = D.feature_params(cfg.instruments, cfg.feature_params)
     t0 = time.perf_counter()
+    paired = bool(fparams.pairs)
     sp = synthetic_parts(cfg.instruments, seed=seed, steps=steps, workers=workers, params=params,
-                         per_instrument=partial(D.features_of_instrument, fparams))
-    table = D.merge_features(sp.parts)
+                         per_instrument=None if paired else partial(D.features_of_instrument, fparams))
+    table = None if paired else D.merge_features(sp.parts)
     wall = time.perf_counter() - t0
     books = Counter(e.instrument_id for e in sp.tape.events if e.kind == Kind.BOOK)
     n = sum(books.values())
@@ -214,7 +218,8 @@ def _synthetic_market(args: argparse.Namespace, cfg: PipelineConfig, seed: int) 
             "features_updates_per_s": _rate(books[p.instrument.id], p.result_s)} for p in sp.parts]
     sp.tape.source += f", the {market} market (pipeline.venue.synthetic)"
     return Market(sp.tape, n, table, {"replay_s": wall, "replay_updates_per_s": _rate(n, wall),
-                                   "features_in_replay": True, "processes": sp.processes, "per_instrument": per},
+                                   "features_in_replay": not paired, "processes": sp.processes,
+                                   "per_instrument": per},
                   seed, market)
 
 

@@ -128,10 +128,12 @@ RINGS = (
     ("control", 16, 64, "backpressure"),
 )
 
-#: the risk gateway's limits in the bench: fast-path quoting on (``lean_lots = 1``), IOC orders far from
-#: the touch (``risk_aversion = 2``, the gateway's most: passive, never crossing), throttled to 100 orders a second (the module docstring of bench.pipeline)
-RISK_LIMITS = {"lean_lots": 1, "tif": "IOC", "risk_aversion": 2.0, "max_position_lots": 20, "collar_bps": 200.0,
-               "max_orders_per_s": 100, "max_open_orders": 50, "max_notional": 1000000.0,
+#: the risk gateway's limits in the bench: fast-path quoting on (``lean_lots = 1``), IOC orders away from
+#: the touch (half the spread or more from the mid, ``risk_aversion = 2``, the most it may be, and 20 ticks
+#: further, ``lean_offset_ticks``: passive, never crossing, so never filled), throttled to 100 orders a
+#: second (the module docstring of bench.pipeline)
+RISK_LIMITS = {"lean_lots": 1, "lean_offset_ticks": 20, "tif": "IOC", "risk_aversion": 2.0, "max_position_lots": 20,
+               "collar_bps": 200.0, "max_orders_per_s": 100, "max_open_orders": 50, "max_notional": 1000000.0,
                "max_gross_notional": 10000000.0, "max_notional_per_min": 100000000.0, "daily_loss_limit": 1000000.0,
                "min_notional": 0.0}
 
@@ -156,6 +158,10 @@ def llm_process(module: str = "procs.llm:LlmAgent", *, place: str = "", nice: in
 ENCODED_LOOP_MS = 2_000
 
 
+#: the bench venue's place-order rate limit (every endpoint's documented one scaled alike: 1000 x)
+VENUE_RATE_LIMIT_PER_S = 10_000.0
+
+
 def venue_params(sc: Scenario, run: Path) -> dict:
     """The paper venue's params for ``sc``: the pacing of its rate, its port files, the key, ``sc.faults``,
     and for an encoded source (``sc.source``) its units (``ENCODED_LOOP_MS`` of market time) and channels."""
@@ -165,7 +171,8 @@ def venue_params(sc: Scenario, run: Path) -> dict:
         encoded = {"source": "encoded", "encoded_units": max(ENCODED_LOOP_MS // step_ms, 10),
                    "encoded_channels": list(sc.channels)}
     return {**encoded, "port": 0, "seed": 1, "step_ms": step_ms, "speed": speed, "port_file": str(run / "venue.port"),
-            "rest_port_file": str(run / "venue.rest.port"), "key_file": str(KEY), "rate_limit_per_s": 10_000.0,
+            "rest_port_file": str(run / "venue.rest.port"), "key_file": str(KEY),
+            "rate_limit_per_s": VENUE_RATE_LIMIT_PER_S,
             "max_away_ticks": DEFAULT_MAX_AWAY_TICKS,  # the venue's own rule (VALIDITY_RULE), said explicitly
             **sc.faults}
 
@@ -216,7 +223,9 @@ def config_text(sc: Scenario, tmp: Path, prefix: str) -> str:
         ct.process("sender", "procs.sender:SenderAgent", _place(sc, "sender"), inputs=["orders"], outputs=["exec"],
                    heartbeat_timeout_ms=5000,
                    params={"venue_port_file": str(run / "venue.rest.port"), "key_file": str(KEY),
-                           "journal_path": str(run / "sender.journal"), "rate_limit_per_s": 10000, "timeout_ms": 500}),
+                           "journal_path": str(run / "sender.journal"), "rate_limit_per_s": 10000, "timeout_ms": 500,
+                           # the lane's per-endpoint budget raised as the venue's limits are
+                           "endpoint_rate_scale": VENUE_RATE_LIMIT_PER_S / 10.0}),
     ]
     if sc.llm:
         procs.append(llm_process(place=_place(sc, "llm")))

@@ -228,7 +228,8 @@ def emergency_config(*, prefix: str, tmp: Path, key: Path | str, rate: float, sp
         ct.process("sender", "procs.sender:SenderAgent", report.placement("sender", 1 if spin else None, warm=warm),
                    inputs=["orders"], outputs=["exec"],
                    params={"venue_port_file": str(run / "venue.rest.port"), "key_file": str(key),
-                           "journal_path": str(run / "sender.journal"), "rate_limit_per_s": 10000}),
+                           "journal_path": str(run / "sender.journal"), "rate_limit_per_s": 10000,
+                           "endpoint_rate_scale": 1000.0}),
         ct.process("source", "bench.risk:EmergencySource", outputs=["sig_risk"],
                    params={"rate_per_s": rate, "delay_s": 2.0}),
         ct.BTCUSDT)

@@ -101,7 +101,7 @@ def ab_config(*, prefix: str, tmp: Path, journal_dir: Path, key: Path | str, rat
                                 params={"input": f"orders_{arm}", "output": f"exec_{arm}",
                                         "venue_port_file": str(run / "venue.rest.port"), "key_file": str(key),
                                         "journal_path": str(journal_dir / f"{prefix}-{arm}.journal"),
-                                        "rate_limit_per_s": 10000, "journal_sync": f"{arm}_send",
+                                        "rate_limit_per_s": 10000, "endpoint_rate_scale": 1000.0, "journal_sync": f"{arm}_send",
                                         "sync_window_us": window_us}))
     parts.append(ct.process("source", "bench.sender:OrderSource", outputs=[f"orders_{a}" for a in ARMS],
                             params={"rate_per_s": rate, "delay_s": 3.0}))

@@ -88,14 +88,15 @@ class _Shadow:
         self.iid, mid = spec.id, spec.tick_size * 100_000
         head = lambda label: SIGNAL_STRUCT.pack(  # noqa: E731
             self.iid, label, 0, 1, 0, mid, 2 * spec.tick_size, 0.0, 0.0, 0.0, 0.0)
-        sig = head
-        if self.gw.depth_mode:  # SIGNALs with depth, deep at the touch: the gate opens, the same paths are taken
-            def sig(label):
-                r = np.frombuffer(head(label) + bytes(SIGNAL_DEPTH_DTYPE.itemsize - SIGNAL_STRUCT.size),
-                                  SIGNAL_DEPTH_DTYPE, 1).copy()
-                r["depth_bid_dist"][0, 0] = r["depth_ask_dist"][0, 0] = 1.0
-                r["depth_bid_sz"][0, 0] = r["depth_ask_sz"][0, 0] = 1e12
-                return r.tobytes()
+
+        def deep(label):  # SIGNALs with depth, deep at the touch: the gate opens, the same paths are taken
+            r = np.frombuffer(head(label) + bytes(SIGNAL_DEPTH_DTYPE.itemsize - SIGNAL_STRUCT.size),
+                              SIGNAL_DEPTH_DTYPE, 1).copy()
+            r["depth_bid_dist"][0, 0] = r["depth_ask_dist"][0, 0] = 1.0
+            r["depth_bid_sz"][0, 0] = r["depth_ask_sz"][0, 0] = 1e12
+            return r.tobytes()
+
+        sig = deep if self.gw.depth_mode else head
         self.msgs = [sig(Label.HOLD), sig(Label.LEAN_BUY), None, sig(Label.EMERGENCY)]
         self.i = 0
 

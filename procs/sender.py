@@ -52,7 +52,12 @@ Params: ``input`` ("orders"), ``output`` ("exec"), ``journal_path`` ("<run_dir>/
 exchange: TLS, the system's trust store, or ``ca_file`` as the only trusted CA; plain
 "http://127.0.0.1:PORT" for a paper venue only),
 ``key_file`` ("secrets/paper.json"; "" = environment), ``timeout_ms`` (2000), ``poll_interval_ms``
-(50), ``rate_limit_per_s`` (10; burst of the same size), ``max_retries`` (3), ``retry_backoff_ms`` (20),
+(50; the polls go no faster than their endpoints' budget allows), ``rate_limit_per_s`` (10, place and
+cancel requests; burst of the same size), ``endpoint_rate_scale`` (1.0, > 0: the lane's requests, polls,
+queries, account checks and reconciliation, each take a token of their endpoint's budget,
+``ratelimit.EndpointBudget``: the exchange's documented per-endpoint rate, ``pipeline.venue.limits``,
+times this scale, with headroom; a paper venue whose ``rate_limit_per_s`` raises its limits by a factor
+takes the same factor), ``max_retries`` (3), ``retry_backoff_ms`` (20),
 ``reconcile_grace_ms`` (0 = 2 * timeout_ms), ``connections`` (order connections: 4; 1..16),
 ``account_check_ms`` (1000; 0 = only at start: how often the running sender checks the venue's
 account id and compares positions with balances), ``journal_sync`` ("after_send": intents fsync'd by
@@ -66,7 +71,8 @@ the fsync that made it durable); the marker file "<journal>.crashed" makes it on
 machine crash would leave it).
 
 Counters (``ctx.stats``): sent, acked, rejected, fills, cancels, unknown, retries, dups, rl (rate
-limited after retries), rl_wait (waits for a token), jbytes, jsynced (the journal's bytes made durable),
+limited after retries), rl_wait (waits for a token), rl_venue (answers 429 from the venue, any request),
+pace_wait (lane requests held for their endpoint's token), jbytes, jsynced (the journal's bytes made durable),
 rec_ms, rec_n, torn, polls, http_err, malformed, never_sent, out_drops, journal_errors, jdoubt (1 while
 the journal is in doubt: no new order is sent), open (orders not terminal); when they happen: errors,
 held_max, acct_changed, pdiff_<id>, adopted, adopt_skipped, jstalls (fsyncs that ran past the stall
@@ -103,7 +109,7 @@ from pipeline.trading.sender.lane import Lane
 from pipeline.trading.sender.ledger import OrderLedger
 from pipeline.trading.sender.outbox import Outbox, OutboxItem
 from pipeline.trading.sender.queries import VenueQueries
-from pipeline.trading.sender.ratelimit import TokenBucket
+from pipeline.trading.sender.ratelimit import EndpointBudget, TokenBucket
 from pipeline.trading.sender.reconcile import Reconciler, base_coins
 from pipeline.trading.sender.recovery import WindowRecovery
 from pipeline.trading.sender.reports import ExecReporter
@@ -128,6 +134,7 @@ class SenderParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     timeout_ms: int = msgspec.field(default=2000)
     poll_interval_ms: int = 50
     rate_limit_per_s: float = 10.0
+    endpoint_rate_scale: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     max_retries: int = 3
     retry_backoff_ms: int = 20
     reconcile_grace_ms: int = 0
@@ -192,7 +199,7 @@ class SenderAgent(Agent):
         # place / cancel requests: one in flight per order connection; the lane: everything else
         pool = [HttpTransport(address, p.timeout_ms / 1000.0, tls) for _ in range(p.connections)]
         self.lane = Lane(HttpTransport(address, p.timeout_ms / 1000.0, tls), self.client, self.timeout_ns, stats,
-                         ctx.log)
+                         ctx.log, budget=EndpointBudget(p.endpoint_rate_scale, ctx.clock()), clock=ctx.clock)
         self.ledger = OrderLedger(Journal(p.journal_path or run_dir / f"{ctx.name}.journal", fsync_thread=True),
                                   stats, ctx.log, ctx.clock)
         now = ctx.clock()
@@ -206,7 +213,8 @@ class SenderAgent(Agent):
         self.crash_marker = Path(str(journal.path) + ".crashed")
         self.crash_armed = bool(p.crash_after) and os.environ.get(CRASH_ENV) == "1"
         stats.update(sent=0, acked=0, rejected=0, fills=0, cancels=0, unknown=0, retries=0, dups=0, rl=0,
-                     rl_wait=0, jbytes=journal.bytes, rec_ms=0, rec_n=0, torn=state.torn, polls=0,
+                     rl_wait=0, rl_venue=0, pace_wait=0, jbytes=journal.bytes, rec_ms=0, rec_n=0, torn=state.torn,
+                     polls=0,
                      http_err=0, malformed=0, never_sent=0, out_drops=0, open=len(self.ledger.open), journal_errors=0,
                      jdoubt=0, jsynced=journal.synced_bytes)
         if p.crash_after and not self.crash_armed:
@@ -363,14 +371,18 @@ class SenderAgent(Agent):
         """The runner's park when idle: on the ``orders`` ring (its blocking wait, where the transport
         has one), but never past the sender's own next timed work: a retry or rate-limit token due, a
         reconciliation attempt, the next fill poll while orders work, an unknown outcome to query, the
-        group commit's next step; and for at most ``INFLIGHT_NAP_NS`` while an answer (a query's
-        included) is awaited or a lane job is queued (the ring's wait cannot also watch the sockets)."""
+        group commit's next step, the token a lane request is held for; and for at most
+        ``INFLIGHT_NAP_NS`` while an answer (a query's included) is awaited or a lane job is queued (the
+        ring's wait cannot also watch the sockets)."""
         now = self.ctx.clock()
         due = now + timeout_ns
-        if self.requests.inflight or self.lane.busy or self.reporter.held:
+        lane_held = self.lane.held_until()
+        if self.requests.inflight or (self.lane.busy and lane_held is None) or self.reporter.held:
             # answers come on sockets (room for held reports in the exec ring), orders on the ring:
             # nap on the ring, briefly
             due = min(due, now + INFLIGHT_NAP_NS)
+        if lane_held is not None:
+            due = min(due, lane_held)
         if self.reconciler.reconciling:
             due = min(due, self.reconciler.due_ns)
         outbox_due = self.outbox.next_due_ns()

@@ -69,11 +69,23 @@ Config (one process entry; every param optional, unknown params fail the start):
                                  # (market time: real time x speed while the venue publishes)
     max_away_ticks = 50          # order validity (orders_valid / orders_invalid): an order arriving
                                  # further than this from its own side's best price is invalid
-    itch_port = 0                # > 0: also send a synthetic ITCH 5.0 session over MoldUDP64 to this
-                                 # UDP port on 127.0.0.1 (re-requests: to the packets' source port)
-    itch_events = 100000         # order-flow messages of the session (pipeline.trading.itch.synth)
-    itch_rate = 10000.0          # messages a second (0 = as fast as possible)
+    itch_port = 0                # > 0: also send an ITCH 5.0 session over MoldUDP64 to this UDP port on
+                                 # 127.0.0.1 (re-requests: to the packets' source port)
+    itch_port_file = ""          # or: the feed's UDP port read from this file (waited for, re-read every 0.5 s)
+    itch_file = ""               # the session: a BinaryFILE (.gz too; a truncated file is sent as far as it
+                                 # goes, counted in itch_file_truncated); "": the synthetic session
+    itch_session = "PAPER"       # the MoldUDP64 session name (1..10 printable ASCII)
+    itch_events = 100000         # synthetic: order-flow messages (pipeline.trading.itch.synth)
+    itch_rate = 10000.0          # messages a second (0 = as fast as possible), unless itch_speed > 0
+    itch_speed = 0.0             # > 0: at the pace of the ITCH timestamps times this (1.0: as recorded)
     itch_drop_prob = 0.0         # fault: data packets dropped at random
+    itch_drop_seqs = []          # fault: the packets holding these sequence numbers dropped (first sending)
+    itch_unanswered_seqs = []    # fault: these sequence numbers never retransmitted (an unrecoverable gap)
+    itch_orders = false          # true: our orders match against the ITCH book of the paper instruments
+                                 # (pipeline.venue.itch_market: $0.01 ticks, whole shares), not the WebSocket
+                                 # market
+    itch_stocks = {}             # with itch_orders: {ITCH stock: instrument id} (default: stocks named as the
+                                 # instruments), e.g. { AAPL = 1 } for the instrument AAPLUSDT
     rest_port = 0                # order REST API port; 0: a free port, written to the REST port file
     rest_port_file = ""          # default <supervisor.run_dir>/<process name>.rest.port, e.g. run/venue.rest.port
     key_file = "secrets/paper.json"  # the one API key accepted (0600 JSON; a relative path is taken from
@@ -99,6 +111,8 @@ Config (one process entry; every param optional, unknown params fail the start):
 
 Instruments: the synthetic source makes a market in every ``[[instruments]]`` entry with
 ``venue = "paper"`` (symbol, tick_size, lot_size); a replay serves the instruments of its capture.
+Each is published and subscribed under its own ``product_type`` as instType (a perpetual's books and
+trades under "USDT-FUTURES", spot under "SPOT"; the encoded source: spot only).
 
 Order sanity uses the config instruments' ``tick_size`` / ``lot_size`` (any venue) of each served
 symbol; a replayed symbol without a config entry is checked for positive finite numbers only.
@@ -123,7 +137,9 @@ best bid) and was within max_away_ticks of its own side's best price; see
 placed, 43118: a client that sent an order twice) and positions (``{symbol: signed base position}``
 of the account: every fill since the account was created, restored ones included, plus admin
 adjustments; a float per symbol, for reconciliation with the sender and the risk gateway); and
-itch_msgs (messages sent over MoldUDP64) when ITCH is on. The counters are this process's own: they
+itch_msgs (messages sent over MoldUDP64), itch_packets_dropped, itch_requests (re-requests received),
+itch_retransmitted_packets, itch_file_truncated / itch_file_oversized / itch_file_read_errors and, with
+itch_orders, itch_listener_errors, when ITCH is on. The counters are this process's own: they
 start at 0 after a restart, the account does not.
 """
 
@@ -145,7 +161,8 @@ from pipeline.trading.bitget.signing import Credentials, generate_paper_credenti
 from pipeline.venue.account import AccountLog
 from pipeline.venue.errors import VenueConfigError, VenueError
 from pipeline.venue.fees import MAX_FEE_BPS, FeeSchedule
-from pipeline.venue.itch_udp import ItchUdpPublisher, MoldStream
+from pipeline.venue.itch_market import make_itch
+from pipeline.venue.itch_market import rules as itch_rules
 from pipeline.venue.order_fields import CODE_DUPLICATE, OrderRejected, rules_from_config
 from pipeline.venue.orders import OrderEngine
 from pipeline.venue.private_ws import PrivateChannels
@@ -198,9 +215,17 @@ class VenueParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     bad_checksum_every_s: _Period = 0.0
     max_away_ticks: Annotated[int, msgspec.Meta(ge=0)] = 50
     itch_port: int = 0
-    itch_events: int = 100_000
+    itch_port_file: str = ""
+    itch_file: str = ""
+    itch_session: Annotated[str, msgspec.Meta(min_length=1, max_length=10, pattern="^[ -~]+$")] = "PAPER"
+    itch_events: Annotated[int, msgspec.Meta(ge=1)] = 100_000
     itch_rate: float = 10_000.0
-    itch_drop_prob: float = 0.0
+    itch_speed: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    itch_drop_prob: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    itch_drop_seqs: tuple[int, ...] = ()
+    itch_unanswered_seqs: tuple[int, ...] = ()
+    itch_orders: bool = False
+    itch_stocks: dict[str, int] | None = None
     rest_port: int = 0
     rest_port_file: str = ""
     key_file: str = DEFAULT_KEY_FILE
@@ -319,14 +344,11 @@ class VenueAgent(Agent):
         p = parse_params(ctx.name, ctx.params)
         run_dir = Path(ctx.config.supervisor.run_dir)
         self.server = self._make_market(p)
-        self.itch = None
-        if p.itch_port:
-            stream = MoldStream.synthetic(p.seed, p.itch_events)
-            self.itch = ItchUdpPublisher(stream, p.itch_port, rate_msgs_per_s=p.itch_rate,
-                                         drop_prob=p.itch_drop_prob, fault_seed=p.seed)
+        self.itch, self.itch_market, self.itch_counts = make_itch(p, ctx.config.instruments, ctx.log)
         creds = paper_credentials(p.key_file)
-        self.engine = CountingOrderEngine(rules_from_config(ctx.config.instruments, self.server.inst_ids),
-                                          self.server.market.levels, lambda: time.time_ns() // 1_000_000,
+        rules, levels = ((itch_rules(self.itch_market.symbols), self.itch_market.levels) if self.itch_market else
+                         (rules_from_config(ctx.config.instruments, self.server.inst_ids), self.server.market.levels))
+        self.engine = CountingOrderEngine(rules, levels, lambda: time.time_ns() // 1_000_000,
                                           max_notional=p.max_notional if p.max_notional > 0 else None,
                                           max_away_ticks=p.max_away_ticks, fees=fee_schedule(p),
                                           queue_model=p.queue_model)
@@ -347,7 +369,8 @@ class VenueAgent(Agent):
 
         Raises:
             VenueError: no paper instrument for a synthetic source (or an encoded one without a
-                capture); what ``make_source`` and ``VenueServer`` raise.
+                capture), a perpetual with the encoded source (``VenueConfigError``); what
+                ``make_source`` and ``VenueServer`` raise.
         """
         specs = instrument_specs(self.ctx.config.instruments)
         if (p.source == "synthetic" or (p.source == "encoded" and not p.capture)) and not specs:
@@ -355,11 +378,16 @@ class VenueAgent(Agent):
         source = make_source(p.source, instruments=specs, capture=p.capture or None, seed=p.seed,
                              step_ms=p.step_ms, jump_prob=p.jump_prob, jump_ticks=p.jump_ticks, market=p.market,
                              encoded_units=p.encoded_units, encoded_channels=p.encoded_channels)
+        # each instrument's market data under its own instType (a perpetual: "USDT-FUTURES")
+        inst_types = {i.symbol: i.product_type for i in self.ctx.config.instruments if i.venue == "paper"}
+        if p.source == "encoded" and set(inst_types.values()) - {"SPOT"}:
+            raise VenueConfigError(f"{self.ctx.name}: source 'encoded' publishes SPOT frames only (a perpetual "
+                                   "instrument needs source 'synthetic' or 'replay')")
         server = EncodedVenueServer if p.source == "encoded" else VenueServer
         return server(source, port=p.port, speed=p.speed, loop_replay=p.loop, delay_ms=p.delay_ms,
-                           drop_prob=p.drop_prob, fault_seed=p.seed, delay_jitter_ms=p.delay_jitter_ms,
-                           disconnect_every_s=p.disconnect_every_s, gap_every_s=p.gap_every_s,
-                           bad_checksum_every_s=p.bad_checksum_every_s)
+                      drop_prob=p.drop_prob, fault_seed=p.seed, delay_jitter_ms=p.delay_jitter_ms,
+                      disconnect_every_s=p.disconnect_every_s, gap_every_s=p.gap_every_s,
+                      bad_checksum_every_s=p.bad_checksum_every_s, inst_types=inst_types)
 
     def _restore_account(self, records: list[dict]) -> None:
         """Rebuild the engine's account from the log's records; from now on every change is appended
@@ -385,7 +413,7 @@ class VenueAgent(Agent):
             VenueError: a bad REST value, the thread not starting. OSError: a port cannot be bound.
         """
         ctx = self.ctx
-        self.server.add_market_listener(self.engine)
+        (self.itch_market or self.server).add_market_listener(self.engine)  # itch_orders: the ITCH book
         api = RestApi(self.engine, creds, recv_window_ms=p.recv_window_ms, rate_limit_per_s=p.rate_limit_per_s,
                       log=ctx.log, allow_admin=p.allow_admin,
                       perps={i.symbol: i.margin_coin for i in ctx.config.instruments if i.perpetual})
@@ -416,6 +444,13 @@ class VenueAgent(Agent):
         self.ctx.stats["positions"] = {sym: float(q) for sym, q in self.engine.positions().items()}
         if self.itch is not None:
             self.ctx.stats["itch_msgs"] = self.itch.stats["messages_sent"]
+            self.ctx.stats.update({f"itch_{k}": v for k, v in self.itch.stats.items()
+                                   if k in ("packets_dropped", "requests", "retransmitted_packets")})
+            self.ctx.stats.update({f"itch_file_{k}": v for k, v in self.itch_counts.items() if k != "messages"})
+        if self.itch_market is not None:
+            self.ctx.stats["itch_listener_errors"] = self.itch_market.listener_errors
+            while self.itch_market.listener_failures:
+                self.ctx.log.error("order_engine_hook_failed", error=self.itch_market.listener_failures.pop(0)[:300])
         failures = self.server.listener_failures
         while failures:
             self.ctx.log.error("order_engine_hook_failed", error=failures.pop(0)[:300])

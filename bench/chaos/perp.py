@@ -29,11 +29,15 @@ from pipeline.runtime.config import load_config
 
 PERP_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "perp.toml"
 _INSTRUMENT_BLOCK = re.compile(r"^\[\[instruments\]\]\n(?:(?!\[)[^\n]*\n?)*", re.M)
+#: the Bitget feed's params table, to which the perpetuals' instType is added
+_FEED_PARAMS = re.compile(r'(module = "procs\.feed:BitgetFeedAgent"\n(?:[^\[\n][^\n]*\n)*?params = \{ )')
 
 
 def perp_instruments(text: str, source: Path = PERP_CONFIG) -> str:
     """The config text with its ``[[instruments]]`` blocks replaced by those of ``source``
-    (``configs/perp.toml``), written out from its parsed instruments, so both name the same fields.
+    (``configs/perp.toml``), written out from its parsed instruments, so both name the same fields, and
+    the Bitget feed subscribing as ``inst_type = "USDT-FUTURES"`` (the venue publishes a perpetual under
+    that instType only).
 
     Raises:
         ValueError: the text has no instruments block. ConfigError: ``source`` does not load.
@@ -49,7 +53,8 @@ def perp_instruments(text: str, source: Path = PERP_CONFIG) -> str:
                          ("contract_size", i.contract_size), ("tick_size", i.tick_size), ("lot_size", i.lot_size),
                          ("margin_coin", i.margin_coin), ("margin_mode", i.margin_mode))))
     start, end = blocks[0].start(), blocks[-1].end()
-    return text[:start] + "\n".join(out) + text[end:]
+    text = text[:start] + "\n".join(out) + text[end:]
+    return _FEED_PARAMS.sub(r'\1inst_type = "USDT-FUTURES", ', text, count=1)
 
 
 def _with_perps(P):

@@ -12,9 +12,12 @@ match, or whose JSON does not parse is torn (a crash mid-write): replay ignores 
 Records (``oid`` = our order id, u64; amounts are floats; ``ts_ms`` wall clock ms)::
 
     intent     oid coid iid sym side tif px sz oseq ts_ms    written BEFORE the send (fsync'd by the
-               [adopted]                                    group commit after it); ``adopted``: rebuilt
-                                                            from the venue's report after its intent was
-                                                            lost (tif 0 = not known, oseq 0)
+               [ro] [adopted]                               group commit after it); ``ro``: true for a
+                                                            reduce-only order (absent: false, as in a
+                                                            journal written before the field);
+                                                            ``adopted``: rebuilt from the venue's report
+                                                            after its intent was lost (tif 0 = not
+                                                            known, oseq 0)
     ack        oid vid                                      the venue accepted it (vid: its orderId)
     reject     oid code                                     the venue refused it; terminal
     unknown    oid                                          the send's outcome is not known
@@ -122,6 +125,7 @@ class OrderEntry:
     vid: str = ""
     filled: float = 0.0
     code: str = ""
+    reduce_only: bool = False  # the intent's ``ro`` (a perpetual's reduce-only order)
 
     @property
     def terminal(self) -> bool:
@@ -182,7 +186,8 @@ class JournalState:
             if oid not in self.orders:
                 self.orders[oid] = OrderEntry(oid, rec["coid"], int(rec["iid"]), rec["sym"], int(rec["side"]),
                                               int(rec["tif"]), float(rec["px"]), float(rec["sz"]),
-                                              int(rec["oseq"]), int(rec.get("ts_ms", 0)))
+                                              int(rec["oseq"]), int(rec.get("ts_ms", 0)),
+                                              reduce_only=rec.get("ro") is True)
             return
         o = self.orders.get(oid)
         if o is None:

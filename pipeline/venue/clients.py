@@ -151,7 +151,7 @@ class Clients:
             self.send(conn, PONG_FRAME, push=False)
             return
         market = self.market
-        for req in parse_request(msg, market.states, market.inst_type):
+        for req in parse_request(msg, market.states, market.inst_types):
             if req.op == OP_PING:
                 self.send(conn, PONG_FRAME, push=False)
             elif req.op == OP_ERROR:

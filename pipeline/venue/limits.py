@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pipeline.venue.errors import VenueError
 
 SPOT = "/api/v2/spot/"
+MIX = "/api/v2/mix/"
 #: path -> requests a second, as the exchange documents them (Bitget v2 API reference, each
 #: endpoint's "Frequency limit")
 DOCUMENTED_PER_S: dict[str, float] = {
@@ -30,7 +31,12 @@ DOCUMENTED_PER_S: dict[str, float] = {
     SPOT + "market/fills": 10.0,
     SPOT + "market/candles": 20.0,
     "/api/v2/margin/currencies": 10.0,
-    "/api/v2/mix/market/contracts": 20.0,
+    MIX + "market/contracts": 20.0,
+    MIX + "market/ticker": 20.0,
+    MIX + "market/tickers": 20.0,
+    MIX + "market/merge-depth": 20.0,
+    MIX + "market/fills": 20.0,
+    MIX + "market/candles": 20.0,
     # signed (per UID)
     SPOT + "trade/place-order": 10.0,
     SPOT + "trade/cancel-order": 10.0,
@@ -42,6 +48,15 @@ DOCUMENTED_PER_S: dict[str, float] = {
     SPOT + "trade/fills": 10.0,
     SPOT + "account/info": 1.0,
     SPOT + "account/assets": 10.0,
+    MIX + "order/place-order": 10.0,
+    MIX + "order/cancel-order": 10.0,
+    MIX + "order/batch-cancel-orders": 10.0,
+    MIX + "order/cancel-all-orders": 10.0,
+    MIX + "order/detail": 10.0,
+    MIX + "order/orders-pending": 10.0,
+    MIX + "order/fills": 10.0,
+    MIX + "position/all-position": 5.0,
+    MIX + "account/accounts": 10.0,
 }
 #: the documented place-order rate: the venue's ``rate_limit_per_s`` over it is the scale
 PLACE_ORDER_PER_S = DOCUMENTED_PER_S[SPOT + "trade/place-order"]

@@ -26,6 +26,10 @@ Bitget v2 public WebSocket (compact JSON bytes, keys in the venue's order)::
     {"event":"error","code":"30001","msg":"...","arg":{...}}
     pong
 
+Each instrument's frames carry its own instType, and a subscription must name it (another instType:
+30001 "doesn't exist"): ``VenueMarket(inst_type=...)`` takes one for all (default "SPOT") or one per
+instId ("USDT-FUTURES" for a perpetual), as the exchange serves spot and futures apart.
+
 Channels served: ``books`` (a snapshot of the full book on subscribe, then one update per book
 change: the changed levels, the checksum of the resulting book), ``books1`` / ``books5`` /
 ``books15`` (a snapshot of the top N on every book change; checksum over the levels sent),
@@ -48,7 +52,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -56,7 +60,8 @@ import orjson
 
 from pipeline.trading.bitget.book import CHECKSUM_LEVELS, bitget_checksum
 from pipeline.trading.bitget.book import _checksum_lv as checksum_of_texts  # bitget_checksum's core, on "p:s"
-from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT, PING_TEXT, PONG_TEXT
+from pipeline.trading.bitget.protocol import (CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT, INST_TYPES, PING_TEXT,
+                                              PONG_TEXT)
 from pipeline.venue.errors import VenueError
 
 #: Channels the venue serves, and the depth of each snapshot-only book channel.
@@ -176,10 +181,11 @@ def _error(code: str, msg: str, arg: dict | None = None) -> Request:
 
 
 def parse_request(text: str | bytes, instruments: Iterable[str] | dict | set | frozenset,
-                  inst_type: str = INST_TYPE_SPOT) -> list[Request]:
+                  inst_type: str | Mapping[str, str] = INST_TYPE_SPOT) -> list[Request]:
     """What one client frame asks for: ``ping``, or ``{"op":"subscribe"|"unsubscribe","args":[...]}``
     with one ``Request`` per args entry (an unknown instrument, channel or instType gives a
-    ``30001`` error for that entry only). Never raises."""
+    ``30001`` error for that entry only). ``inst_type``: every instrument's instType, or instId ->
+    its own (an instrument asked under another instType does not exist). Never raises."""
     if text == PING_TEXT:
         return [Request(OP_PING)]
     if isinstance(text, (bytes, bytearray, memoryview)):
@@ -206,7 +212,8 @@ def parse_request(text: str | bytes, instruments: Iterable[str] | dict | set | f
             out.append(_error(CODE_PARAM_ERROR, "param error: instType, channel and instId must be strings"))
             continue
         arg = arg_of(ch, iid, it)
-        if it != inst_type or ch not in SERVED_CHANNELS or iid not in instruments:
+        want = inst_type if isinstance(inst_type, str) else inst_type.get(iid)
+        if it != want or ch not in SERVED_CHANNELS or iid not in instruments:
             out.append(_error(CODE_NOT_EXIST, f"instType:{it},channel:{ch},instId:{iid} doesn't exist"[:200], arg))
             continue
         out.append(Request(op, arg))
@@ -316,14 +323,23 @@ def corrupt_checksum(checksum: int) -> int:
 class VenueMarket:
     """Every served instrument's state, and the frames the venue publishes from it."""
 
-    def __init__(self, inst_ids: Sequence[str], *, inst_type: str = INST_TYPE_SPOT, recent_trades: int = RECENT_TRADES,
-                 seq_start: int = 0) -> None:
-        """Raises:
-        VenueError: no instrument, a duplicate, or an instId that is not ASCII letters and digits.
+    def __init__(self, inst_ids: Sequence[str], *, inst_type: str | Mapping[str, str] = INST_TYPE_SPOT,
+                 recent_trades: int = RECENT_TRADES, seq_start: int = 0) -> None:
+        """``inst_type``: the instType every instrument is published under, or instId -> its own
+        (one missing from the mapping: SPOT), e.g. "USDT-FUTURES" for a perpetual.
+
+        Raises:
+            VenueError: no instrument, a duplicate, an instId that is not ASCII letters and digits,
+                or an instType not one of ``INST_TYPES``.
         """
         if not inst_ids:
             raise VenueError("the venue needs at least one instrument")
-        self.inst_type = inst_type
+        #: instId -> the instType its frames carry and its subscriptions must name
+        self.inst_types = {i: inst_type if isinstance(inst_type, str) else inst_type.get(i, INST_TYPE_SPOT)
+                           for i in inst_ids}
+        bad = sorted(set(self.inst_types.values()) - INST_TYPES)
+        if bad:
+            raise VenueError(f"instType must be one of {sorted(INST_TYPES)}, got {bad[0]!r}")
         self.states: dict[str, InstrumentState] = {}
         for iid in inst_ids:
             if not (isinstance(iid, str) and iid.isascii() and iid.isalnum()):
@@ -442,7 +458,7 @@ class VenueMarket:
     def books_frame(self, ch: BookChange) -> bytes:
         """The ``books`` push of a change (snapshot or update)."""
         return book_frame("snapshot" if ch.snapshot else "update", CHANNEL_BOOKS, ch.inst_id, ch.bids, ch.asks,
-                          ch.checksum, ch.seq, ch.ts_ms, ch.push_ts_ms, self.inst_type)
+                          ch.checksum, ch.seq, ch.ts_ms, ch.push_ts_ms, self.inst_types[ch.inst_id])
 
     def books_snapshot_frame(self, inst_id: str, push_ts_ms: int | None = None) -> bytes | None:
         """A ``books`` snapshot of the current full book (what a new subscriber gets first), or None
@@ -451,7 +467,7 @@ class VenueMarket:
         if not st.ready:
             return None
         return book_frame("snapshot", CHANNEL_BOOKS, inst_id, st.bids.top(), st.asks.top(), st.checksum(), st.seq,
-                          st.ts_ms, st.ts_ms if push_ts_ms is None else push_ts_ms, self.inst_type)
+                          st.ts_ms, st.ts_ms if push_ts_ms is None else push_ts_ms, self.inst_types[inst_id])
 
     def depth_frame(self, inst_id: str, channel: str, push_ts_ms: int | None = None) -> bytes | None:
         """A ``books1/5/15`` snapshot of the current top N (checksum over the levels sent), or None
@@ -462,12 +478,13 @@ class VenueMarket:
         n = DEPTH_CHANNELS[channel]
         bids, asks = st.bids.top(n), st.asks.top(n)
         return book_frame("snapshot", channel, inst_id, bids, asks, bitget_checksum(bids, asks), st.seq, st.ts_ms,
-                          st.ts_ms if push_ts_ms is None else push_ts_ms, self.inst_type)
+                          st.ts_ms if push_ts_ms is None else push_ts_ms, self.inst_types[inst_id])
 
     def trades_frame(self, ev: TradeEvent) -> bytes:
         """The ``trade`` push of an event returned by ``apply_trades``."""
         push_ts = ev.ts_ms if ev.push_ts_ms is None else ev.push_ts_ms
-        return trade_frame("snapshot" if ev.snapshot else "update", ev.inst_id, ev.trades, push_ts, self.inst_type)
+        return trade_frame("snapshot" if ev.snapshot else "update", ev.inst_id, ev.trades, push_ts,
+                           self.inst_types[ev.inst_id])
 
     def trades_snapshot_frame(self, inst_id: str, push_ts_ms: int | None = None) -> bytes | None:
         """A ``trade`` snapshot of the recent trades, newest first; None when there is none yet (a
@@ -478,4 +495,4 @@ class VenueMarket:
         trades = list(reversed(st.trades))
         if push_ts_ms is None:
             push_ts_ms = max(st.ts_ms, int(trades[0]["ts"]))
-        return trade_frame("snapshot", inst_id, trades, push_ts_ms, self.inst_type)
+        return trade_frame("snapshot", inst_id, trades, push_ts_ms, self.inst_types[inst_id])

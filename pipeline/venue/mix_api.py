@@ -4,10 +4,12 @@ out, against the same ``OrderEngine`` (one book, one matching, one account per s
 
 A symbol is a perpetual when the config says so (``InstrumentConfig.product_type = "USDT-FUTURES"``;
 ``MixRoutes(engine, perps)``, ``perps``: symbol -> margin coin). Its contract size is its lot: sizes are
-base-coin amounts on the lot step, as the exchange's are. The position is the engine's signed position
-of the symbol, in one-way mode (``posMode`` "one_way_mode"; ``all-position`` gives it as ``holdSide``
-long / short and ``total`` = |position|). Funding is not simulated: a paper perpetual's position
-costs nothing to hold, and its cash is spot's (fills' notional and fees), not margin.
+base-coin amounts on the lot step, as the exchange's are, a market buy's too (``MixRoutes`` marks the
+perpetuals ``base_sized`` on the engine; a spot market buy spends quote coin). The position is the
+engine's signed position of the symbol, in one-way mode (``posMode`` "one_way_mode"; ``all-position``
+gives it as ``holdSide`` long / short and ``total`` = |position|). Funding is not simulated: a paper
+perpetual's position costs nothing to hold, and its cash is spot's (fills' notional and fees), not
+margin; the leverage is 1.
 
 Routes (every one refuses a ``productType`` other than USDT-FUTURES, any case, with 40020, a symbol
 that is not a perpetual here with 40034, and a ``marginCoin``, when given, other than the symbol's with
@@ -23,6 +25,21 @@ that is not a perpetual here with 40034, and a ``marginCoin``, when given, other
     GET  /api/v2/mix/order/fills               productType [, symbol, orderId, idGreaterThan, limit]:
                                                {"fillList", "endId"} (no clientOid, as the exchange)
     GET  /api/v2/mix/position/all-position     productType [, marginCoin]: the non-zero positions
+    GET  /api/v2/mix/account/accounts          productType: one account per margin coin, {"marginCoin",
+                                               "locked":"0","available","crossedMaxAvailable",
+                                               "isolatedMaxAvailable","maxTransferOut","accountEquity",
+                                               "usdtEquity","btcEquity":"0","crossedRiskRate":"0",
+                                               "unrealizedPL","coupon":"0","unionTotalMargin",
+                                               "unionAvailable","unionMm":"0","assetMode":"single"}:
+                                               accountEquity: the perpetuals' cash (-sum of signed fill
+                                               notional and fees) plus their positions at the book's mid
+                                               (the account's P&L since it opened: it starts at 0);
+                                               unrealizedPL: the positions' (mid - openPriceAvg) * size;
+                                               nothing is held as margin: available = maxTransferOut =
+                                               accountEquity
+
+A position's ``openPriceAvg`` is the average price of the fills that opened it (a fill that reduces
+it leaves the average; one that crosses zero opens the new side at its price).
 
 The exchange's codes: a reduce-only order that would open or grow a position (none to reduce, the
 same side as the position, or more than it) 22002; an unknown order on cancel 40768, on detail 40109;
@@ -36,7 +53,7 @@ from decimal import Decimal
 from typing import Callable
 
 from pipeline.venue.order_fields import (CODE_DUPLICATE, CODE_NO_ORDER, CODE_NOTIONAL, CODE_PARAM_ERROR,
-                                         CODE_UNKNOWN_SYMBOL, OrderRejected, fmt)
+                                         CODE_SIZE_SCALE, CODE_UNKNOWN_SYMBOL, OrderRejected, fmt)
 
 PRODUCT = "USDT-FUTURES"
 PREFIX = "/api/v2/mix/order/"
@@ -48,8 +65,9 @@ DETAIL = PREFIX + "detail"
 PENDING = PREFIX + "orders-pending"
 FILLS = PREFIX + "fills"
 POSITIONS = "/api/v2/mix/position/all-position"
+ACCOUNTS = "/api/v2/mix/account/accounts"
 ROUTES = {PLACE: "POST", CANCEL: "POST", BATCH_CANCEL: "POST", CANCEL_ALL: "POST", DETAIL: "GET", PENDING: "GET",
-          FILLS: "GET", POSITIONS: "GET"}
+          FILLS: "GET", POSITIONS: "GET", ACCOUNTS: "GET"}
 RATE_LIMITED = frozenset({PLACE, CANCEL, BATCH_CANCEL, CANCEL_ALL})
 
 CODE_NO_POSITION = "22002"
@@ -58,7 +76,7 @@ CODE_DETAIL_NO_ORDER = "40109"
 CODE_MIX_DUPLICATE = "40786"
 CODE_MIX_BALANCE = "40762"
 _CODE_MAP = {CODE_DUPLICATE: CODE_MIX_DUPLICATE, CODE_NOTIONAL: CODE_MIX_BALANCE}
-_STATUS = {"cancelled": "canceled"}
+MIX_STATUS = {"cancelled": "canceled"}
 
 
 def _mix_error(exc: OrderRejected, no_order: str) -> OrderRejected:
@@ -74,9 +92,11 @@ class MixRoutes:
     def __init__(self, engine, perps: dict[str, str]):
         self.engine = engine
         self.perps = dict(perps)  # symbol -> margin coin
+        engine.base_sized = engine.base_sized | frozenset(self.perps)  # a perpetual's market buy: base size
         self.handlers: dict[str, Callable[[dict], object]] = {
             PLACE: self.place, CANCEL: self.cancel, BATCH_CANCEL: self.batch_cancel, CANCEL_ALL: self.cancel_all,
-            DETAIL: self.detail, PENDING: self.pending, FILLS: self.fills, POSITIONS: self.positions}
+            DETAIL: self.detail, PENDING: self.pending, FILLS: self.fills, POSITIONS: self.positions,
+            ACCOUNTS: self.accounts}
 
     # -- checks -------------------------------------------------------------------------------
     def _product(self, args: dict) -> None:
@@ -117,6 +137,17 @@ class MixRoutes:
             raise OrderRejected(CODE_NO_POSITION, f"No position to close: reduce-only {side} {qty} against "
                                                   f"position {fmt(pos)}")
 
+    def _on_lot(self, sym: str, size: object) -> None:
+        """Raises OrderRejected: 40808 a size off the symbol's lot (anything not a decimal: the engine's check)."""
+        lot = self.engine.rules[sym].lot_size
+        try:
+            qty = Decimal(str(size))
+        except ArithmeticError:
+            return
+        if lot and qty.is_finite() and qty % lot != 0:
+            raise OrderRejected(CODE_SIZE_SCALE, f"Parameter verification exception size checkBDScale error "
+                                                 f"value={size} lot={fmt(lot)}")
+
     # -- POST ---------------------------------------------------------------------------------
     def place(self, body: dict) -> dict:
         sym = self._symbol(body)
@@ -127,6 +158,8 @@ class MixRoutes:
             raise OrderRejected(CODE_PARAM_ERROR, "Parameter marginMode error: crossed or isolated")
         if reduce_only == "YES":
             self._reduce_only(sym, body.get("side"), body.get("size"))
+        if body.get("orderType") == "market" and body.get("side") == "buy":  # base-sized: on the lot
+            self._on_lot(sym, body.get("size"))
         spot = {k: body[k] for k in ("side", "orderType", "force", "price", "size", "clientOid") if k in body}
         try:
             o = self.engine.place({**spot, "symbol": sym})
@@ -195,7 +228,7 @@ class MixRoutes:
             limit = int(limit)
         got = self.engine.fills_since(sym, q.get("orderId") or None, q.get("idGreaterThan") or None, None)
         rows = [f for f in got if f.symbol in self.perps][:limit]
-        return {"fillList": [_fill_json(f) for f in rows] or None, "endId": str(rows[-1].trade_id) if rows else ""}
+        return {"fillList": [fill_json(f) for f in rows] or None, "endId": str(rows[-1].trade_id) if rows else ""}
 
     def positions(self, q: dict) -> list[dict]:
         self._product(q)
@@ -205,20 +238,56 @@ class MixRoutes:
             pos = self.engine.position(sym)
             if pos == 0 or (coin is not None and coin.upper() != c):
                 continue
-            u = str(self.engine.balance_u_ms(sym))
+            u, entry, mid = str(self.engine.balance_u_ms(sym)), self._entry(sym), self._mid(sym)
             out.append({"marginCoin": c, "symbol": sym, "holdSide": "long" if pos > 0 else "short",
                         "openDelegateSize": "0", "marginSize": "0", "available": fmt(abs(pos)), "locked": "0",
-                        "total": fmt(abs(pos)), "leverage": "1", "achievedProfits": "0", "openPriceAvg": "0",
-                        "marginMode": "crossed", "posMode": "one_way_mode", "unrealizedPL": "0",
-                        "totalFee": "", "assetMode": "single", "cTime": u, "uTime": u})
+                        "total": fmt(abs(pos)), "leverage": "1", "achievedProfits": "0", "openPriceAvg": fmt(entry),
+                        "marginMode": "crossed", "posMode": "one_way_mode", "unrealizedPL": fmt(pos * (mid - entry)),
+                        "markPrice": fmt(mid), "totalFee": "", "assetMode": "single", "cTime": u, "uTime": u})
         return out
+
+    def accounts(self, q: dict) -> list[dict]:
+        self._product(q)
+        out = []
+        for coin in sorted(set(self.perps.values())):
+            syms = [s for s, c in self.perps.items() if c == coin]
+            cash = -sum(((f.price * f.size if f.side == "buy" else -f.price * f.size) + f.fee
+                         for f in self.engine.fills if f.symbol in syms), Decimal(0))
+            equity = fmt(cash + sum((self.engine.position(s) * self._mid(s) for s in syms), Decimal(0)))
+            upl = fmt(sum((self.engine.position(s) * (self._mid(s) - self._entry(s)) for s in syms), Decimal(0)))
+            out.append({"marginCoin": coin, "locked": "0", "available": equity, "crossedMaxAvailable": equity,
+                        "isolatedMaxAvailable": equity, "maxTransferOut": equity, "accountEquity": equity,
+                        "usdtEquity": equity, "btcEquity": "0", "crossedRiskRate": "0", "unrealizedPL": upl,
+                        "coupon": "0", "unionTotalMargin": equity, "unionAvailable": equity, "unionMm": "0",
+                        "assetMode": "single", "crossedUnrealizedPL": upl, "isolatedUnrealizedPL": "0"})
+        return out
+
+    def _entry(self, sym: str) -> Decimal:
+        """The average opening price of ``sym``'s position (0 when flat; see the module docstring)."""
+        pos = avg = Decimal(0)
+        for f in self.engine.fills:
+            if f.symbol != sym:
+                continue
+            signed = f.size if f.side == "buy" else -f.size
+            if pos == 0 or (pos > 0) == (signed > 0):  # opens or grows
+                avg = (avg * abs(pos) + f.price * f.size) / (abs(pos) + f.size)
+            elif abs(signed) > abs(pos):  # crosses zero: the rest opens the other side at this price
+                avg = f.price
+            pos += signed
+        return avg if pos != 0 else Decimal(0)
+
+    def _mid(self, sym: str) -> Decimal:
+        """The mid of ``sym``'s book (one side only: that side's best; an empty book: 0)."""
+        bids, asks = self.engine.book_levels(sym, 1)
+        best = [Decimal(lv[0][0]) for lv in (bids, asks) if lv]
+        return sum(best, Decimal(0)) / len(best) if best else Decimal(0)
 
     def _order_json(self, o) -> dict:
         """An order as detail / orders-pending write it."""
         d = o.to_json()
         return {"symbol": d["symbol"], "size": d["size"], "orderId": d["orderId"], "clientOid": d["clientOid"],
                 "baseVolume": d["baseVolume"], "fee": "", "price": d["price"],
-                "priceAvg": d["priceAvg"] if o.filled else "", "status": _STATUS.get(d["status"], d["status"]),
+                "priceAvg": d["priceAvg"] if o.filled else "", "status": MIX_STATUS.get(d["status"], d["status"]),
                 "side": d["side"], "force": d["force"], "totalProfits": "0", "posSide": "net",
                 "marginCoin": self.perps.get(o.symbol, "USDT"), "quoteVolume": d["quoteVolume"], "leverage": "1",
                 "marginMode": "crossed", "enterPointSource": "API", "tradeSide": f"{d['side']}_single",
@@ -230,11 +299,16 @@ def _ids(o) -> dict:
     return {"orderId": str(o.order_id), "clientOid": o.client_oid}
 
 
-def _fill_json(f) -> dict:
-    """A fill as the mix fills endpoint writes it (no clientOid; ``baseVolume``, ``price``)."""
+#: a fill's fee detail without a fee schedule (the exchange always lists one)
+_NO_FEE = {"deduction": "no", "feeCoin": PRODUCT.split("-")[0], "totalDeductionFee": "0", "totalFee": "0"}
+
+
+def fill_json(f) -> dict:
+    """A fill as the mix fills endpoint writes it (no clientOid; ``baseVolume``, ``price``; ``feeDetail``
+    a list of one, a zero fee without a fee schedule)."""
     d = f.to_json()
     fee = d.get("feeDetail")
     return {"tradeId": d["tradeId"], "symbol": d["symbol"], "orderId": d["orderId"], "price": d["priceAvg"],
-            "baseVolume": d["size"], "feeDetail": [fee] if fee else [], "side": d["side"],
+            "baseVolume": d["size"], "feeDetail": [fee or _NO_FEE], "side": d["side"],
             "quoteVolume": d["amount"], "profit": "0", "enterPointSource": "api", "tradeSide": f"{d['side']}_single",
             "posMode": "one_way_mode", "tradeScope": d["tradeScope"], "cTime": d["cTime"]}

@@ -18,7 +18,8 @@ Matching, per symbol:
   with an orderId, status ``cancelled``, baseVolume 0: Bitget's behaviour for a killed FOK);
   ``post_only``: an order that would take liquidity is refused (``OrderRejected`` 43027).
 - Market orders: take the opposite side level by level at any price (``order_fields.market_plan``:
-  a sell up to its size, the rest cancelled; a buy spends its quote size in whole lots); one that
+  a sell up to its size, the rest cancelled; a buy spends its quote size in whole lots, one of a
+  symbol in ``base_sized`` (a perpetual's: sizes in the base coin) buys up to its size); one that
   would fill nothing: 45110; notional above ``max_notional``: 43012; not in ``book_checks``.
 - Batches: ``pipeline.venue.batch`` places / cancels each entry as a single request would.
 - Resting (maker) orders fill at THEIR OWN price when (a) a later book of the symbol crosses them
@@ -156,6 +157,7 @@ class OrderEngine:
             raise VenueError(f"max_away_ticks must be an integer >= 0, got {max_away_ticks!r}")
         self.max_away_ticks = max_away_ticks
         self.rules = dict(instruments)
+        self.base_sized: frozenset[str] = frozenset()  # symbols whose market buys are sized in base coin
         self._book = book
         self._clock_ms = clock_ms
         if max_notional is not None:
@@ -345,7 +347,8 @@ class OrderEngine:
 
     def _place_market(self, req: PlaceRequest) -> Order:
         """A market order (see the module docstring): planned against the levels, then filled."""
-        plan = market_plan(self._opposite_levels(req.symbol, req.side), req.side, req.size,
+        quote = req.side == "buy" and req.symbol not in self.base_sized  # a spot market buy spends quote coin
+        plan = market_plan(self._opposite_levels(req.symbol, req.side), "buy" if quote else "sell", req.size,
                            self.rules[req.symbol].lot_size)
         if not plan:
             raise OrderRejected(CODE_MIN_AMOUNT, "less than the minimum amount: the order would fill nothing")
@@ -353,7 +356,7 @@ class OrderEngine:
         if self.max_notional is not None and notional > self.max_notional:
             raise OrderRejected(CODE_NOTIONAL, f"order notional {fmt(notional)} is above the limit "
                                                f"{fmt(self.max_notional)}")
-        base = sum((q for _, q in plan), _ZERO) if req.side == "buy" else req.size
+        base = sum((q for _, q in plan), _ZERO) if quote else req.size
         now = int(self._clock_ms())
         o = self.account.open_order(req.client_oid, req.symbol, req.side, req.force, None, base, req.price_text,
                                     req.size_text, now, "market")

@@ -1,7 +1,7 @@
-"""The paper venue's private WebSocket (Bitget v2 spot): the login op, then the ``orders``, ``fill``
-and ``account`` channels pushed as the account changes, so a client sees its fills pushed, not only
-polled. Served on the market server's port at ``/v2/ws/private`` (``VenueServer.set_private``), on
-its loop, where the order engine runs too.
+"""The paper venue's private WebSocket (Bitget v2 spot and USDT-FUTURES): the login op, then the
+``orders``, ``fill`` and ``account`` channels (and, for perpetuals, ``positions``) pushed as the account
+changes, so a client sees its fills pushed, not only polled. Served on the market server's port at
+``/v2/ws/private`` (``VenueServer.set_private``), on its loop, where the order engine runs too.
 
 Dialect (what an exchange client such as ccxt's pro client sends and reads)::
 
@@ -12,8 +12,10 @@ Dialect (what an exchange client such as ccxt's pro client sends and reads)::
     client: {"op":"subscribe","args":[{"instType":"SPOT","channel":"orders","instId":"default"}]}
     server: {"event":"subscribe","arg":{...}} per entry, or {"event":"error","code":"30004",...}
             before a login, {"event":"error","code":"30001",...} an unknown channel / instType /
-            instId; an ``account`` subscription ({"channel":"account","coin":"default"}) is
-            answered with a snapshot of the balances at once
+            instId (instType SPOT: the spot symbols, channels orders / fill / account;
+            USDT-FUTURES: the perpetuals, orders / fill / positions / account); an ``account``
+            subscription ({"channel":"account","coin":"default"}) is answered with a snapshot of the
+            balances at once, a ``positions`` one with the positions
     client: {"op":"unsubscribe","args":[...]}      server: {"event":"unsubscribe","arg":{...}}
 
 Pushes ``{"action":"snapshot","arg":<the subscription>,"data":[...],"ts":<ms>}`` after each account
@@ -28,6 +30,20 @@ symbol; coin "default": every coin):
 - ``fill``: each fill as the REST fills route shows it, with ``feeDetail`` a list of one.
 - ``account``: the coins a fill or adjustment changed (base coin and USDT), as the assets route.
 
+Under instType USDT-FUTURES (a perpetual's changes only; ``pipeline.venue.mix_api``'s data):
+
+- ``orders``: instId, orderId, clientOid, price, size, orderType, force, side, posSide "net",
+  tradeSide "<side>_single", posMode "one_way_mode", marginMode "crossed", marginCoin, leverage "1",
+  accBaseVolume, priceAvg, status (``canceled``), notionalUsd, feeDetail, enterPointSource, cTime,
+  uTime, and a fill's fillPrice, tradeId, baseVolume, fillTime, fillFee, fillFeeCoin, fillNotionalUsd,
+  tradeScope, pnl "0".
+- ``fill``: each fill as the mix fills route shows it, with uTime.
+- ``positions``: after each fill or adjustment, every open position (``all-position``'s objects with
+  instId and posId), [] when flat.
+- ``account``: after each fill, the margin coin's account (``accounts``: marginCoin, frozen "0",
+  available, maxOpenPosAvailable, maxTransferOut, equity, usdtEquity, crossedRiskRate "0",
+  unrealizedPL).
+
 A connection whose queue (``max_queue`` frames) fills up is closed (a client that does not read).
 """
 
@@ -37,16 +53,20 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from typing import NamedTuple
 
 import orjson
 from websockets.exceptions import ConnectionClosed
 
 from pipeline.trading.bitget.protocol import QUOTE_COIN, base_coin
+from pipeline.venue.mix_api import MIX_STATUS, PRODUCT, fill_json
 from pipeline.venue.order_fields import fmt
 
 PATH = "/v2/ws/private"
 INST_TYPE = "SPOT"
+MIX_INST_TYPE = PRODUCT  # USDT-FUTURES
 CHANNELS = ("orders", "fill", "account")
+MIX_CHANNELS = ("orders", "fill", "positions", "account")
 CODE_NEED_LOGIN = "30004"
 CODE_NO_CHANNEL = "30001"
 CODE_BAD_OP = "30003"
@@ -57,18 +77,26 @@ def frame(obj) -> str:
     return orjson.dumps(obj).decode()
 
 
+class Kind(NamedTuple):
+    """What one instType serves: its channels, instIds and coins, and the data a subscription's first
+    push carries (``snapshot(channel, target or None)``; None: no first push)."""
+
+    channels: tuple[str, ...]
+    symbols: frozenset
+    coins: frozenset
+    snapshot: Callable[[str, str | None], list[dict] | None]
+
+
 class Session:
     """One private connection's state, sans-I/O: ``on_text`` turns a client message into the
-    frames to answer; ``subs``: the (channel, instId or coin) subscribed."""
+    frames to answer; ``subs``: the (instType, channel, instId or coin) subscribed. ``kinds``:
+    instType -> its ``Kind``."""
 
-    def __init__(self, verify_login: Callable[[object], tuple[str, str] | None], symbols, coins,
-                 balances: Callable[[str | None], list[dict]]) -> None:
+    def __init__(self, verify_login: Callable[[object], tuple[str, str] | None], kinds: dict[str, Kind]) -> None:
         self._verify = verify_login
-        self._symbols = frozenset(symbols)
-        self._coins = frozenset(coins)
-        self._balances = balances
+        self._kinds = dict(kinds)
         self.logged_in = False
-        self.subs: dict[tuple[str, str], dict] = {}  # (channel, instId / coin) -> the arg as sent
+        self.subs: dict[tuple[str, str, str], dict] = {}  # (instType, channel, instId / coin) -> the arg as sent
 
     def on_text(self, text) -> list[str]:
         """The frames answering one client message (never raises)."""
@@ -96,23 +124,26 @@ class Session:
             return [frame({"event": "error", "code": CODE_NEED_LOGIN, "msg": "User not logged in", "arg": arg})]
         channel, inst_type = arg.get("channel"), str(arg.get("instType", "")).upper()
         target = arg.get("coin") if channel == "account" else arg.get("instId")
-        known = self._coins if channel == "account" else self._symbols
-        if channel not in CHANNELS or inst_type != INST_TYPE or not (target == "default" or target in known):
+        kind = self._kinds.get(inst_type)
+        known = () if kind is None else kind.coins if channel == "account" else kind.symbols
+        if kind is None or channel not in kind.channels or not (target == "default" or target in known):
             return [frame({"event": "error", "code": CODE_NO_CHANNEL, "arg": arg,
                            "msg": f"instType:{inst_type},channel:{channel},instId:{target} doesn't exist"})]
-        key = (channel, target)
+        key = (inst_type, channel, target)
         if op == "unsubscribe":
             self.subs.pop(key, None)
             return [frame({"event": "unsubscribe", "arg": arg})]
         self.subs[key] = arg
         out = [frame({"event": "subscribe", "arg": arg})]
-        if channel == "account":
-            out.append(push(arg, self._balances(None if target == "default" else target), _now_ms()))
+        first = kind.snapshot(channel, None if target == "default" else target)
+        if first is not None:
+            out.append(push(arg, first, _now_ms()))
         return out
 
-    def wants(self, channel: str, target: str) -> dict | None:
-        """The subscription arg a push of ``channel`` about ``target`` (symbol / coin) goes to."""
-        return self.subs.get((channel, target)) or self.subs.get((channel, "default"))
+    def wants(self, channel: str, target: str, inst_type: str = INST_TYPE) -> dict | None:
+        """The subscription arg a push of ``channel`` about ``target`` (symbol / coin) of
+        ``inst_type`` goes to."""
+        return self.subs.get((inst_type, channel, target)) or self.subs.get((inst_type, channel, "default"))
 
 
 def push(arg: dict, data: list, ts_ms: int) -> str:
@@ -140,6 +171,25 @@ def order_push(o, fill) -> dict:
     return out
 
 
+def mix_order_push(o, fill, margin_coin: str) -> dict:
+    """A USDT-FUTURES ``orders`` push's object of order ``o`` (after ``fill``, when one)."""
+    out = {"instId": o.symbol, "orderId": str(o.order_id), "clientOid": o.client_oid, "size": o.size_text,
+           "notionalUsd": fmt(o.notional), "orderType": o.order_type, "force": o.force, "side": o.side,
+           "posSide": "net", "tradeSide": f"{o.side}_single", "posMode": "one_way_mode", "marginMode": "crossed",
+           "marginCoin": margin_coin, "leverage": "1", "accBaseVolume": fmt(o.filled), "priceAvg": fmt(o.avg_price),
+           "status": MIX_STATUS.get(o.status, o.status), "enterPointSource": "API",
+           "feeDetail": [{"feeCoin": margin_coin, "fee": fmt(-o.fee)}] if o.fee else [],
+           "cTime": str(o.c_ms), "uTime": str(o.u_ms)}
+    if o.order_type == "limit":
+        out["price"] = o.price_text
+    if fill is not None:
+        out.update({"fillPrice": fmt(fill.price), "tradeId": str(fill.trade_id), "baseVolume": fmt(fill.size),
+                    "fillTime": str(fill.ts_ms), "fillFee": fmt(-fill.fee), "fillFeeCoin": margin_coin,
+                    "fillNotionalUsd": fmt(fill.price * fill.size), "pnl": "0",
+                    "tradeScope": "T" if fill.scope == "taker" else "M"})
+    return out
+
+
 def fill_push(fill) -> dict:
     """A ``fill`` push's object: the REST fill with ``feeDetail`` as a list of one."""
     out = fill.to_json()
@@ -157,21 +207,45 @@ class PrivateChannels:
     def __init__(self, api, *, max_queue: int = 10_000) -> None:
         self.api = api
         self.max_queue = int(max_queue)
-        symbols = list(api.engine.rules)
+        self._perps: dict[str, str] = dict(api.mix.perps)  # symbol -> margin coin
+        symbols = [s for s in api.engine.rules if s not in self._perps]
         coins = []
         for s in symbols:
             with suppress(ValueError):
                 coins.append(base_coin(s))
-        self._symbols, self._coins = symbols, [*coins, QUOTE_COIN]
+        self._coins = [*coins, QUOTE_COIN]
+        self.kinds = {INST_TYPE: Kind(CHANNELS, frozenset(symbols), frozenset(self._coins), self._spot_snapshot)}
+        if self._perps:
+            self.kinds[MIX_INST_TYPE] = Kind(MIX_CHANNELS, frozenset(self._perps), frozenset(self._perps.values()),
+                                             self._mix_snapshot)
         self._conns: dict[Session, asyncio.Queue] = {}
         self.stats = {"connections_total": 0, "logins": 0, "pushes": 0, "slow_closed": 0, "push_errors": 0}
         api.engine.account.watchers.append(self._on_change)
 
     def session(self) -> Session:
-        return Session(self.api.verify_login, self._symbols, self._coins, self._balances)
+        return Session(self.api.verify_login, self.kinds)
 
     def _balances(self, coin: str | None) -> list[dict]:
         return self.api.balances(coin)
+
+    def _spot_snapshot(self, channel: str, target: str | None) -> list[dict] | None:
+        return self._balances(target) if channel == "account" else None
+
+    def _mix_snapshot(self, channel: str, target: str | None) -> list[dict] | None:
+        if channel == "positions":
+            return self._positions()
+        return self._mix_accounts(target) if channel == "account" else None
+
+    def _positions(self) -> list[dict]:
+        return [{**p, "instId": p["symbol"], "posId": p["symbol"], "frozen": "0", "marginRate": "0"}
+                for p in self.api.mix.positions({"productType": MIX_INST_TYPE})]
+
+    def _mix_accounts(self, coin: str | None) -> list[dict]:
+        return [{"marginCoin": a["marginCoin"], "frozen": "0", "available": a["available"],
+                 "maxOpenPosAvailable": a["available"], "maxTransferOut": a["maxTransferOut"],
+                 "equity": a["accountEquity"], "usdtEquity": a["usdtEquity"], "crossedRiskRate": "0",
+                 "unrealizedPL": a["unrealizedPL"]}
+                for a in self.api.mix.accounts({"productType": MIX_INST_TYPE}) if coin in (None, a["marginCoin"])]
 
     async def handler(self, ws) -> None:
         """Serve one private connection until it closes."""
@@ -228,6 +302,11 @@ class PrivateChannels:
 
     def _push_change(self, kind: str, o, fill) -> None:
         now = _now_ms()
+        symbol = o.symbol if o is not None else fill.symbol if fill is not None else None
+        if symbol in self._perps or (symbol is None and kind == "adjust" and self._perps):
+            self._push_mix(kind, o, fill, now)
+        if symbol in self._perps:
+            return
         coins = []
         if o is not None:
             data = order_push(o, fill)
@@ -242,9 +321,29 @@ class PrivateChannels:
         for c in coins:
             self._fan("account", c, self._balances(c), now)
 
-    def _fan(self, channel: str, target: str, data: list, now: int) -> None:
+    def _push_mix(self, kind: str, o, fill, now: int) -> None:
+        """A perpetual's change under USDT-FUTURES: its order, its fill, then the positions and the
+        margin coin's account (an adjustment of unknown symbol: the positions of every perpetual)."""
+        m = MIX_INST_TYPE
+        if o is not None:
+            self._fan("orders", o.symbol, [mix_order_push(o, fill, self._perps[o.symbol])], now, m)
+        if fill is not None:
+            self._fan("fill", fill.symbol, [{**fill_json(fill), "uTime": str(fill.ts_ms)}], now, m)
+        if fill is not None or kind == "adjust":
+            positions = self._positions()
+            for sess in list(self._conns):  # once per connection, whichever perpetual it watches
+                targets = [fill.symbol] if fill is not None else list(self._perps)
+                arg = next((a for a in (sess.wants("positions", t, m) for t in targets) if a), None)
+                if arg is not None:
+                    self.stats["pushes"] += 1
+                    self._send(sess, push(arg, positions, now))
+        if fill is not None:
+            coin = self._perps[fill.symbol]
+            self._fan("account", coin, self._mix_accounts(coin), now, m)
+
+    def _fan(self, channel: str, target: str, data: list, now: int, inst_type: str = INST_TYPE) -> None:
         for sess in list(self._conns):
-            arg = sess.wants(channel, target)
+            arg = sess.wants(channel, target, inst_type)
             if arg is not None:
                 self.stats["pushes"] += 1
                 self._send(sess, push(arg, data, now))

@@ -165,7 +165,8 @@ class RestApi:
         fees = engine.fees
         self.public = public if public is not None else PublicMarket(
             engine.rules, engine.book_levels, self._now_ms,
-            None if fees is None else (Decimal(repr(fees.maker_bps)) / 10_000, Decimal(repr(fees.taker_bps)) / 10_000))
+            None if fees is None else (Decimal(repr(fees.maker_bps)) / 10_000, Decimal(repr(fees.taker_bps)) / 10_000),
+            perps=perps)
         self.log = log
         self.allow_admin = bool(allow_admin)
         self.mix = mix_api.MixRoutes(engine, perps or {})  # perps: symbol -> margin coin (mix routes)

@@ -9,6 +9,7 @@ Dialect (see ``pipeline.venue.market`` for the frames)::
 
     client: ping                                  server: pong
     client: {"op":"subscribe","args":[{"instType":"SPOT","channel":"books","instId":"BTCUSDT"}]}
+            (instType: the instrument's own, ``inst_types``: "USDT-FUTURES" for a perpetual)
     server: {"event":"subscribe","arg":{...}}      one per args entry, or
             {"event":"error","code":"30001","msg":"...doesn't exist","arg":{...}}
             then: books -> a snapshot of the full book, then updates; books1/5/15 -> a snapshot
@@ -71,7 +72,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 from websockets.asyncio.server import serve
@@ -128,20 +129,21 @@ class VenueServer:
                  max_queue: int = 10_000, max_units_per_push: int = 1_000, recent_trades: int = RECENT_TRADES,
                  clock: Callable[[], float] | None = None, delay_jitter_ms: float = 0.0,
                  disconnect_every_s: float = 0.0, gap_every_s: float = 0.0,
-                 bad_checksum_every_s: float = 0.0) -> None:
+                 bad_checksum_every_s: float = 0.0, inst_types: Mapping[str, str] | None = None) -> None:
         """``source``: a ``SyntheticSource`` or ``ReplaySource``; ``clock``: monotonic seconds for the
         market clock (default: the event loop's); the faults: ``faults.FaultParams`` (``fault_seed``
-        is its ``seed``; see the module docstring).
+        is its ``seed``; see the module docstring); ``inst_types``: instId -> the instType it is
+        published and subscribed under (``VenueMarket``; default, and any instrument missing: SPOT).
 
         Raises:
-            VenueError: a port outside 0..65535, a bad fault value, ``max_queue`` < 2.
+            VenueError: a port outside 0..65535, a bad fault value, ``max_queue`` < 2, an unknown instType.
         """
         if not 0 <= int(port) <= 65535:
             raise VenueError(f"port must be in 0..65535, got {port}")
         if max_queue < 2:
             raise VenueError(f"max_queue must be >= 2, got {max_queue}")
         self.source = source
-        self.market = VenueMarket(source.inst_ids, recent_trades=recent_trades)
+        self.market = VenueMarket(source.inst_ids, recent_trades=recent_trades, inst_type=inst_types or {})
         for ev in source.initial_events():
             self._apply_quiet(ev)
         self.requested_port = int(port)

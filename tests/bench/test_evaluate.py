@@ -304,3 +304,27 @@ def test_the_depth_aware_planner_runs_beside_the_simple_one_on_the_same_decision
     md = (quick_runs[0] / "report.md").read_text()
     assert "| variant | planner | fills | fill rate | slippage vs arrival mid, bps (ticks) |" in md
     assert "| imbalance-depth | depth |" in md and "| imbalance | simple |" in md
+
+
+
+def test_a_config_with_basis_pairs_replays_the_synthetic_market_and_computes_its_features_over_the_whole_tape():
+    """A leg's features need the other leg's book: the replay's processes cannot compute them one instrument
+    each (``features_of_instrument`` refuses a leg), so the market comes without a table and the features are
+    computed over the merged tape (as ``evaluate_market`` does), both legs carrying the basis."""
+    import msgspec
+
+    from pipeline.trading.evaluation import decisions as D
+    from pipeline.trading.evaluation.replay import TapeInstrument
+    from pipeline.trading.evaluation.variants import PipelineConfig
+    from pipeline.trading.features import F_BASIS_AVAILABLE
+
+    cfg = PipelineConfig.load()
+    perp = TapeInstrument(id=3, symbol="BTCUSDT", tick_size=0.1, lot_size=0.0001)  # BTCUSDT's other leg
+    cfg = msgspec.structs.replace(cfg, instruments=(*cfg.instruments, perp), feature_params={
+        **cfg.feature_params, "basis_pairs": [{"spot": 1, "perp": 3}], "tau_basis_ms": 500.0})
+    market = E._synthetic_market(E.parse_args(["--steps", "200"]), cfg, 5)
+    assert market.table is None and market.timings["features_in_replay"] is False and market.books > 0
+    table = D.compute_features(market.tape, D.feature_params(market.tape.instruments, cfg.feature_params))
+    basis = table.X[:, F_BASIS_AVAILABLE]
+    assert len(table) > 0 and (basis[table.instrument_id == 2] == 0).all()
+    assert basis[table.instrument_id != 2].mean() > 0.9

@@ -6,6 +6,8 @@ rewrite is a table test."""
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 
 from bench.chaos.harness import PASS
@@ -30,6 +32,15 @@ def test_perp_instruments_puts_the_perp_configs_instruments_in_place_of_the_text
     assert cfg.supervisor.shm_prefix == "x"
     with pytest.raises(ValueError):
         perp_instruments('[supervisor]\nshm_prefix = "x"\n')
+
+
+def test_perp_instruments_makes_the_bitget_feed_subscribe_the_perpetuals_inst_type():
+    feed = ('[[processes]]\nname = "feed"\nmodule = "procs.feed:BitgetFeedAgent"\noutputs = ["md"]\n'
+            'params = { port_file = "run/venue.port", channels = ["books", "trade"] }\n\n')
+    doc = tomllib.loads(perp_instruments(SPOT_TEXT.replace("\n\n[[instruments]]", "\n\n" + feed + "[[instruments]]", 1)))
+    (proc,) = doc["processes"]
+    assert proc["params"] == {"inst_type": "USDT-FUTURES", "port_file": "run/venue.port", "channels": ["books", "trade"]}
+    assert [i["product_type"] for i in doc["instruments"]] == ["USDT-FUTURES"] * len(doc["instruments"])
 
 
 def _describe(row) -> str:

@@ -465,3 +465,21 @@ def test_keep_warm_takes_the_depth_planners_paths_on_its_shadow(tmp_path, monkey
     assert agent._shadow.gw.depth_mode and agent._shadow.gw.books[1].working == {}
     assert (len(ctx.outputs["orders"].msgs), dict(ctx.stats)) == before
     agent.on_close()
+
+
+@pytest.mark.parametrize("planner, size", [("simple", "SIGNAL_STRUCT"), ("depth", "SIGNAL_DEPTH_DTYPE")])
+def test_the_keep_warm_shadow_feeds_its_planner_the_signal_shape_it_reads_and_takes_the_order_path(planner, size):
+    """The depth planner reads SIGNALs with depth (deep at the touch, so its gate opens), the simple one
+    the plain ones; either way the shadow's LEAN_BUY is approved."""
+    import procs.risk as risk_mod
+    from pipeline.runtime.config import InstrumentConfig
+    from pipeline.trading.messages import SIGNAL_DEPTH_DTYPE, SIGNAL_STRUCT
+    from pipeline.trading.risk.execution import ExecutionParams
+    from pipeline.trading.risk.limits import RiskLimits
+
+    instruments = [InstrumentConfig(id=1, symbol="BTCUSDT", venue="paper", tick_size=0.1, lot_size=0.0001)]
+    shadow = risk_mod._Shadow(instruments, RiskLimits(lean_lots=2), ExecutionParams(planner=planner))
+    want = {"SIGNAL_STRUCT": SIGNAL_STRUCT.size, "SIGNAL_DEPTH_DTYPE": SIGNAL_DEPTH_DTYPE.itemsize}[size]
+    assert [len(m) for m in shadow.msgs if m is not None] == [want] * 3
+    events = [e for _ in range(2) for e in shadow.step()]
+    assert any(type(e).__name__ == "OrderApproved" for e in events), events

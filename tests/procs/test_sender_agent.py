@@ -292,7 +292,8 @@ class Harness:
         self.port = RecordingPort()
         self.log = ListLog()
         prm = {"base_url": url, "key_file": key_file(tmp_path), "journal_path": str(tmp_path / "sender.journal"),
-               "timeout_ms": 500, "poll_interval_ms": 5, "retry_backoff_ms": 1, "reconcile_grace_ms": 100}
+               "timeout_ms": 500, "poll_interval_ms": 5, "retry_backoff_ms": 1, "reconcile_grace_ms": 100,
+               "endpoint_rate_scale": 100.0}  # the double has no rate limits: pace the lane far above them
         prm.update(params or {})
         text = f'[supervisor]\nrun_dir = "{tmp_path}/run"\n' + ring("orders", payload=48) + ring("exec", payload=56)
         proc = ProcessConfig(name="sender", module="procs.sender:SenderAgent", inputs=["orders"], outputs=["exec"],
@@ -923,6 +924,14 @@ def test_a_group_commit_param_out_of_range_fails_the_start_naming_it(tmp_path, v
         Harness(tmp_path, venue.url, {field: bad})
 
 
+@pytest.mark.parametrize("bad", [0.0, -1.0])
+def test_an_endpoint_rate_scale_that_is_not_positive_fails_the_start_naming_it(tmp_path, venue, bad):
+    from pipeline.runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="endpoint_rate_scale"):
+        Harness(tmp_path, venue.url, {"endpoint_rate_scale": bad})
+
+
 def test_fills_are_polled_journaled_and_reported_with_leaves_then_the_position(tmp_path, venue):
     h = start(tmp_path, venue)
     h.send(order(oid=12, price=100.0, size=0.03))
@@ -1359,7 +1368,8 @@ def test_no_key_material_in_logs_stats_journal_or_reports(tmp_path, venue):
 def crash_config(venue, tmp_path, crash_after: str, crash_mode: str = "process") -> str:
     params = (f'base_url = "{venue.url}", key_file = "{key_file(tmp_path)}", '
               f'journal_path = "{tmp_path}/sender.journal", crash_after = "{crash_after}", timeout_ms = 1000, '
-              f'poll_interval_ms = 5, reconcile_grace_ms = 200, crash_mode = "{crash_mode}"')
+              f'poll_interval_ms = 5, reconcile_grace_ms = 200, crash_mode = "{crash_mode}", '
+              f'endpoint_rate_scale = 100.0')
     return (ring("orders", payload=48) + ring("exec", payload=56)
             + process("sender", "procs.sender:SenderAgent", inputs=["orders"], outputs=["exec"], extra=BACK_OFF,
                       params=params) + INSTRUMENTS)
@@ -1519,6 +1529,49 @@ def test_against_the_paper_venue_place_fill_cancel_duplicate_and_position(tmp_pa
         assert not h.reports(ExecType.REJECTED) and not h.reports(ExecType.UNKNOWN)
     finally:
         thread.stop()
+
+
+def test_against_the_paper_venue_at_its_documented_limits_the_default_polling_gets_no_429(tmp_path):
+    """The default pacing (fills polled every ``poll_interval_ms`` = 50 ms: 20 a second wanted, the
+    account checked every second) against the paper venue at its default, the exchange's documented
+    per-endpoint limits (fills 10/s, account/info 1/s): for 3 s of polling while an order rests, the venue
+    answers no request 429, and the polls ran at the budget's pace: each asks for the fills once, and
+    fills has 5 tokens banked and 8 a second, so 3 s hold at most 5 + 24 + 1 (one begun before) of them,
+    and at least 15 (a loaded machine's margin), where 50 ms alone would give 60."""
+    generate_paper_credentials(tmp_path / "key.json")
+    creds = load_credentials(tmp_path / "key.json")
+    market = MarketServer(synthetic(), start_paused=True)
+    rules = {"BTCUSDT": InstrumentRules("BTCUSDT", Decimal("0.1"), Decimal("0.0001")),
+             "ETHUSDT": InstrumentRules("ETHUSDT", Decimal("0.01"), Decimal("0.001"))}
+    engine = OrderEngine(rules, market.market.levels, lambda: time.time_ns() // 1_000_000, max_notional=1_000_000)
+    api = RestApi(engine, creds, log=ListLog())  # rate_limit_per_s 10: the documented limits
+    rest_server = RestServer(api, log=ListLog())
+    thread = VenueThread(market, name="sender-pace-venue", extra=[rest_server])
+    thread.start()
+    try:
+        h = Harness(tmp_path, rest_server.url, {"poll_interval_ms": 50, "endpoint_rate_scale": 1.0})
+        h.synced()
+        bids, _ = market.levels("BTCUSDT", 1)
+        h.send(order(oid=301, price=round(float(bids[0][0]) - 50.0, 1), size=0.001))  # rests: polls run
+        h.wait_for(ExecType.ACKED, 301)
+        polls = h.agent.stats["polls"]
+        h.settle(3.0)
+        stats = h.agent.stats
+        assert api.stats["rate_limited"] == 0 and stats["rl_venue"] == 0, (api.stats, stats)
+        assert 15 <= stats["polls"] - polls <= 30, stats
+    finally:
+        thread.stop()
+
+
+def test_a_429_on_the_fills_poll_is_counted_and_the_fill_comes_with_a_later_poll(tmp_path, venue):
+    h = start(tmp_path, venue)
+    h.send(order(oid=14, price=100.0, size=0.03))
+    h.wait_for(ExecType.ACKED, 14)
+    venue.fault("fills", *[("status", 429, "429")] * 3)
+    venue.fill(client_oid(14), 0.01, 100.0)
+    (f, _), = h.wait_for(ExecType.FILLED, 14)
+    assert float(f["size"]) == 0.01 and h.agent.stats["rl_venue"] == 3 and h.agent.stats["fills"] == 1
+    assert not venue.faults["fills"]
 
 
 def test_in_one_batch_new_orders_go_out_before_cancels(tmp_path, venue):

@@ -2,7 +2,8 @@
 the paper instruments, moved by ``advance``), the order engine, the REST API with its public
 routes, and the private WebSocket, all on one loop in a thread with the real clocks (an exchange
 client signs with its own clock); plus the unmodified ccxt clients pointed at it, only their URLs
-and keys set."""
+and keys set. ``ParityVenue(perps=True)``: every paper instrument is a USDT-FUTURES perpetual (its
+market data under that instType, its orders through the mix routes)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,13 @@ class ParityVenue:
     """The venue (see the module docstring); ``close`` stops it. ``warm_units`` market steps are
     published first, so the book is full and trades have printed."""
 
-    def __init__(self, *, warm_units: int = 60, rate_limit_per_s: float = 10.0) -> None:
+    def __init__(self, *, warm_units: int = 60, rate_limit_per_s: float = 10.0, perps: bool = False) -> None:
         source = SyntheticSource(SPECS, seed=11, step_ms=20, start_ms=now_ms() - warm_units * 20)
-        self.server = VenueServer(source, start_paused=True)
+        self.perps = {s.symbol: "USDT" for s in SPECS} if perps else {}
+        self.server = VenueServer(source, start_paused=True, inst_types=dict.fromkeys(self.perps, "USDT-FUTURES"))
         self.engine = OrderEngine(rules_from_config(SPECS, self.server.inst_ids), self.server.market.levels, now_ms)
         self.server.add_market_listener(self.engine)
-        self.api = RestApi(self.engine, CREDS, rate_limit_per_s=rate_limit_per_s)
+        self.api = RestApi(self.engine, CREDS, rate_limit_per_s=rate_limit_per_s, perps=self.perps)
         self.server.add_market_listener(self.api.public)
         self.private = PrivateChannels(self.api)
         self.server.set_private(self.private.handler)

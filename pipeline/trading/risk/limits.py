@@ -71,6 +71,8 @@ class RiskLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     # LLM instruction's plan is live (the slower, better-informed advice wins); 0 = the fast path only cancels
     lean_lots: Annotated[int, msgspec.Meta(ge=0)] = 0
     lean_ttl_ms: Annotated[int, msgspec.Meta(ge=1)] = 1_000
+    # ticks added to a LEAN order's distance from the mid (its plan's offset_ticks; reprices keep it)
+    lean_offset_ticks: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 def decode_limits(table: Any) -> RiskLimits:

@@ -20,8 +20,9 @@ child limit orders, each through the pre-trade checks; reprice / cancel on a mov
   planned it is still live (its ttl), plans the remainder again at the new mid (cancel + new); the
   gateway re-plans a live instruction on the CANCELLED report of such a cancel too (a REJECTED one does
   not, so a price the venue refuses cannot loop);
-- a LEAN_BUY / LEAN_SELL SIGNAL plans toward +/- ``lean_lots`` (origin FAST) for ``lean_ttl_ms``, unless
-  an LLM instruction's plan is live;
+- a LEAN_BUY / LEAN_SELL SIGNAL plans toward +/- ``lean_lots`` (origin FAST) for ``lean_ttl_ms``, its
+  limit price ``lean_offset_ticks`` further from the mid (the plan's ``limit_offset_ticks``), unless an
+  LLM instruction's plan is live;
 - reduce-only (``OrderApproved.reduce_only``, the ORDER's ``ORDER_FLAG_REDUCE_ONLY``, the venue's
   ``reduceOnly``): a new order of a USDT-FUTURES instrument is reduce-only when reducing the position is
   what it means: a FLATTEN instruction's children (reprices included), and every order planned while
@@ -246,15 +247,16 @@ class Planner(TradingStateMachine):
 
     # ------------------------------------------------------------------------------------ signals
     def _lean(self, bk: Book, label: int, fseq: int, out: list) -> None:
-        """Fast-path quoting: plan toward +/- ``lean_lots`` (origin FAST), unless an LLM plan is live."""
+        """Fast-path quoting: plan toward +/- ``lean_lots`` (origin FAST), ``lean_offset_ticks`` further
+        from the mid, unless an LLM plan is live."""
         now = self.clock()
         live = bk.plan
         if live is not None and live.expires_ns >= now and live.origin != OrderOrigin.FAST:
             return
         buy = label == Label.LEAN_BUY
         lots = self.limits.lean_lots
-        plan = Plan(bk.spec.id, Action.BUY if buy else Action.SELL, lots if buy else -lots, 0, fseq,
-                    now + self.limits.lean_ttl_ms * NS_PER_MS, OrderOrigin.FAST)
+        plan = Plan(bk.spec.id, Action.BUY if buy else Action.SELL, lots if buy else -lots,
+                    self.limits.lean_offset_ticks, fseq, now + self.limits.lean_ttl_ms * NS_PER_MS, OrderOrigin.FAST)
         plan.arrival_mid = bk.mid
         self._retire(bk, "replaced", out)
         bk.plan = plan

@@ -77,18 +77,21 @@ class NewOrderAdmission:
             return False
         inst = self.instruments[iid]
         coid = client_oid(oid)
+        reduce_only = bool(o.flags & ORDER_FLAG_REDUCE_ONLY)
         try:
-            body = OrderApi.place_body(inst, o.side, o.tif, o.price, o.size, coid,
-                                       reduce_only=bool(o.flags & ORDER_FLAG_REDUCE_ONLY))
+            body = OrderApi.place_body(inst, o.side, o.tif, o.price, o.size, coid, reduce_only=reduce_only)
         except ValueError as exc:
             self.stats["malformed"] += 1
             self.log.warning("sender_bad_order", order_id=oid, error=str(exc))
             self.report(ts, ExecType.REJECTED, None, reason=ExecReason.MALFORMED, iid=iid, order_id=oid,
                         side=o.side, price=o.price, size=o.size)
             return False
+        intent = {"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": o.side,
+                  "tif": o.tif, "px": o.price, "sz": o.size, "oseq": o.origin_seq, "ts_ms": self.wall_ms()}
+        if reduce_only:
+            intent["ro"] = True
         try:
-            ledger.record({"t": "intent", "oid": oid, "coid": coid, "iid": iid, "sym": inst.symbol, "side": o.side,
-                           "tif": o.tif, "px": o.price, "sz": o.size, "oseq": o.origin_seq, "ts_ms": self.wall_ms()})
+            ledger.record(intent)
         except OSError as exc:  # not durable, so not sent: answered, so the gateway does not count it working
             journal = ledger.journal
             self.stats["journal_errors"] = self.stats.get("journal_errors", 0) + 1

@@ -2,7 +2,8 @@
 
 ``VenueClient`` turns the transport's failures into ``rest`` Results (``NotSent``: not sent;
 ``Lost``: an unknown outcome), counts each in ``http_err`` and keeps the latest in
-``last_http_error`` (for the logs; it never carries a key), stamps the bench's latency marks, and
+``last_http_error`` (for the logs; it never carries a key), counts every answer 429 (the venue's
+rate limit) in ``rl_venue``, stamps the bench's latency marks, and
 fires the test-only crash point once a request has left. Every request of the sender goes through it:
 the order connections' (``inflight``) and the lane's (``lane``).
 """
@@ -67,7 +68,10 @@ class VenueClient:
             return res
         if ack_mark:
             self.mark(ack_mark, ts)
-        return rest.classify_response(status, body)
+        res = rest.classify_response(status, body)
+        if res.code == rest.CODE_RATE_LIMIT:
+            self.stats["rl_venue"] = self.stats.get("rl_venue", 0) + 1
+        return res
 
     def read_answer(self, conn: HttpTransport, req: rest.Request, deadline_ns: int, now: int, ready: bool, *,
                     ack_mark: int = 0, ts: int = 0) -> Result | None:

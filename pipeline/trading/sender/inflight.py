@@ -111,8 +111,11 @@ class InFlightRequests:
         body = self.bodies.get(o.oid)
         if body is not None:
             return self.api.place_with_body(self.instruments[o.iid], self.wall_ms(), body)
-        # not admitted by this process (never happens on the hot path): from the journaled intent
-        return self.api.place(self.instruments[o.iid], self.wall_ms(), o.side, o.tif, o.px, o.sz, o.coid)
+        # not admitted by this process (never happens on the hot path): from the journaled intent,
+        # reduce-only kept
+        inst = self.instruments[o.iid]
+        body = self.api.place_body(inst, o.side, o.tif, o.px, o.sz, o.coid, reduce_only=o.reduce_only)
+        return self.api.place_with_body(inst, self.wall_ms(), body)
 
     def read_answers(self, now: int) -> int:
         """Read the answers that have arrived (a zero-timeout select over the connections in flight)

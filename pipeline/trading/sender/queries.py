@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.trading.bitget import orderapi, rest
+from pipeline.trading.bitget import mix, orderapi, rest
 from pipeline.trading.bitget.orderapi import OrderApi
 from pipeline.trading.bitget.rest import Outcome
 from pipeline.trading.journal import CANCELLED, FILLED, LIVE, PARTIAL, PENDING, UNKNOWN, WORKING, OrderEntry
@@ -31,6 +31,8 @@ from pipeline.trading.messages import ExecReason, ExecType, order_id_from_client
 from pipeline.trading.sender.lane import FILLS, POLL, QUERY
 
 FILL_PAGE = 100  # a fills answer this long may have more after it
+#: product type -> the endpoints its poll asks (open orders, fills)
+POLL_PATHS = {orderapi.SPOT: (rest.UNFILLED_PATH, rest.FILLS_PATH), orderapi.PERP: (mix.PENDING_PATH, mix.FILLS_PATH)}
 _NS_PER_MS = 1_000_000
 
 
@@ -62,10 +64,15 @@ class VenueQueries:
 
     # ------------------------------------------------------------------------------------ scheduling
     def queue_poll(self, now: int) -> None:
-        """The periodic poll is due (``next_poll_ns``): queue it when orders work and none is queued or
-        running; the next is due ``poll_interval_ms`` from ``now``."""
+        """The periodic poll is due (``next_poll_ns``): queue it when orders work, none is queued or
+        running, and its endpoints have tokens (``Lane.ready_at``; else it is due when they have); the
+        next is due ``poll_interval_ms`` from ``now``."""
         self.next_poll_ns = now + self.poll_ns
         if self.ledger.working() and not self.lane.has(POLL):
+            ready = self.lane.ready_at([p for product in self.api.products for p in POLL_PATHS[product]], now)
+            if ready > now:
+                self.next_poll_ns = ready
+                return
             self.lane.queue(self.poll_gen(now), POLL)
 
     def query_owed(self, now: int) -> int:

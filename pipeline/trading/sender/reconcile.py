@@ -236,9 +236,14 @@ class Reconciler:
     # ------------------------------------------------------------------------------------ while running
     def queue_account_check(self, now: int) -> None:
         """The running account check is due (``next_account_check_ns``, with ``account_check_ns`` set):
-        queue it when none is queued or running; the next is due ``account_check_ms`` from ``now``."""
+        queue it when none is queued or running and account/info has a token (``Lane.ready_at``; else
+        it is due when it has); the next is due ``account_check_ms`` from ``now``."""
         self.next_account_check_ns = now + self.account_check_ns
         if not self.lane.has(ACCOUNT):
+            ready = self.lane.ready_at((rest.ACCOUNT_INFO_PATH,), now)
+            if ready > now:
+                self.next_account_check_ns = ready
+                return
             self.lane.queue(self._account_check_gen(), ACCOUNT)
 
     def _account_check_gen(self):

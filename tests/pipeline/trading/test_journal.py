@@ -410,3 +410,14 @@ def test_an_fsync_begun_on_the_journals_thread_does_not_hold_the_writer_and_cove
     assert not j.in_doubt and j.synced_bytes == j.bytes and j.unsynced == 0
     j.close()
     assert sorted(Journal(tmp_path / "s.journal").open().orders) == [1, 2]
+
+
+def test_an_intents_reduce_only_replays_and_an_intent_written_before_the_field_reads_as_false(tmp_path):
+    path = tmp_path / "s.journal"
+    j = Journal(path)
+    j.open()
+    for rec in ({**intent(1), "ro": True}, intent(2), {**intent(3), "ro": False}):
+        j.append(rec)
+    j.close()
+    st = Journal(path).open()
+    assert [st.orders[oid].reduce_only for oid in (1, 2, 3)] == [True, False, False]

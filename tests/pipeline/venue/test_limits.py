@@ -46,11 +46,18 @@ EXCHANGE_PER_S = {
     "/api/v2/spot/trade/cancel-symbol-order": 5, "/api/v2/spot/trade/orderInfo": 20,
     "/api/v2/spot/trade/unfilled-orders": 20, "/api/v2/spot/trade/fills": 10, "/api/v2/spot/account/info": 1,
     "/api/v2/spot/account/assets": 10,
+    # USDT-FUTURES (mix)
+    "/api/v2/mix/market/ticker": 20, "/api/v2/mix/market/tickers": 20, "/api/v2/mix/market/merge-depth": 20,
+    "/api/v2/mix/market/fills": 20, "/api/v2/mix/market/candles": 20, "/api/v2/mix/order/place-order": 10,
+    "/api/v2/mix/order/cancel-order": 10, "/api/v2/mix/order/batch-cancel-orders": 10,
+    "/api/v2/mix/order/cancel-all-orders": 10, "/api/v2/mix/order/detail": 10,
+    "/api/v2/mix/order/orders-pending": 10, "/api/v2/mix/order/fills": 10, "/api/v2/mix/position/all-position": 5,
+    "/api/v2/mix/account/accounts": 10,
 }
 
 
-def test_the_venue_limits_the_spot_routes_as_the_exchange_documents_them():
-    assert {p: r for p, r in DOCUMENTED_PER_S.items() if p in EXCHANGE_PER_S} == EXCHANGE_PER_S
+def test_the_venue_limits_the_spot_and_mix_routes_as_the_exchange_documents_them():
+    assert DOCUMENTED_PER_S == EXCHANGE_PER_S
 
 
 @pytest.mark.parametrize("path", sorted(DOCUMENTED_PER_S))

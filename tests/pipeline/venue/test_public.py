@@ -91,7 +91,5 @@ def test_bad_public_queries_get_the_exchanges_codes(pub, path, query, code):
     assert e.value.code == code
 
 
-def test_contracts_are_none_until_the_perpetual_routes_give_them(pub):
-    assert pub.answer(CONTRACTS, {"productType": "usdt-futures"}) == []
-    pub.mix_contracts = lambda q: [{"symbol": "BTCUSDT", "symbolType": "perpetual"}]
-    assert pub.answer(CONTRACTS, {"productType": "USDT-FUTURES"})[0]["symbolType"] == "perpetual"
+def test_a_spot_only_venue_has_no_contracts(pub):
+    assert pub.answer(CONTRACTS, {"productType": "usdt-futures"}) == []  # the perpetuals: test_public_mix

@@ -7,9 +7,10 @@ import math
 
 import pytest
 
+from pipeline.runtime.errors import ConfigError
 from pipeline.trading.messages import Action, ExecType, Label, OrderOrigin, Side, TimeInForce, order_id_for
 from pipeline.trading.risk import (CancelSent, DenyReason, InstructionExpired, InstructionPlanned, OrderApproved,
-                                   OrderDenied, RiskGateway, RiskLimits)
+                                   OrderDenied, RiskGateway, RiskLimits, decode_limits)
 from tests.support.clock import ManualClock
 from tests.support.risk import BASE, INSTRUMENTS, ex, fill, gateway, instr, of, sig
 
@@ -172,3 +173,24 @@ def test_a_live_llm_plan_wins_over_lean_signals():
     gw.on_signal(sig(1, seq=11), clock())
     ev = gw.on_signal(sig(1, label=Label.LEAN_BUY, seq=12), clock())
     assert [c.why for c in of(ev, CancelSent)] == ["other_side"]
+
+
+@pytest.mark.parametrize("label, offset_ticks, price", [
+    (Label.LEAN_BUY, 0, 100.0),  # half the spread, floored to the tick (0.5): as an instruction's
+    (Label.LEAN_BUY, 1, 99.5),
+    (Label.LEAN_BUY, 4, 98.0),
+    (Label.LEAN_SELL, 0, 100.5),
+    (Label.LEAN_SELL, 1, 101.0),
+    (Label.LEAN_SELL, 4, 102.5),
+])
+def test_lean_offset_ticks_moves_a_lean_orders_limit_price_that_many_ticks_further_from_the_mid(
+        label, offset_ticks, price):
+    gw, clock = gateway(lean_lots=3, lean_offset_ticks=offset_ticks, collar_bps=500.0)
+    (ok,) = of(gw.on_signal(sig(1, mid=100.3, spread=0.2, label=label, seq=2), clock()), OrderApproved)
+    assert ok.price == price and ok.origin == OrderOrigin.FAST
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2"])
+def test_lean_offset_ticks_must_be_a_whole_number_of_ticks_not_below_zero(bad):
+    with pytest.raises(ConfigError, match="params.limits.lean_offset_ticks"):
+        decode_limits({"lean_offset_ticks": bad})

@@ -157,3 +157,26 @@ def test_a_reduce_only_spot_order_is_malformed_and_never_sent(ledger, stats, log
     assert req is None and [(etype, oid, kw["reason"]) for _, etype, oid, kw in reports.calls] == [
         (ExecType.REJECTED, 21, ExecReason.MALFORMED)]
     assert stats["malformed"] == 1 and 21 not in ledger.orders
+
+
+def test_a_place_rebuilt_from_the_journaled_intent_keeps_reduce_only_and_an_old_intent_reads_as_plain(
+        ledger, stats, log):
+    """The fallback for an order this process did not admit (no body kept): the request is made from
+    the journaled intent, its ``ro`` included; an intent written before the field existed has none."""
+    for oid, ro in ((31, True), (32, False), (33, None)):
+        rec = {**intent(oid, iid=1, px=100.5, sz=0.002), "side": Side.SELL}
+        if ro is not None:
+            rec["ro"] = ro
+        ledger.record(rec)
+    wire = Wire()
+    requests = InFlightRequests(["conn0"], wire, ledger, CREDS, PERP_AND_SPOT, lambda: T0_MS, 10**9, stats,
+                                lambda point: None)
+    bodies = {}
+    for oid in (31, 32, 33):
+        assert oid not in ledger.bodies
+        requests.free = [0]  # one connection, freed for each
+        requests.start(OutboxItem(OrderCmd.NEW, order(OrderCmd.NEW, oid).order, 1000), 50)
+        bodies[oid] = wire.requests[-1].body
+    assert [ledger.orders[oid].reduce_only for oid in (31, 32, 33)] == [True, False, False]
+    assert ['"reduceOnly":"YES"' in bodies[oid] for oid in (31, 32, 33)] == [True, False, False]
+    assert all('"reduceOnly":"NO"' in bodies[oid] for oid in (32, 33))

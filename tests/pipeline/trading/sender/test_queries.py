@@ -1,4 +1,5 @@
-"""What the venue tells (pipeline/trading/sender/queries.py): fills ingested once, owed queries queued."""
+"""What the venue tells (pipeline/trading/sender/queries.py): fills ingested once, owed queries queued, the
+periodic poll paced."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import pytest
 
 from pipeline.runtime.config import InstrumentConfig
 from pipeline.trading.bitget.orderapi import OrderApi
+from pipeline.trading.bitget import rest
 from pipeline.trading.bitget.rest import Outcome, Result, VenueFill
 from pipeline.trading.bitget.signing import Credentials
 from pipeline.trading.messages import ExecType, client_oid
-from pipeline.trading.sender.lane import QUERY
+from pipeline.trading.sender.lane import POLL, QUERY
+from pipeline.trading.sender.lane import Lane as RealLane
 from pipeline.trading.sender.queries import VenueQueries
+from pipeline.trading.sender.ratelimit import EndpointBudget
 from tests.support.sender import Reports, intent
 
 
@@ -25,6 +29,9 @@ class Lane:
 
     def has(self, kind):
         return False
+
+    def ready_at(self, paths, now):
+        return now
 
 
 def queries_of(ledger, stats, log, batch=64):
@@ -106,3 +113,20 @@ def test_the_fills_poll_asks_each_product_after_the_same_cursor_and_advances_to_
             {"tradeId": "12", "orderId": "x", "symbol": "ETHUSDT", "side": "sell", "price": "10", "baseVolume": "1"}]}))
     assert stop.value.value is True
     assert ledger.last_trade_id == 14
+
+
+
+def test_the_periodic_poll_is_queued_only_once_its_endpoints_have_tokens(ledger, stats, log):
+    """Paced by the lane's budget (fills: 5 banked, 8 a second): with an order working, a poll due
+    while fills has no token is not queued (it would hold the lane) but due when the token is."""
+    q, _, lane, _ = queries_of(ledger, stats, log)
+    budget = EndpointBudget(1.0, 0)
+    lane.ready_at = RealLane(None, None, 0, stats, log, budget=budget).ready_at
+    ledger.record(intent(5))
+    ledger.record({"t": "ack", "oid": 5, "vid": "v5"})
+    while budget.take(rest.FILLS_PATH, 0):
+        pass
+    q.queue_poll(0)
+    assert lane.queued == [] and q.next_poll_ns == 125_000_001
+    q.queue_poll(125_000_001)
+    assert [k for k, _ in lane.queued] == [POLL] and q.next_poll_ns == 125_000_051

@@ -54,6 +54,9 @@ class Venue:
     def has(self, kind):
         return any(k == kind for k, _ in self.queued)
 
+    def ready_at(self, paths, now):
+        return now
+
 
 def reconciler_of(ledger, stats, log):
     venue, reports, clock = Venue(), Reports(), lambda: 9_000
@@ -129,3 +132,15 @@ def test_a_running_check_that_finds_another_account_exits_for_a_reconciling_rest
 def test_a_symbol_without_a_base_coin_is_a_config_error():
     with pytest.raises(ConfigError, match="spot balances"):
         base_coins({1: INSTRUMENTS[1].__class__(symbol="BTC-PERP")})
+
+
+def test_the_running_account_check_waits_for_account_infos_token_rather_than_hold_the_lane(ledger, stats, log):
+    rec, venue, _ = reconciler_of(ledger, stats, log)
+    assert rec.attempt(0)
+    asked = []
+    venue.ready_at = lambda paths, now: asked.append(tuple(paths)) or 2_500
+    rec.queue_account_check(2_000)
+    assert venue.queued == [] and rec.next_account_check_ns == 2_500
+    assert asked == [("/api/v2/spot/account/info",)]
+    rec.queue_account_check(2_500)
+    assert [k for k, _ in venue.queued] == [ACCOUNT] and rec.next_account_check_ns == 3_500
