@@ -45,6 +45,14 @@ price jumps, disconnects, sequence gaps, bad checksums); per scenario throughput
 orders sent, orders denied by reason, and the share of orders that were valid against the venue's book
 when they arrived, by the venue's own rule (``VALIDITY_RULE``; its default ``max_away_ticks``).
 
+Stress from a real sequence (``--stress --replay FILE [--speed K]``; ``--replay-itch FILE`` forces ITCH,
+``--replay-itch synthetic`` replays the venue's synthetic ITCH session; ``--itch-stocks``): a Bitget capture
+or an ITCH BinaryFILE replayed by the venue at its original timestamps times ``K``, clean and under each
+documented noise the venue (or, for lost order requests, the bench's lossy order path) can inject into
+that source; per scenario throughput, p99 latency and the share of orders the venue accepted, with the
+rejections by code, from the sender's journal (``bench.stress_replay``, ``bench.stress_report``,
+``bench.stress_proxy``).
+
 Every percentile is HdrHistogram's (``bench.report.hdr_summary``: 1 ns to 60 s, 3 significant digits).
 
 Isolation (``--isolation``; ``--rounds``, ``--window-s``): the same config in one run with the llm stage
@@ -70,7 +78,8 @@ interleaved windows of one run, judged by a rule fixed in ``bench.pipeline_sched
 Modules: ``bench.pipeline_config`` (the scenario and its config), ``bench.pipeline_figures`` (the stages
 measured, ``summarize``), ``bench.pipeline_report`` (report.md), ``bench.pipeline_plots`` (the PNGs),
 ``bench.pipeline_isolation`` (the isolation measurement), ``bench.pipeline_limit`` (the limit),
-``bench.pipeline_sched`` (the SCHED_FIFO A/B).
+``bench.pipeline_sched`` (the SCHED_FIFO A/B), ``bench.stress_replay`` / ``bench.stress_report`` /
+``bench.stress_proxy`` (the replay stress).
 """
 
 from __future__ import annotations
@@ -82,17 +91,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from bench import report
+from bench import report, stress_replay, stress_report
 from bench.pipeline_config import MODEL, REPO, Scenario, config_text, model_info, model_path
 from bench.pipeline_figures import summarize
 from bench.pipeline_limit import limit_line, limits, measure_compute, measure_floor
 from bench.pipeline_plots import plots
 from bench.pipeline_report import failed_result, labels_line, markdown, model_short
+from bench.stress_replay import ReplayError
 from pipeline.runtime.agent import LATENCY_DIR_ENV
 from pipeline.runtime.config import load_config
 from pipeline.runtime.control import request
@@ -144,8 +156,15 @@ def _status_for_measure(cfg, what: str, total_s: float = 20.0) -> dict:
 
 
 
-def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
-    """Run one scenario; its figures (see the module docstring).
+def run_scenario(sc: Scenario, keep_dir: Path | None = None, make_config: Callable = config_text,
+                 collect: Callable[[Path], dict] | None = None,
+                 side: Callable[[Scenario, Path], AbstractContextManager] | None = None) -> dict:
+    """Run one scenario; its figures (see the module docstring). ``make_config(sc, tmp, prefix)``: its
+    config text (default ``config_text``; a replay's: ``bench.stress_replay.replay_config_text``);
+    ``collect(tmp)``: more figures read from the scenario's folder once its pipeline is down (merged
+    into the result); ``side(sc, tmp)``: a context entered before the pipeline starts and left once it
+    is down (the lossy order path, ``bench.stress_proxy``), whose value (a dict of counters, or None)
+    becomes the result's ``"side"``.
 
     Raises:
         RuntimeError: the pipeline did not come up (its output is in the message).
@@ -156,10 +175,12 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
         lat_dir.mkdir()
         prefix = f"bp{os.getpid() % 100000}{int(time.time() * 1000) % 100000}"
         cfg_path = tmp / "bench.toml"
-        cfg_path.write_text(config_text(sc, tmp, prefix))
+        cfg_path.write_text(make_config(sc, tmp, prefix))
         model = model_info(sc.model, model_path(sc, tmp))
         cfg = load_config(cfg_path)
         env = {**os.environ, LATENCY_DIR_ENV: str(lat_dir), "PYTHONUNBUFFERED": "1"}
+        stack = ExitStack()
+        side_stats = stack.enter_context(side(sc, tmp)) if side is not None else None
         out = open(tmp / "up.out", "wb")
         up = subprocess.Popen([sys.executable, "-m", "pipeline", "--config", str(cfg_path), "up", "--status-every", "0"],
                               cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -199,6 +220,7 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
             except subprocess.TimeoutExpired:
                 os.killpg(up.pid, signal.SIGKILL)
                 up.wait()
+            stack.close()
         if keep_dir is not None:
             keep_dir.mkdir(parents=True, exist_ok=True)
             for f in [*(tmp / "logs").glob("*"), *lat_dir.glob("*.npy"), cfg_path]:
@@ -207,8 +229,11 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None) -> dict:
         for f in lat_dir.glob("*.lat.npy"):
             rec = np.load(f)
             taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
-    return summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model,
-                     wakeups={n: wake1[n] - wake0[n] for n in wake0})
+        extra = collect(tmp) if collect is not None else {}
+        if side is not None:
+            extra["side"] = None if side_stats is None else dict(side_stats)
+    return {**summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model,
+                        wakeups={n: wake1[n] - wake0[n] for n in wake0}), **extra}
 
 
 def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
@@ -293,7 +318,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="A/B: the hot-path stages under SCHED_FIFO against SCHED_OTHER in interleaved windows of "
                          "one run (bench.pipeline_sched; --rounds, --window-s, --model, --source, --priority)")
     ap.add_argument("--priority", type=int, default=10, help="--sched fifo: the SCHED_FIFO priority (1..99)")
+    ap.add_argument("--replay", default=None, metavar="FILE",
+                    help="--stress: replay FILE (a Bitget capture or an ITCH BinaryFILE, told apart by content) "
+                         "with the documented noise (bench.stress_replay)")
+    ap.add_argument("--replay-itch", default=None, metavar="FILE",
+                    help="--stress: replay FILE as ITCH ('synthetic': the venue's synthetic session)")
+    ap.add_argument("--speed", type=float, default=None,
+                    help="--replay / --replay-itch: times the original pace (default 1; the synthetic ITCH session 0.01)")
+    ap.add_argument("--itch-stocks", default=None,
+                    help="--replay-itch: comma-separated ITCH stocks to trade (default AAPL,MSFT)")
     args = ap.parse_args(argv)
+    if args.replay or args.replay_itch:
+        if not args.stress:
+            ap.error("--replay / --replay-itch go with --stress")
+        try:
+            return replay_main(args)
+        except ReplayError as exc:
+            ap.error(str(exc))
     if args.stress and args.source == "encoded":
         ap.error("--stress injects faults into the frames the venue builds: it needs --source synthetic")
     if args.sched:
@@ -324,6 +365,45 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def replay_main(args) -> int:
+    """``--stress --replay FILE`` / ``--replay-itch FILE``: ``bench.stress_replay.replay_plan`` (``--only``,
+    ``--seconds``, ``--speed``, ``--itch-stocks``), each scenario run with its replay config and the
+    sender journal's order outcomes; report.md from ``bench.stress_report.replay_markdown``.
+
+    Raises:
+        ReplayError: the file is missing or unreadable, a bad speed (``replay_plan``, ``capture_instruments``).
+    """
+    path = args.replay_itch or args.replay
+    if args.replay_itch:
+        kind = stress_replay.ITCH
+    elif not Path(path).is_file():
+        raise ReplayError(f"replay file {path!r} is not a file")
+    else:
+        with open(path, "rb") as f:
+            kind = stress_replay.detect_kind(f.read(64))
+    synthetic = kind == stress_replay.ITCH and path == stress_replay.SYNTHETIC_ITCH
+    speed = args.speed if args.speed is not None else (stress_replay.SYNTHETIC_ITCH_SPEED if synthetic else 1.0)
+    stocks = ({s: i for i, s in enumerate(args.itch_stocks.split(","), 1)} if args.itch_stocks else None)
+    plan = stress_replay.replay_plan(kind, path, speed, args.seconds, stocks)
+    if kind == stress_replay.BITGET:
+        stress_replay.capture_instruments(path)  # unreadable: an error now, not one per scenario
+    if args.only:
+        keep = set(args.only.split(","))
+        plan = [s for s in plan if s.name in keep]
+    out_dir, machine = report.start("stress-replay", args.out)
+    machine["replay_speed"] = speed
+
+    def collect(tmp: Path) -> dict:
+        journal = tmp / "run" / stress_replay.JOURNAL
+        return {"orders": stress_report.order_outcomes(journal.read_bytes() if journal.is_file() else b"")}
+    results = [stress_report.annotate(run_and_say(sc, make_config=stress_replay.replay_config_text, collect=collect,
+                                                  side=stress_replay.order_path), sc) for sc in plan]
+    md = stress_report.replay_markdown(machine, results, kind, path)
+    report.write(out_dir, {"machine": machine, "replay": {"kind": kind, "path": path, "speed": speed},
+                           "results": results}, md)
+    return 0
+
+
 def measure_limit(model: Path | None) -> dict | None:
     """Each fast-path stage's hot compute (in this process, ``model``'s ONNX call) and the wake-up
     floor per hop, measured now (before any pipeline window), printed; None without a model file.
@@ -340,14 +420,14 @@ def measure_limit(model: Path | None) -> dict | None:
     return {"compute": compute, "floor": floor, "model": str(model.name)}
 
 
-def run_and_say(sc: Scenario, limit: dict | None = None) -> dict:
-    """``run_scenario(sc)`` with a line before and after on stdout; a scenario that did not come up
+def run_and_say(sc: Scenario, limit: dict | None = None, **run) -> dict:
+    """``run_scenario(sc, **run)`` with a line before and after on stdout; a scenario that did not come up
     gives ``failed_result``. With ``limit`` (``measure_limit``) the result gets its ``"limit"`` rows
     (``bench.pipeline_limit.limits``)."""
     print(f"-- {sc.name}: {sc.rate}/s, {sc.instruments} instrument(s), {sc.transport}, {sc.seconds:g} s, "
           f"{sc.model} model, {sc.source} venue", flush=True)
     try:
-        res = run_scenario(sc)
+        res = run_scenario(sc, **run)
     except RuntimeError as exc:
         print(f"   FAILED: {exc}", flush=True)
         return failed_result(sc, str(exc))
