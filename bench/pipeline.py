@@ -21,9 +21,10 @@ INSTRUCTION written (llm) and order request sent for LLM-origin orders. Results 
 
 Orders on the fast path: the default config's gateway only cancels on the fast path (``lean_lots = 0``).
 The bench turns fast-path quoting on (``lean_lots = 1``) with immediate-or-cancel passive orders, so each
-LEAN signal can send an order as soon as the previous one is answered (an IOC order priced at least half
-the spread from the mid on its own side, ``risk_aversion = 2``, the gateway's most, so it does not cross
-and the venue cancels it at once: the position stays at zero and the lean target is never reached), throttled by the gateway to
+LEAN signal can send an order as soon as the previous one is answered (an IOC order priced half the spread
+or more from the mid on its own side, ``risk_aversion = 2``, the gateway's most, and 20 ticks further,
+``lean_offset_ticks``, so it does not cross and the venue cancels it at once, never filling it: the
+position stays at zero and the lean target is never reached), throttled by the gateway to
 ``max_orders_per_s = 100``: a steady stream of orders whose tick-to-request latency is measured. A live
 LLM plan takes precedence over lean quoting, so the bench bounds the hub's ttl to 100-250 ms.
 
