@@ -10,18 +10,25 @@ params (``pipeline.runtime.bridge.params``; security: CurveZMQ key files, or pla
   last delivered sequences live in ``seq_file`` so that a restarted bridge counts what it missed as a
   gap. Counters: delivered, gaps, gap_msgs, backwards, resyncs, epoch_changes, snapshots, written,
   out_drops, malformed.
-- ``ShardAgent`` (a strategy host): NEW ORDERs of its input ring (the local risk gateway's) sent as
-  INTENTs to the shared gateway; the EXEC_REPORTs it answers written to its output ring, each once.
-  The local gateway's SYNC is answered at once with an empty state report (SYNC_DONE): the shared
-  gateway fills at once, so nothing stays working; CANCELs are counted ``not_forwarded``.
+- ``ShardAgent`` (a strategy host): NEW and CANCEL ORDERs of its input ring (the local risk
+  gateway's) sent as INTENTs to the shared gateway; the EXEC_REPORTs it forwards (the shared host's
+  sender's) written to its output ring, each once. The local gateway's SYNC is answered with the
+  shared gateway's state for this shard (its positions and working orders, then SYNC_DONE), which
+  the WELCOME answering a HELLO carries: a restarted shard gets its positions back from the ledger
+  that is the desk's truth. CANCEL_ALL is counted ``not_forwarded``.
   Counters: ``aggregate.ShardSession``'s, malformed, not_forwarded.
 - ``GatewayAgent`` (the shared risk host): the aggregate limits over every shard
-  (``aggregate.SharedGateway``: ownership, silent shards HALTED, idempotent answers). Counters: its core's.
+  (``aggregate.SharedGateway``: ownership, silent shards HALTED, idempotent answers); approved ORDERs
+  (and the shards' CANCELs) written to its output ring (``orders``, read by the host's
+  ``procs.sender:SenderAgent``), the sender's EXEC_REPORTs read from its input ring (``exec``) and
+  sent to the shard that owns each order. An ORDER the ring refuses is answered to its shard as
+  REJECTED (reason HALTED, counted ``orders_out_drops``), and the ledger forgets it. Counters: its
+  core's, orders_out, orders_out_drops, reports_malformed.
 
 Nothing here raises on a received message: malformed input is counted and dropped (``sockets``).
 
-Waiting: ``MdInAgent`` and ``GatewayAgent`` read sockets only and park on them (``wait_for_work``,
-at most 5 ms at a time). ``MdOutAgent`` and ``ShardAgent`` read a ring and a socket, which no one
+Waiting: ``MdInAgent`` reads sockets only and parks on them (``wait_for_work``, at most 5 ms at a
+time). ``MdOutAgent``, ``ShardAgent`` and ``GatewayAgent`` read a ring and a socket, which no one
 wait covers: run them with ``wait = "back-off"`` (sleeps of at most 1 ms) or ``"busy-spin"``; a
 blocking park on the ring would leave the socket unread for up to its bounded park (5 ms).
 """
@@ -40,11 +47,10 @@ from pipeline.runtime.bridge.params import (
 )
 from pipeline.runtime.bridge.sockets import GatewayShell, MdInShell, MdOutShell, SeqFile, ShardShell
 from pipeline.runtime.config import parse_stage_params
-from pipeline.trading.messages import EXEC_STRUCT, ExecType, Kind, OrderCmd
+from pipeline.trading.messages import EXEC_STRUCT, ExecReason, ExecType, Kind, OrderCmd, decode_order
 from pipeline.trading.risk.limits import decode_limits, resolve_limits
 
 _STATS_EVERY_NS = 50_000_000
-_SYNC_DONE = EXEC_STRUCT.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0)
 
 
 class _BridgeAgent(Agent):
@@ -160,10 +166,10 @@ class ShardAgent(_BridgeAgent):
         if kind != Kind.ORDER:
             self.shell.stats["not_forwarded"] += 1
         elif len(payload) > 2 and payload[2] == OrderCmd.SYNC:
-            # the local risk gateway's start-up SYNC: the shard holds no venue state of its own (the
-            # shared gateway fills at once, nothing stays working), so the state report is empty
+            # the local risk gateway's SYNC: its state is the shared gateway's ledger for this shard,
+            # which the WELCOME answering a HELLO carries (delivered by the shell's poll)
             self.shell.stats["syncs"] = self.shell.stats.get("syncs", 0) + 1
-            self.ctx.emit(self.out, Kind.EXEC_REPORT, _SYNC_DONE, ts_origin_ns)
+            self.shell.request_state(self.ctx.clock())
         else:
             self.shell.send_order(payload, ts_origin_ns)
 
@@ -180,14 +186,35 @@ class GatewayAgent(_BridgeAgent):
         core = SharedGateway(shard_table(ctx.name, p.shards), specs, decode_limits(p.limits or None),
                              peer_timeout_ns=p.peer_timeout_ms * 1_000_000, heartbeat_ns=p.heartbeat_ms * 1_000_000,
                              epoch=new_epoch())
+        self.inp = ctx.input(p.input or None)
+        self.out = ctx.output(p.output or None)
         self.shell = GatewayShell(self._context(), p.endpoint, p.security, core, log=self._log)
+        self.shell.stats.update(orders_out=0, orders_out_drops=0)
 
     def do_work(self) -> int:
-        now = self.ctx.clock()
-        n = self.shell.poll(now, self.ctx.batch)
+        n = self.inp.poll(self._on_report, self.ctx.batch)
         self.ctx.received(n)
+        now = self.ctx.clock()
+        m = self.shell.poll(now, self.ctx.batch)
+        self.ctx.received(m)
+        for payload, ts in self.shell.core.take_orders():
+            self._send_order(payload, ts, now)
         self._publish_stats(now, self.shell.core.stats)
-        return n
+        return n + m
 
-    def wait_for_work(self, timeout_ns: int) -> bool:
-        return bool(zmq.select([self.shell.router], [], [], min(timeout_ns, 5_000_000) / 1e9)[0])
+    def _on_report(self, seq, ts_origin_ns, kind, payload) -> None:
+        if kind == Kind.EXEC_REPORT:
+            self.shell.report(payload, ts_origin_ns, self.ctx.clock())
+        else:
+            self.shell.stats["reports_malformed"] += 1
+
+    def _send_order(self, payload: bytes, ts: int, now: int) -> None:
+        if self.ctx.emit(self.out, Kind.ORDER, payload, ts):
+            self.shell.stats["orders_out"] += 1
+            return
+        self.shell.stats["orders_out_drops"] += 1  # the sender's ring refused it: never sent, answered so
+        o = decode_order(payload)
+        if o.cmd != OrderCmd.NEW:  # a CANCEL: the shard's pending cancel goes again after its next WELCOME
+            return
+        self.shell.report(EXEC_STRUCT.pack(o.instrument_id, ExecType.REJECTED, o.side, ExecReason.HALTED, o.order_id,
+                                           o.price, o.size, 0.0, now, 0), ts, now)

@@ -18,7 +18,7 @@ from pipeline.runtime.errors import ConfigError
 from pipeline.runtime.runner import load_stage_params
 from pipeline.trading.messages import EXEC_STRUCT, ExecType, Kind, OrderCmd
 from procs.bridge import GatewayAgent, MdInAgent, MdOutAgent, ShardAgent
-from tests.support.bridge import free_port, order_payload
+from tests.support.bridge import free_port, order_payload, sender_reports
 from tests.support.configtext import BACK_OFF, INSTRUMENTS, dirs, process, ring
 from tests.support.context import stage_context
 from tests.support.paths import REPO_ROOT
@@ -63,26 +63,33 @@ def test_a_book_crosses_from_md_out_into_the_receiving_ring(tmp_path):
         out.on_close()
 
 
-def test_an_order_crosses_to_the_shared_gateway_and_its_report_comes_back_once(tmp_path):
+def test_an_order_crosses_to_the_shared_gateway_its_sender_and_its_reports_come_back_once(tmp_path):
     port = free_port()
     gw_params = (f'endpoint = "tcp://127.0.0.1:{port}", shards = {{ "1" = [1], "2" = [2] }}, {PLAIN}, '
                  'limits = { max_order_lots = 1000000, max_position_lots = 1000000 }')
     orders, reports = ListInput([(Kind.ORDER, order_payload(1, 77, 100.0, 0.01), 9)]), RecordingPort()
-    gw = start(GatewayAgent(), tmp_path, "gw", "procs.bridge:GatewayAgent", gw_params)
+    to_sender, from_sender = RecordingPort(), ListInput([])
+    gw = start(GatewayAgent(), tmp_path, "gw", "procs.bridge:GatewayAgent", gw_params,
+               inputs={"a": from_sender}, outputs={"b": to_sender})
     shard = start(ShardAgent(), tmp_path, "shard", "procs.bridge:ShardAgent",
                   f'shard_id = 1, instruments = [1], gateway_endpoint = "tcp://127.0.0.1:{port}", {PLAIN}',
                   inputs={"a": orders}, outputs={"b": reports})
     try:
-        run_until([gw, shard], lambda: reports.msgs)
-        run_until([gw, shard], lambda: True)
+        run_until([gw, shard], lambda: to_sender.msgs)
+        (kind, payload, ts, _), = to_sender.msgs
+        assert (kind, payload, ts) == (Kind.ORDER, order_payload(1, 77, 100.0, 0.01), 9)  # the shard's ORDER as is
+        assert reports.msgs == []  # the gateway fills nothing itself
+        for rep in sender_reports(payload, 123):  # the sender's ACKED and FILLED
+            from_sender.msgs.append((Kind.EXEC_REPORT, rep, ts))
+        from_sender.msgs.append((Kind.EXEC_REPORT, sender_reports(payload, 123)[1], ts))  # a copy: once only
+        run_until([gw, shard], lambda: len(reports.msgs) == 2)
         time.sleep(0.05)
         for _ in range(20):
             gw.do_work(), shard.do_work()
-        assert len(reports.msgs) == 1
-        kind, payload, ts, _ = reports.msgs[0]
-        rec = EXEC_STRUCT.unpack(payload)
-        assert (kind, rec[1], rec[4], ts) == (Kind.EXEC_REPORT, ExecType.FILLED, 77, 9)
+        got = [(k, EXEC_STRUCT.unpack(p)[1], EXEC_STRUCT.unpack(p)[4], t) for k, p, t, _ in reports.msgs]
+        assert got == [(Kind.EXEC_REPORT, ExecType.ACKED, 77, 9), (Kind.EXEC_REPORT, ExecType.FILLED, 77, 9)]
         assert gw.shell.core.position_lots(1) == pytest.approx(100)
+        assert gw.shell.core.stats["duplicate_fills"] == 1
     finally:
         shard.on_close()
         gw.on_close()
@@ -105,17 +112,37 @@ def test_bad_params_fail_the_start_naming_the_field(tmp_path, agent, module, par
         start(agent(), tmp_path, "b", f"procs.bridge:{module}", params)
 
 
-def test_the_local_risk_gateways_sync_is_answered_with_an_empty_state_report(tmp_path):
+def test_a_restarted_shards_sync_is_answered_with_its_state_in_the_shared_gateway(tmp_path):
     port = free_port()
-    orders, reports = ListInput([(Kind.ORDER, order_payload(0, 0, 0.0, 0.0, cmd=OrderCmd.SYNC), 4)]), RecordingPort()
-    shard = start(ShardAgent(), tmp_path, "shard", "procs.bridge:ShardAgent",
-                  f'shard_id = 1, instruments = [1], gateway_endpoint = "tcp://127.0.0.1:{port}", {PLAIN}',
+    gw_params = (f'endpoint = "tcp://127.0.0.1:{port}", shards = {{ "1" = [1], "2" = [2] }}, {PLAIN}, '
+                 'limits = { max_order_lots = 1000000, max_position_lots = 1000000 }')
+    to_sender, from_sender = RecordingPort(), ListInput([])
+    gw = start(GatewayAgent(), tmp_path, "gw", "procs.bridge:GatewayAgent", gw_params,
+               inputs={"a": from_sender}, outputs={"b": to_sender})
+    shard_params = f'shard_id = 1, instruments = [1], gateway_endpoint = "tcp://127.0.0.1:{port}", {PLAIN}'
+    orders, reports = ListInput([(Kind.ORDER, order_payload(1, 78, 100.0, 0.02), 9)]), RecordingPort()
+    shard = start(ShardAgent(), tmp_path, "shard", "procs.bridge:ShardAgent", shard_params,
                   inputs={"a": orders}, outputs={"b": reports})
+    again = None
     try:
-        shard.do_work()
-        assert [(k, EXEC_STRUCT.unpack(p)[1]) for k, p, _, _ in reports.msgs] == [(Kind.EXEC_REPORT, ExecType.SYNC_DONE)]
+        run_until([gw, shard], lambda: to_sender.msgs)
+        for rep in sender_reports(to_sender.msgs[0][1], 5):  # filled: 200 lots at the shared gateway
+            from_sender.msgs.append((Kind.EXEC_REPORT, rep, 9))
+        run_until([gw, shard], lambda: len(reports.msgs) == 2)
+        shard.on_close()  # the shard host restarts: a new bridge, its local risk asks SYNC
+        shard = None
+        sync = ListInput([(Kind.ORDER, order_payload(0, 0, 0.0, 0.0, cmd=OrderCmd.SYNC), 4)])
+        state = RecordingPort()
+        again = start(ShardAgent(), tmp_path, "shard", "procs.bridge:ShardAgent", shard_params,
+                      inputs={"a": sync}, outputs={"b": state})
+        run_until([gw, again], lambda: len(state.msgs) >= 2)
+        got = [EXEC_STRUCT.unpack(p) for _, p, _, _ in state.msgs]
+        assert [(r[0], r[1]) for r in got] == [(1, ExecType.POSITION), (0, ExecType.SYNC_DONE)]
+        assert (got[0][6], got[0][5]) == pytest.approx((0.02, 100.0))  # its position, average entry
     finally:
-        shard.on_close()
+        for a in (shard, again, gw):
+            if a is not None:
+                a.on_close()
 
 
 MULTIHOST = sorted((REPO_ROOT / "configs" / "multihost").glob("*.toml"))

@@ -39,3 +39,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+
+def sender_reports(payload: bytes, now_ns: int, *, fill: bool = True) -> list[bytes]:
+    """What the shared host's order sender (a double) reports for one ORDER payload: a NEW: ACKED,
+    then FILLED in full at its price when ``fill``; a CANCEL: CANCELLED."""
+    from pipeline.trading.messages import EXEC_STRUCT, ExecType, decode_order
+
+    o = decode_order(payload)
+    if o.cmd == OrderCmd.CANCEL:
+        reports = [(ExecType.CANCELLED, 0.0, 0)]
+    else:
+        reports = [(ExecType.ACKED, 0.0, 0)] + ([(ExecType.FILLED, o.size, o.order_id)] if fill else [])
+    return [EXEC_STRUCT.pack(o.instrument_id, etype, o.side, 0, o.order_id, o.price, size, 0.0, now_ns, fill_id)
+            for etype, size, fill_id in reports]
+
+
+def paper_sender(gw, now_ns: int, *, fill: bool = True) -> tuple[list, list]:
+    """Every ORDER the gateway core ``gw`` queued answered through ``gw.on_report`` as
+    ``sender_reports`` says. Returns (the ORDERs sent to the sender, decoded; the (peer, frames)
+    routed to shards)."""
+    from pipeline.trading.messages import decode_order
+
+    sent, routed = [], []
+    for payload, ts in gw.take_orders():
+        sent.append(decode_order(payload))
+        for rep in sender_reports(payload, now_ns, fill=fill):
+            out = gw.on_report(rep, ts, now_ns)
+            if out is not None:
+                routed.append(out)
+    return sent, routed

@@ -3,8 +3,6 @@
 ``pipeline.runtime.bridge.sockets`` (CurveZMQ keys from the spec's files) until SIGTERM and writes
 its status as JSON to ``spec["status"]`` every 20 ms (atomically):
 
-- ``gateway``: the shared gateway (``spec["limits"]``, ``spec["shards"]``); status: its counters,
-  the position per instrument in lots, each decided order id with its code, when each shard was halted.
 - ``shard``: a shard session; it sends the orders appended (one JSON object a line: oid, iid, price,
   size) to ``spec["orders"]``; status: its counters and state, every order id reported, in order.
 - ``mdout``: publishes a BOOK for ``spec["instrument"]`` every ``spec["every_ms"]``, its ``seq`` the
@@ -25,12 +23,12 @@ import time
 import numpy as np
 import zmq
 
-from pipeline.runtime.bridge.aggregate import SharedGateway, ShardSession
+from pipeline.runtime.bridge.aggregate import ShardSession
 from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber, new_epoch
 from pipeline.runtime.bridge.params import SecurityParams
-from pipeline.runtime.bridge.sockets import GatewayShell, MdInShell, MdOutShell, SeqFile, ShardShell
+from pipeline.runtime.bridge.sockets import MdInShell, MdOutShell, SeqFile, ShardShell
 from pipeline.trading.messages import BOOK_DTYPE, Kind
-from tests.support.bridge import desk_specs, order_payload
+from tests.support.bridge import order_payload
 
 MS = 1_000_000
 _stop = False
@@ -46,24 +44,6 @@ def _write(path: str, doc: dict) -> None:
     with open(tmp, "w") as f:
         json.dump(doc, f)
     os.replace(tmp, path)
-
-
-def _gateway(ctx, spec, sec):
-    specs, lim = desk_specs(**spec["limits"])
-    core = SharedGateway({int(k): v for k, v in spec["shards"].items()}, specs, lim, epoch=new_epoch(),
-                         peer_timeout_ns=spec["timeout_ms"] * MS, heartbeat_ns=spec["heartbeat_ms"] * MS)
-    shell = GatewayShell(ctx, spec["endpoint"], sec, core)
-    halted: dict[int, list[int]] = {}
-
-    def step(now):
-        before = {sid: s.state for sid, s in core.shards.items()}
-        shell.poll(now)
-        for sid, s in core.shards.items():
-            if s.state != before[sid] and s.state == 2:
-                halted.setdefault(sid, []).append(now)
-        return {"stats": {**core.stats, **shell.stats}, "positions": {i: core.position_lots(i) for i in core.checks.books},
-                "decided": {f"{sid}:{oid}": v[0] for (sid, oid), v in core.answers.items()}, "halted_ns": halted}
-    return shell, step
 
 
 def _shard(ctx, spec, sec):
@@ -124,7 +104,7 @@ def _mdin(ctx, spec, sec):
     return shell, step
 
 
-ROLES = {"gateway": _gateway, "shard": _shard, "mdout": _mdout, "mdin": _mdin}
+ROLES = {"shard": _shard, "mdout": _mdout, "mdin": _mdin}
 
 
 def main(role: str, spec_json: str) -> int:

@@ -12,7 +12,8 @@ Every ZeroMQ message of the bridge is a multipart message whose first frame afte
       6      2    code       u16   MD / SNAP_ITEM: the ring kind; EXEC: the gateway's DenyReason (0: approved);
                                     REFUSED: RefuseReason; else 0
       8      4    epoch      u32   the sender's start epoch (random, new at each start; 0 never used)
-     12      4    count      u32   SNAP_END: items sent; HELLO: instruments claimed; else 0
+     12      4    count      u32   SNAP_END: items sent; HELLO: instruments claimed; WELCOME: state
+                                    reports in its body; else 0
      16      8    seq        u64   MD / SNAP_ITEM: the topic's sequence (from 1); SNAP_REQ / SNAP_END: 0;
                                     INTENT / EXEC: the client order id; HEARTBEAT: the sender's beat count
      24      8    ts_ns      u64   the ring message's ts_origin_ns (MD, INTENT, EXEC); the send time otherwise
@@ -24,7 +25,9 @@ Messages (frames in order; ``[id]`` is the ROUTER side's identity frame)::
     SNAP_ITEM  ROUTER -> DEALER  [id] | topic | HEADER | payload (the topic's last full state; may be empty)
     SNAP_END   ROUTER -> DEALER  [id] | HEADER
     HELLO      DEALER -> ROUTER  HEADER | u16[count] instrument ids the shard owns
-    WELCOME    ROUTER -> DEALER  [id] | HEADER
+    WELCOME    ROUTER -> DEALER  [id] | HEADER | state (count x 56 bytes: EXEC_REPORT payloads, the
+                                  shard's state in the gateway's ledger: a POSITION per owned instrument,
+                                  an OPEN_ORDER per working order, SYNC_DONE; the frame absent when 0)
     REFUSED    ROUTER -> DEALER  [id] | HEADER (code = RefuseReason)
     INTENT     DEALER -> ROUTER  HEADER | INTENT body (56 bytes)
     EXEC       ROUTER -> DEALER  [id] | HEADER | EXEC_REPORT payload (56 bytes, ``messages.EXEC_STRUCT``)
@@ -63,6 +66,7 @@ EXEC_BYTES = EXEC_STRUCT.size
 assert EXEC_BYTES == INTENT_BYTES  # one body size for both
 MAX_MD_PAYLOAD_BYTES = 65_535
 MAX_INSTRUMENTS = 4_096  # per HELLO / SNAP_REQ
+MAX_STATE_REPORTS = 65_536  # per WELCOME
 
 
 class MsgType(enum.IntEnum):
@@ -183,7 +187,8 @@ def parse_control(frames: list) -> tuple[Header, bytes]:
 
     Raises:
         FrameError: another frame count, a bad header, or a body whose size its type does not allow
-            (INTENT and EXEC: 56 bytes; HELLO: 2 x count; SNAP_REQ: u16[]; the others: none).
+            (INTENT and EXEC: 56 bytes; HELLO: 2 x count; WELCOME: 56 x count; SNAP_REQ: u16[]; the
+            others: none).
     """
     if not 1 <= len(frames) <= 2:
         raise FrameError(f"{len(frames)} frames, want 1 or 2")
@@ -196,6 +201,9 @@ def parse_control(frames: list) -> tuple[Header, bytes]:
     elif t == MsgType.HELLO:
         if len(body) != 2 * hdr.count or hdr.count > MAX_INSTRUMENTS:
             raise FrameError(f"HELLO of {len(body)} bytes for {hdr.count} instruments")
+    elif t == MsgType.WELCOME:
+        if len(body) != EXEC_BYTES * hdr.count or hdr.count > MAX_STATE_REPORTS:
+            raise FrameError(f"WELCOME of {len(body)} bytes for {hdr.count} state reports")
     elif t == MsgType.SNAP_REQ:
         unpack_ids(body)
     elif t in (MsgType.MD, MsgType.SNAP_ITEM):

@@ -98,8 +98,12 @@ class ShardParams(_Strict, kw_only=True):
 
 class GatewayParams(_Strict, kw_only=True):
     """The shared risk gateway: ROUTER bound at ``endpoint``; ``shards``: shard id (a TOML key) -> the
-    instrument ids it owns; ``limits``: the risk stage's limits table (``RiskLimits``)."""
+    instrument ids it owns; ``limits``: the risk stage's limits table (``RiskLimits``); approved
+    ORDERs written to the local ``output`` ring (the sender's ``orders``), its EXEC_REPORTs read from
+    the local ``input`` ring (``exec``)."""
 
+    input: str = ""
+    output: str = ""
     endpoint: Endpoint
     shards: dict[str, list[InstrumentId]]
     heartbeat_ms: Ms = 100

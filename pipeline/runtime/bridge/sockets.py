@@ -364,23 +364,31 @@ class ShardShell(_Shell):
             self.stats["send_deferred"] += 1
 
     def send_order(self, payload, ts_origin_ns: int) -> bool:
-        """One ORDER of the local risk gateway: a NEW becomes an INTENT (sent now or after the next
-        WELCOME); anything else is counted ``not_forwarded``. Its price is the INTENT's ref_mid."""
+        """One ORDER of the local risk gateway: a NEW or a CANCEL becomes an INTENT (sent now or after
+        the next WELCOME); anything else is counted ``not_forwarded``. Its price is the INTENT's ref_mid."""
         try:
             order = decode_order(payload)
         except _DECODE_ERRORS as exc:
             self._bad("order", exc)
             return False
-        if order.cmd != OrderCmd.NEW:
+        if order.cmd not in (OrderCmd.NEW, OrderCmd.CANCEL):
             self.stats["not_forwarded"] += 1
             return False
-        frames = self.core.intent(payload, order.price, ts_origin_ns, order.order_id)
+        frames = self.core.intent(payload, order.price, ts_origin_ns, order.order_id,
+                                  cancel=order.cmd == OrderCmd.CANCEL)
         if frames is not None:
             self._send(frames)
         return True
 
+    def request_state(self, now_ns: int) -> None:
+        """The local risk's SYNC: the state report comes with the next WELCOME (``ShardSession.request_state``)."""
+        frames = self.core.request_state(now_ns)
+        if frames is not None:
+            self._send(frames)
+
     def poll(self, deliver, now_ns: int, limit: int = 256) -> int:
-        """Read up to ``limit`` messages; EXEC_REPORTs to ``deliver(payload, ts)``; heartbeats / HELLOs due."""
+        """Read up to ``limit`` messages; EXEC_REPORTs (and a state report asked for) to
+        ``deliver(payload, ts)``; heartbeats / HELLOs due."""
         n = 0
         while n < limit:
             msg = _recv(self.dealer)
@@ -397,6 +405,8 @@ class ShardShell(_Shell):
                 self._send(frames)
             if report is not None:
                 deliver(report, hdr.ts_ns)
+            for state in self.core.take_state():
+                deliver(state, hdr.ts_ns)
         for frames in self.core.tick(now_ns):
             self._send(frames)
         if self.core.state != self._state:
@@ -415,6 +425,19 @@ class GatewayShell(_Shell):
         hb, to = core.heartbeat_ns // 1_000_000, core.peer_timeout_ns // 1_000_000
         self.router = self._socket(zmq.ROUTER, endpoint, server=True, hb_ms=hb, timeout_ms=to)
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.stats["reports_malformed"] = 0
+
+    def report(self, payload, ts_ns: int, now_ns: int) -> None:
+        """One EXEC_REPORT of the host's sender to the shard that owns its order (``on_report``); a
+        payload that is not an EXEC_REPORT is counted ``reports_malformed`` and dropped."""
+        try:
+            out = self.core.on_report(bytes(payload), ts_ns, now_ns)
+        except _DECODE_ERRORS as exc:
+            self.stats["reports_malformed"] += 1
+            self._bad("report", exc)
+            return
+        if out is not None:
+            self._send(*out)
 
     def poll(self, now_ns: int, limit: int = 256) -> int:
         n = 0

@@ -200,6 +200,15 @@ class PreTradeChecks(Ledger):
             return DenyReason.DAILY_LOSS, f"pnl {self.pnl():g}"
         return 0, ""
 
+    def record_approved(self, oid: int, now_ns: int, notional: float) -> None:
+        """Record one approved new order (id ``oid``, sent at ``now_ns``, ``notional`` = price x size)
+        where the checks read it: the seen ids (a later ``oid`` is DUPLICATE) and the send windows
+        (rate of the last second, notional of the last minute)."""
+        self.seen_ids.add(oid)
+        self._rate.append(now_ns)
+        self._notional.append((now_ns, notional))
+        self._notional_sum += notional
+
     def net_notional(self, bk: Book, side: int, size: float, price: float) -> float:
         """The worst-case net exposure of ``bk``'s settlement currency with a new order (``side``,
         ``size``) added: per base coin (an instrument without one is its own), the net of its

@@ -234,12 +234,8 @@ class Planner(TradingStateMachine):
             if reason == DenyReason.DAILY_LOSS:
                 out.extend(self.halt("daily_loss", True))
             return False
-        self.seen_ids.add(oid)
         self.add_working(bk, Working(oid, side, price, size, bk.mid, plan, "pending"))
-        self._rate.append(now)
-        notional = price * size
-        self._notional.append((now, notional))
-        self._notional_sum += notional
+        self.record_approved(oid, now, price * size)
         out.append(OrderApproved(ts_ns=now, cmd=OrderCmd.NEW, instrument_id=iid, order_id=oid, side=side, tif=self.tif,
                                  price=price, size=size, origin_seq=seq, leg=leg, origin=origin,
                                  reduce_only=reduce_only))

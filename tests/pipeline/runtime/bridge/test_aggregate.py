@@ -10,9 +10,9 @@ from pipeline.runtime.bridge.aggregate import (
 )
 from pipeline.runtime.bridge.frames import MsgType, RefuseReason, parse_control
 from pipeline.runtime.errors import ConfigError
-from pipeline.trading.messages import EXEC_STRUCT, ExecType, Side
+from pipeline.trading.messages import EXEC_STRUCT, ExecType, OrderCmd, Side
 from pipeline.trading.risk.checks import DenyReason
-from tests.support.bridge import desk_specs, order_payload
+from tests.support.bridge import desk_specs, order_payload, paper_sender
 
 MS = 1_000_000
 A, B = b"peer-a", b"peer-b"
@@ -31,6 +31,14 @@ def session(sid: int, ids) -> ShardSession:
 def deliver(gw: SharedGateway, peer: bytes, frames, now: int):
     hdr, body = parse_control(frames)
     return [parse_control(r) for r in gw.on_message(peer, hdr, body, now)]
+
+
+def execute(gw: SharedGateway, peer: bytes, frames, now: int, fill: bool = True):
+    """Deliver ``frames``; the gateway's own replies plus what the host's sender (a double) answered
+    through it, all as parsed [(header, body)] for ``peer``."""
+    replies = deliver(gw, peer, frames, now)
+    _, routed = paper_sender(gw, now, fill=fill)
+    return replies + [parse_control(f) for p, f in routed if p == peer]
 
 
 def join(gw, peer, sess, now=0):
@@ -70,9 +78,9 @@ def test_aggregate_position_limit_holds_across_shards():
                  max_gross_notional=1e9, max_net_notional=1e9, max_notional_per_min=1e9)
     s1, s2 = session(1, [1]), session(2, [])
     join(gw, A, s1), join(gw, B, s2)
-    (h, body), = deliver(gw, A, buy(s1, 11, 1, 100.0, 0.3), 1)
-    assert h.code == 0 and EXEC_STRUCT.unpack(body)[1] == ExecType.FILLED
-    assert gw.position_lots(1) == pytest.approx(300)
+    (h, ack), (_, fill) = execute(gw, A, buy(s1, 11, 1, 100.0, 0.3), 1)
+    assert h.code == 0 and [EXEC_STRUCT.unpack(b)[1] for b in (ack, fill)] == [ExecType.ACKED, ExecType.FILLED]
+    assert gw.position_lots(1) == pytest.approx(300)  # the sender's fill, not the approval, moved it
     # shard 2 does not own instrument 1: refused whatever the limits say
     (h, _), = deliver(gw, B, buy(s2, 12, 1, 100.0, 0.05), 2)
     assert h.code == DenyReason.NOT_ALLOWED
@@ -82,9 +90,9 @@ def test_aggregate_gross_limit_denies_the_shard_that_crosses_it():
     gw = gateway(max_gross_notional=150.0, max_order_lots=1e6, max_position_lots=1e6, max_notional=1e6, max_net_notional=1e6, max_notional_per_min=1e6)
     s1, s2 = session(1, [1]), session(2, [2])
     join(gw, A, s1), join(gw, B, s2)
-    (h1, _), = deliver(gw, A, buy(s1, 21, 1, 100.0, 1.0), 1)     # 100 of gross: below 150 alone
+    assert deliver(gw, A, buy(s1, 21, 1, 100.0, 1.0), 1) == []  # 100 of gross: below 150 alone; working
     (h2, b2), = deliver(gw, B, buy(s2, 22, 2, 100.0, 1.0), 2)    # 100 alone, 200 together: denied
-    assert (h1.code, h2.code) == (0, DenyReason.GROSS)
+    assert h2.code == DenyReason.GROSS and gw.stats["approved"] == 1
     assert EXEC_STRUCT.unpack(b2)[1] == ExecType.REJECTED
     assert gw.stats["deny_gross"] == 1
 
@@ -93,14 +101,54 @@ def test_resend_gets_the_same_answer_and_is_applied_once():
     gw, s1 = gateway(), session(1, [1])
     join(gw, A, s1)
     frames = buy(s1, 31, 1, 100.0, 0.01)
-    first = deliver(gw, A, frames, 1)
-    again = deliver(gw, A, frames, 2)
-    assert first == again and gw.stats["resent"] == 1 and gw.stats["approved"] == 1
+    first = execute(gw, A, frames, 1)
+    again = execute(gw, A, frames, 2)
+    assert gw.stats["resent"] == 1 and gw.stats["approved"] == 1 and gw.stats["fills"] == 1
+    assert again == first[:1]  # the sender's first report again; nothing sent to the sender twice
     assert gw.position_lots(1) == pytest.approx(10)
-    out, delivered = s1.on_message(*first[0], 3)
-    assert delivered is not None and s1.pending == {}
+    delivered = [s1.on_message(h, b, 3)[1] for h, b in first]
+    assert all(d is not None for d in delivered) and s1.pending == {}
     out, dup = s1.on_message(*again[0], 4)
     assert dup is None and s1.stats["duplicate_exec"] == 1  # never delivered twice
+
+
+def test_approved_orders_go_to_the_sender_once_and_its_reports_to_the_owning_shard():
+    gw = gateway(max_order_lots=1e6, max_position_lots=1e6)
+    s1, s2 = session(1, [1]), session(2, [2])
+    join(gw, A, s1), join(gw, B, s2)
+    assert deliver(gw, A, buy(s1, 81, 1, 100.0, 0.01), 1) == []
+    assert deliver(gw, B, buy(s2, 82, 2, 100.0, 0.01), 1) == []
+    deliver(gw, A, s1.pending[81], 2)  # a resend before the sender answered: not sent on again
+    sent, routed = paper_sender(gw, 3, fill=False)
+    assert [(o.order_id, o.cmd) for o in sent] == [(81, OrderCmd.NEW), (82, OrderCmd.NEW)]
+    assert sorted((p, parse_control(f)[0].seq) for p, f in routed) == [(A, 81), (B, 82)]
+    # a cancel of its own order goes to the sender once; of another shard's: REJECTED NOT_ALLOWED
+    cancel = s1.intent(order_payload(1, 81, 100.0, 0.01, cmd=OrderCmd.CANCEL), 100.0, 0, 81, cancel=True)
+    assert deliver(gw, A, cancel, 4) == [] and deliver(gw, A, cancel, 5) == []
+    steal = s1.intent(order_payload(2, 82, 100.0, 0.01, cmd=OrderCmd.CANCEL), 100.0, 0, 82, cancel=True)
+    (h, _), = deliver(gw, A, steal, 6)
+    assert h.code == DenyReason.NOT_ALLOWED and gw.stats["cancel_refused"] == 1
+    sent, routed = paper_sender(gw, 7)
+    assert [(o.order_id, o.cmd) for o in sent] == [(81, OrderCmd.CANCEL)]
+    (peer, frames), = routed
+    hdr, body = parse_control(frames)
+    assert peer == A and EXEC_STRUCT.unpack(body)[1] == ExecType.CANCELLED
+    s1.on_message(hdr, body, 8)
+    assert 81 not in s1.pending_cancels and gw.checks.open_count == 1  # 82 still works
+
+
+def test_reports_for_a_shard_that_is_not_live_are_held_until_it_joins_again():
+    gw, s1 = gateway(), session(1, [1])
+    join(gw, A, s1)
+    deliver(gw, A, buy(s1, 91, 1, 100.0, 0.01), 1)
+    gw.tick(501 * MS)
+    assert gw.shard_state(1) == ShardState.HALTED
+    _, routed = paper_sender(gw, 502 * MS)
+    assert routed == [] and gw.stats["reports_held"] == 2
+    assert gw.position_lots(1) == pytest.approx(10)  # the ledger moved all the same
+    welcome, *held = deliver(gw, A, s1.hello(503 * MS), 503 * MS)
+    assert welcome[0].msg_type == MsgType.WELCOME
+    assert [EXEC_STRUCT.unpack(b)[1] for _, b in held] == [ExecType.ACKED, ExecType.FILLED]
 
 
 def test_a_silent_shard_is_halted_and_must_join_again_before_anything_applies():
@@ -121,8 +169,7 @@ def test_a_silent_shard_is_halted_and_must_join_again_before_anything_applies():
     (w, _), = deliver(gw, A, hello[0], 504 * MS)
     resend, _ = s1.on_message(w, b"", 504 * MS)
     assert resend == [frames]  # the unanswered intent goes again and is decided as new
-    (h, _), = deliver(gw, A, resend[0], 505 * MS)
-    assert h.code == 0 and gw.stats["approved"] == 1
+    assert deliver(gw, A, resend[0], 505 * MS) == [] and gw.stats["approved"] == 1
 
 
 def test_messages_from_an_unwelcomed_peer_are_counted_and_dropped():
@@ -154,7 +201,42 @@ def test_an_order_id_another_shard_used_is_a_duplicate_not_the_other_shards_answ
     gw = gateway(max_order_lots=1e6, max_position_lots=1e6)
     s1, s2 = session(1, [1]), session(2, [2])
     join(gw, A, s1), join(gw, B, s2)
-    (h1, _), = deliver(gw, A, buy(s1, 71, 1, 100.0, 0.01), 1)
+    assert deliver(gw, A, buy(s1, 71, 1, 100.0, 0.01), 1) == []  # approved: to the sender
     (h2, b2), = deliver(gw, B, buy(s2, 71, 2, 100.0, 0.01), 2)
-    assert (h1.code, h2.code) == (0, DenyReason.DUPLICATE)
+    assert h2.code == DenyReason.DUPLICATE
     assert EXEC_STRUCT.unpack(b2)[0] == 2  # shard 2's own instrument in its own answer
+
+
+def test_the_rate_window_counts_every_shards_approved_orders():
+    gw = gateway(max_orders_per_s=2, max_order_lots=1e6, max_position_lots=1e6)
+    s1, s2 = session(1, [1]), session(2, [2])
+    join(gw, A, s1), join(gw, B, s2)
+    assert deliver(gw, A, buy(s1, 101, 1, 100.0, 0.01), 1 * MS) == []
+    assert deliver(gw, B, buy(s2, 102, 2, 100.0, 0.01), 2 * MS) == []  # one each: two in the last second
+    (h, _), = deliver(gw, A, buy(s1, 103, 1, 100.0, 0.01), 3 * MS)
+    assert h.code == DenyReason.RATE
+    assert deliver(gw, A, buy(s1, 104, 1, 100.0, 0.01), 1002 * MS) == []  # the window moved on
+
+
+def test_a_restarted_shard_gets_its_positions_and_working_orders_back_from_the_gateway():
+    gw = gateway(max_order_lots=1e6, max_position_lots=1e6)
+    s1, s2 = session(1, [1]), session(2, [2])
+    join(gw, A, s1), join(gw, B, s2)
+    execute(gw, A, buy(s1, 111, 1, 100.0, 0.3), 1)                 # filled: 300 lots
+    execute(gw, A, buy(s1, 112, 1, 99.0, 0.1), 2, fill=False)      # working
+    execute(gw, B, buy(s2, 113, 2, 50.0, 0.2), 3)                  # shard 2's: not in shard 1's state
+    again = ShardSession(1, [1], epoch=4, heartbeat_ns=100 * MS, peer_timeout_ns=500 * MS)  # a new process
+    assert again.request_state(4) is None  # not joined yet: the state comes with the first WELCOME
+    (w, body), = deliver(gw, b"peer-a2", again.tick(5)[0], 5)
+    again.on_message(w, body, 5)
+    state = [EXEC_STRUCT.unpack(p) for p in again.take_state()]
+    assert [(r[0], r[1], r[4]) for r in state] == [(1, ExecType.POSITION, 0), (1, ExecType.OPEN_ORDER, 112),
+                                                   (0, ExecType.SYNC_DONE, 0)]
+    assert (state[0][6], state[0][5]) == pytest.approx((0.3, 100.0))  # size, average entry
+    assert (state[1][2], state[1][5], state[1][7]) == (Side.BUY, 99.0, pytest.approx(0.1))
+    assert again.take_state() == []  # delivered once
+    # asked again while ACTIVE: a HELLO, answered with the state as it is now
+    hello = again.request_state(6)
+    (w, body), = deliver(gw, b"peer-a2", hello, 6)
+    again.on_message(w, body, 6)
+    assert len(again.take_state()) == 3 and again.state == SessionState.ACTIVE

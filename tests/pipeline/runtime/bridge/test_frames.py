@@ -64,6 +64,8 @@ def test_malformed_market_data_raises_frame_error(frames):
     [F.pack_header(F.MsgType.EXEC)],                              # EXEC without body
     [F.pack_header(F.MsgType.HELLO, count=2), b"\x01\x00"],      # HELLO count mismatch
     [F.pack_header(F.MsgType.HEARTBEAT), b"x"],                   # HEARTBEAT with a body
+    [F.pack_header(F.MsgType.WELCOME, count=2), b"\x00" * 56],    # WELCOME count mismatch
+    [F.pack_header(F.MsgType.WELCOME), b"\x00" * 56],             # WELCOME state without its count
     [F.pack_header(F.MsgType.SNAP_REQ), b"\x01"],                 # odd id list
     [F.pack_header(F.MsgType.MD), b""],                           # MD without topic
     [F.pack_header(F.MsgType.HEARTBEAT), b"", b""],               # three frames
@@ -77,3 +79,5 @@ def test_well_formed_control_messages_parse():
     hdr, body = F.parse_control([F.pack_header(F.MsgType.HELLO, shard_id=3, count=1), b"\x05\x00"])
     assert (hdr.msg_type, hdr.shard_id, body) == (F.MsgType.HELLO, 3, b"\x05\x00")
     assert F.parse_control([F.pack_header(F.MsgType.HEARTBEAT, seq=4)])[0].seq == 4
+    hdr, body = F.parse_control([F.pack_header(F.MsgType.WELCOME, count=2), b"\x07" * 112])
+    assert (hdr.count, len(body)) == (2, 112)

@@ -17,7 +17,7 @@ from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber
 from pipeline.runtime.bridge.params import SecurityParams
 from pipeline.runtime.bridge.sockets import GatewayShell, MdInShell, MdOutShell, ShardShell
 from pipeline.trading.messages import EXEC_STRUCT, ExecType, Kind
-from tests.support.bridge import desk_specs, free_port, order_payload
+from tests.support.bridge import desk_specs, free_port, order_payload, sender_reports
 
 PLAIN = SecurityParams(mode="plain-loopback")  # this test says so: loopback only
 MS = 1_000_000
@@ -96,22 +96,28 @@ def test_orders_from_two_shards_meet_one_aggregate_limit(zctx):
     def step():
         now = time.monotonic_ns()
         gw.poll(now)
+        for payload, ts in gw.core.take_orders():  # the host's sender, a double
+            for rep in sender_reports(payload, now):
+                gw.report(rep, ts, now)
         for sh in shards:
             sh.poll(lambda p, ts: reports.append(EXEC_STRUCT.unpack(p)), now)
     try:
         pump(step, lambda: all(s.core.state == SessionState.ACTIVE for s in shards))
         shards[0].send_order(order_payload(1, 101, 100.0, 1.0), 1)
-        pump(step, lambda: len(reports) == 1)
-        shards[1].send_order(order_payload(2, 102, 100.0, 1.0), 1)
         pump(step, lambda: len(reports) == 2)
-        assert [(r[4], r[1]) for r in reports] == [(101, ExecType.FILLED), (102, ExecType.REJECTED)]
+        shards[1].send_order(order_payload(2, 102, 100.0, 1.0), 1)
+        pump(step, lambda: len(reports) == 3)
+        assert [(r[4], r[1]) for r in reports] == [(101, ExecType.ACKED), (101, ExecType.FILLED),
+                                                   (102, ExecType.REJECTED)]
         assert gw.core.stats["deny_gross"] == 1
+        gw.report(b"\x00" * 7, 0, time.monotonic_ns())  # not an EXEC_REPORT: counted, dropped
+        assert gw.stats["reports_malformed"] == 1 and gw.stats["malformed"] == 1
         rogue = zctx.socket(zmq.DEALER)
         rogue.linger = 0
         rogue.connect(gw_ep)
         rogue.send_multipart([b"\x00" * 5])                                           # malformed
         rogue.send_multipart([pack_header(MsgType.INTENT, shard_id=1), b"\x00" * 56])  # not that shard's peer
-        pump(step, lambda: gw.stats["malformed"] == 1 and gw.core.stats["unknown_shard"] == 1)
+        pump(step, lambda: gw.stats["malformed"] == 2 and gw.core.stats["unknown_shard"] == 1)
         rogue.close()
     finally:
         for s in (*shards, gw):
