@@ -18,10 +18,13 @@ into that source. Two sources (``detect_kind`` tells them apart by content; ``--
 The noise (design document 000 section 4.3) and where each applies, ``NOISE`` (the report prints it):
 a Gaussian delay of 0-50 ms per market-data frame (``DELAY_MEAN_MS``, ``DELAY_SD_MS``: the venue clips
 the draw to [0, 50] ms and keeps the frames' order), drops of ``DROP_PROBS`` of the market-data packets,
-price jumps within +-3 ticks and drops of ``DROP_PROBS`` of the order requests (the bench's own fault,
-``ORDER_DROP``: ``bench.stress_proxy`` between the sender and the venue, ``order_path``). What cannot
+price jumps of 1..``JUMP_TICKS`` ticks (the venue's ``jump_prob`` on a capture: per book event of an
+instrument, ``JUMP_PROB``; ``itch_jump_prob`` on ITCH: per Add / Replace message, ``ITCH_JUMP_PROB``;
+``pipeline.venue.jumps``) and drops of ``DROP_PROBS`` of the order requests (the bench's own fault,
+``ORDER_DROP``: ``bench.stress_proxy`` between the sender and the venue, ``order_path``). The delay on
+ITCH is the venue's ``itch_delay_ms`` / ``itch_delay_jitter_ms`` on every MoldUDP64 packet. What cannot
 be injected into a source is not faked: the plan runs no scenario for it and the report says why
-(``not_applied``).
+(``not_applied``; today every noise applies to both sources).
 
 A scenario here is a ``bench.pipeline_config.Scenario`` whose ``faults`` are the venue's source and
 noise params (``itch_file`` among them for ITCH); ``replay_config_text`` is its config.
@@ -55,6 +58,12 @@ DELAY_MEAN_MS = 25.0
 DELAY_SD_MS = 12.5
 #: the market-data drop probabilities: the ends of the documented 0.1-5 %
 DROP_PROBS = (0.001, 0.05)
+#: price jumps: 1..JUMP_TICKS ticks either way (the documented +-3), with JUMP_PROB per book event of a
+#: capture's instrument (the shared capture: ~440 book events in its 30 s, so ~20 jumps a pass) and
+#: ITCH_JUMP_PROB per Add / Replace message (the synthetic session: ~47,000 of them, ~90 jumps a pass)
+JUMP_TICKS = 3
+JUMP_PROB = 0.05
+ITCH_JUMP_PROB = 0.002
 
 #: the bench's own fault (not a venue param): each order request lost on its way to the venue with this
 #: probability (``bench.stress_proxy``); the sender then reads the proxy's port from PROXY_PORT_FILE
@@ -68,8 +77,8 @@ NOISE = {
     "Gaussian delay 0-50 ms": {
         BITGET: (True, f"venue delay_ms {DELAY_MEAN_MS:g}, delay_jitter_ms {DELAY_SD_MS:g}: each WebSocket frame "
                        f"delayed by N({DELAY_MEAN_MS:g}, {DELAY_SD_MS:g}) ms clipped to [0, 50], order kept"),
-        ITCH: (False, "the venue's MoldUDP64 sender (pipeline.venue.itch_udp) has no delay fault: delay_ms / "
-                      "delay_jitter_ms act on WebSocket frames only"),
+        ITCH: (True, f"venue itch_delay_ms {DELAY_MEAN_MS:g}, itch_delay_jitter_ms {DELAY_SD_MS:g}: each MoldUDP64 "
+                     f"packet delayed by N({DELAY_MEAN_MS:g}, {DELAY_SD_MS:g}) ms clipped to [0, 50], order kept"),
     },
     "market-data drops 0.1-5 %": {
         BITGET: (True, "venue drop_prob: each data push to the feed dropped (books15 snapshots: the next one "
@@ -78,9 +87,12 @@ NOISE = {
                      "re-requests the gap (BOOKs flagged rebuilding until it closes)"),
     },
     "price jumps within +-3 ticks": {
-        BITGET: (False, "the venue's jump_prob / jump_ticks apply to its synthetic market only: a replayed book "
-                        "is published as recorded"),
-        ITCH: (False, "the venue has no ITCH jump fault: the replayed book is the file's"),
+        BITGET: (True, f"venue jump_prob {JUMP_PROB:g}, jump_ticks {JUMP_TICKS}: before a book event of an "
+                       "instrument, its later prices (book and trades) move by 1..3 ticks either way, the resting book "
+                       "too; checksums of the shifted book (the 'books' channel checks them)"),
+        ITCH: (True, f"venue itch_jump_prob {ITCH_JUMP_PROB:g}, itch_jump_ticks {JUMP_TICKS}: before an Add / Replace "
+                     "message, its stock's later Add / Replace prices move by 1..3 $0.01 ticks either way, all its "
+                     "new orders alike (orders resting from before keep their price)"),
     },
     "order-request drops 0.1-5 %": dict.fromkeys((BITGET, ITCH), (
         True, "bench.stress_proxy between the sender and the venue's REST API (order_drop_prob): each place / "
@@ -131,10 +143,13 @@ def replay_plan(kind: str, path: str, speed: float, seconds: float | None,
         noisy = [("delay-gauss-0-50ms", {"delay_ms": DELAY_MEAN_MS, "delay_jitter_ms": DELAY_SD_MS}, ("books15", "trade"))]
         noisy += [(f"md-drop-{100 * p:g}pct", {"drop_prob": p}, ("books15", "trade")) for p in DROP_PROBS]
         noisy += [(f"md-drop-{100 * p:g}pct-books", {"drop_prob": p}, ("books", "trade")) for p in DROP_PROBS]
+        noisy += [("price-jumps-3ticks-books", {"jump_prob": JUMP_PROB, "jump_ticks": JUMP_TICKS}, ("books", "trade"))]
     else:
         base = {"itch_file": "" if synthetic else str(Path(path).resolve()), "itch_speed": speed,
                 "itch_stocks": dict(stocks or DEFAULT_ITCH_STOCKS)}
-        noisy = [(f"md-drop-{100 * p:g}pct", {"itch_drop_prob": p}, ()) for p in DROP_PROBS]
+        noisy = [("delay-gauss-0-50ms", {"itch_delay_ms": DELAY_MEAN_MS, "itch_delay_jitter_ms": DELAY_SD_MS}, ())]
+        noisy += [(f"md-drop-{100 * p:g}pct", {"itch_drop_prob": p}, ()) for p in DROP_PROBS]
+        noisy += [("price-jumps-3ticks", {"itch_jump_prob": ITCH_JUMP_PROB, "itch_jump_ticks": JUMP_TICKS}, ())]
     noisy += [(f"order-drop-{100 * p:g}pct", {ORDER_DROP: p}, ()) for p in DROP_PROBS]
     plan = [Scenario(f"{kind}-clean", 0, seconds=s, faults=dict(base)),
             Scenario(f"{kind}-clean-hand-set", 0, seconds=s, model=h, faults=dict(base))]

@@ -57,9 +57,12 @@ Config (one process entry; every param optional, unknown params fail the start):
     delay_jitter_ms = 0.0        # 0..50: each frame's delay drawn from N(delay_ms, delay_jitter_ms),
                                  # clipped to [0, 50] ms; frames keep their order per connection
                                  # (jitter_frames counts the jittered frames)
-    jump_prob = 0.0              # synthetic only: chance per step and instrument that the whole book
-                                 # jumps by k ticks, k uniform in 1..jump_ticks, random sign; published
-                                 # as ordinary book updates, so checksums still verify (jumps)
+    jump_prob = 0.0              # synthetic: chance per step and instrument that the whole book jumps by
+                                 # k ticks, k uniform in 1..jump_ticks, random sign; replay: chance per book
+                                 # event of an instrument that every later price of it moves so
+                                 # (pipeline.venue.jumps; its tick: the config instrument's, else the
+                                 # capture's price precision); published as ordinary book updates with
+                                 # checksums of the shifted book, so they still verify (jumps)
     jump_ticks = 3               # >= 1
     disconnect_every_s = 0.0     # cut every WebSocket connection every N s of market time (disconnects)
     gap_every_s = 0.0            # every N s of market time: the next books update of every instrument
@@ -81,6 +84,14 @@ Config (one process entry; every param optional, unknown params fail the start):
     itch_drop_prob = 0.0         # fault: data packets dropped at random
     itch_drop_seqs = []          # fault: the packets holding these sequence numbers dropped (first sending)
     itch_unanswered_seqs = []    # fault: these sequence numbers never retransmitted (an unrecoverable gap)
+    itch_delay_ms = 0.0          # fault: every packet (data, heartbeats, re-request answers) sent this much
+                                 # later (0..600000), in the order sent (itch_delayed_packets)
+    itch_delay_jitter_ms = 0.0   # 0..50; > 0: each packet's delay drawn from N(itch_delay_ms, this), clipped
+                                 # to [0, 50] ms, order still kept
+    itch_jump_prob = 0.0         # fault: chance per Add / Replace message that its stock's later Add / Replace
+                                 # prices move by k $0.01 ticks, k uniform in 1..itch_jump_ticks, random sign,
+                                 # all its new orders alike (pipeline.venue.jumps; itch_jumps)
+    itch_jump_ticks = 3          # >= 1
     itch_orders = false          # true: our orders match against the ITCH book of the paper instruments
                                  # (pipeline.venue.itch_market: $0.01 ticks, whole shares), not the WebSocket
                                  # market
@@ -138,9 +149,9 @@ placed, 43118: a client that sent an order twice) and positions (``{symbol: sign
 of the account: every fill since the account was created, restored ones included, plus admin
 adjustments; a float per symbol, for reconciliation with the sender and the risk gateway); and
 itch_msgs (messages sent over MoldUDP64), itch_packets_dropped, itch_requests (re-requests received),
-itch_retransmitted_packets, itch_file_truncated / itch_file_oversized / itch_file_read_errors and, with
-itch_orders, itch_listener_errors, when ITCH is on. The counters are this process's own: they
-start at 0 after a restart, the account does not.
+itch_retransmitted_packets, itch_file_truncated / itch_file_oversized / itch_file_read_errors, with
+itch_orders itch_listener_errors, and with their faults on itch_delayed_packets / itch_jumps, when ITCH
+is on. The counters are this process's own: they start at 0 after a restart, the account does not.
 """
 
 from __future__ import annotations
@@ -224,6 +235,10 @@ class VenueParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     itch_drop_prob: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
     itch_drop_seqs: tuple[int, ...] = ()
     itch_unanswered_seqs: tuple[int, ...] = ()
+    itch_delay_ms: Annotated[float, msgspec.Meta(ge=0.0, le=600_000.0)] = 0.0
+    itch_delay_jitter_ms: Annotated[float, msgspec.Meta(ge=0.0, le=50.0)] = 0.0
+    itch_jump_prob: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    itch_jump_ticks: Annotated[int, msgspec.Meta(ge=1)] = 3
     itch_orders: bool = False
     itch_stocks: dict[str, int] | None = None
     rest_port: int = 0
@@ -446,7 +461,12 @@ class VenueAgent(Agent):
             self.ctx.stats["itch_msgs"] = self.itch.stats["messages_sent"]
             self.ctx.stats.update({f"itch_{k}": v for k, v in self.itch.stats.items()
                                    if k in ("packets_dropped", "requests", "retransmitted_packets")})
-            self.ctx.stats.update({f"itch_file_{k}": v for k, v in self.itch_counts.items() if k != "messages"})
+            self.ctx.stats.update({f"itch_file_{k}": v for k, v in self.itch_counts.items()
+                                   if k not in ("messages", "jumps")})
+            if self.itch.delay.active:  # the stress faults' counters only while on (the record is small)
+                self.ctx.stats["itch_delayed_packets"] = self.itch.stats["delayed_packets"]
+            if self.itch_counts.get("jumps"):
+                self.ctx.stats["itch_jumps"] = self.itch_counts["jumps"]
         if self.itch_market is not None:
             self.ctx.stats["itch_listener_errors"] = self.itch_market.listener_errors
             while self.itch_market.listener_failures:

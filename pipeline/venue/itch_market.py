@@ -34,6 +34,7 @@ from pipeline.trading.itch.synth import generate_session
 from pipeline.trading.messages import TRADE_STRUCT
 from pipeline.venue.errors import VenueError
 from pipeline.venue.itch_udp import DEFAULT_DATAGRAM_BYTES, ItchUdpPublisher, MoldStream
+from pipeline.venue.jumps import shift_itch_prices
 from pipeline.venue.order_fields import InstrumentRules
 
 EQUITY_TICK = Decimal("0.01")
@@ -167,14 +168,17 @@ class ItchVenueMarket:
 def make_itch(p, instruments, log=None):
     """The venue's ITCH side from its params ``p`` (``procs.venue.VenueParams``: ``itch_port`` /
     ``itch_port_file``, ``itch_file``, ``itch_events``, ``itch_rate``, ``itch_speed``, ``itch_drop_prob``,
-    ``itch_drop_seqs``, ``itch_unanswered_seqs``, ``itch_orders``, ``itch_stocks``, ``seed``) and the config's
+    ``itch_drop_seqs``, ``itch_unanswered_seqs``, ``itch_delay_ms``, ``itch_delay_jitter_ms``,
+    ``itch_jump_prob``, ``itch_jump_ticks``, ``itch_orders``, ``itch_stocks``, ``seed``) and the config's
     ``instruments``: ``(publisher, market, counts)``; ``(None, None, {})`` when ITCH is off (no port,
     no port file); ``market`` None unless ``itch_orders`` (then our orders match against the ITCH book
-    of the paper instruments); ``counts`` as ``load_session``'s. ``log`` (optional) is told them.
+    of the paper instruments); ``counts`` as ``load_session``'s plus ``jumps``. ``log`` (optional) is
+    told them. With ``itch_jump_prob`` the session's prices jump (``pipeline.venue.jumps.shift_itch_prices``)
+    before anything uses it: the wire and the venue's own book see the same shifted session.
 
     Raises:
-        VenueError: a bad ITCH value, an unreadable or empty file, ``itch_orders`` without paper
-            instruments or without the session on.
+        VenueError: a bad ITCH value (a delay or jump value out of its range too), an unreadable or
+            empty file, ``itch_orders`` without paper instruments or without the session on.
     """
     if not p.itch_port and not p.itch_port_file:
         if p.itch_orders:
@@ -182,6 +186,7 @@ def make_itch(p, instruments, log=None):
         return None, None, {}
     paper = {i.symbol: i.id for i in instruments if getattr(i, "venue", "paper") == "paper"}
     msgs, counts = load_session(p.itch_file or None, seed=p.seed, n_events=p.itch_events)
+    msgs, counts["jumps"] = shift_itch_prices(msgs, p.itch_jump_prob, p.itch_jump_ticks, p.seed)
     if log is not None:
         log.info("itch_session", path=p.itch_file or "(synthetic)", **counts)
     market = None
@@ -193,5 +198,6 @@ def make_itch(p, instruments, log=None):
     publisher = ItchUdpPublisher(
         stream, p.itch_port, target_port_file=p.itch_port_file, rate_msgs_per_s=p.itch_rate, speed=p.itch_speed,
         drop_prob=p.itch_drop_prob, fault_seed=p.seed, drop_seqs=p.itch_drop_seqs,
-        unanswered_seqs=p.itch_unanswered_seqs, on_published=market.on_published if market else None)
+        unanswered_seqs=p.itch_unanswered_seqs, on_published=market.on_published if market else None,
+        delay_ms=p.itch_delay_ms, delay_jitter_ms=p.itch_delay_jitter_ms)
     return publisher, market, counts

@@ -16,7 +16,11 @@ due by then, up to a datagram). Once the session is out, it sends the end-of-ses
 ``heartbeat_s``; while paused it sends heartbeats. Faults: ``drop_prob`` drops data packets at
 random (seeded by ``fault_seed``), and ``drop_seqs`` drops the packets holding those sequence
 numbers on their first sending, so the client sees gaps and must re-request; ``unanswered_seqs``
-are never retransmitted (an unrecoverable gap). ``on_published(first_seq, n)`` (optional) is told
+are never retransmitted (an unrecoverable gap). ``delay_ms`` / ``delay_jitter_ms``: every packet sent
+(data, heartbeats, re-request answers) leaves later, by ``delay_ms`` or, with a jitter, by a draw from
+N(``delay_ms``, ``delay_jitter_ms``) clipped to [0, 50] ms (``pipeline.venue.faults.DelayFault``, seeded
+by ``fault_seed``); packets keep the order they were sent in (one is never due before the one ahead of
+it), each delayed one counts in ``delayed_packets``. ``on_published(first_seq, n)`` (optional) is told
 every data packet's messages as they are published, dropped or not (the venue's own book follows
 the session, not the wire).
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 
@@ -43,6 +48,7 @@ from pipeline.runtime.portfile import read_port_file
 from pipeline.trading.itch.errors import ItchError
 from pipeline.trading.itch.synth import generate_session
 from pipeline.venue.errors import VenueError
+from pipeline.venue.faults import DelayFault
 from pipeline.venue.service import cancel_task
 
 HOST = "127.0.0.1"
@@ -164,10 +170,12 @@ class ItchUdpPublisher:
                  rate_msgs_per_s: float = 100_000.0, speed: float = 0.0, heartbeat_s: float = 1.0,
                  drop_prob: float = 0.0, fault_seed: int = 0, start_paused: bool = False,
                  drop_seqs: Iterable[int] = (), unanswered_seqs: Iterable[int] = (),
-                 on_published: Callable[[int, int], object] | None = None):
+                 on_published: Callable[[int, int], object] | None = None, delay_ms: float = 0.0,
+                 delay_jitter_ms: float = 0.0):
         """Raises:
         VenueError: neither or both of a target port (1..65535) and a target port file, drop_prob
-            outside 0..1, heartbeat_s <= 0, speed < 0.
+            outside 0..1, heartbeat_s <= 0, speed < 0, delay_ms outside 0..600000, delay_jitter_ms
+            outside 0..50.
         """
         if bool(target_port) == bool(target_port_file):
             raise VenueError("give exactly one of target_port (1..65535) and target_port_file")
@@ -190,10 +198,15 @@ class ItchUdpPublisher:
         self.unanswered = frozenset(int(x) for x in unanswered_seqs)
         self.on_published = on_published
         self._rng = random.Random(fault_seed)
+        self.delay = DelayFault(delay_ms, delay_jitter_ms, fault_seed)
+        self._delayed: deque = deque()  # (due loop time, packet, address), in sending order
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._last_due = 0.0
         self._paused = bool(start_paused)
         self.request_port = 0
         self.stats = {"packets_sent": 0, "messages_sent": 0, "packets_dropped": 0, "requests": 0,
-                      "bad_requests": 0, "retransmitted_packets": 0, "heartbeats": 0, "send_errors": 0}
+                      "bad_requests": 0, "retransmitted_packets": 0, "heartbeats": 0, "send_errors": 0,
+                      "delayed_packets": 0}
         self._transport: asyncio.DatagramTransport | None = None
         self._task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
@@ -211,6 +224,8 @@ class ItchUdpPublisher:
     async def stop(self) -> None:
         """Stop sending and close the socket."""
         await cancel_task(self._task)
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
         if self._transport is not None:
             self._transport.close()
 
@@ -240,8 +255,30 @@ class ItchUdpPublisher:
             st["bad_requests"] += 1
             return
         for packet in self.stream.retransmit(first, count, self.unanswered):
-            self._transport.sendto(packet, addr)
+            self._send(packet, addr)
             st["retransmitted_packets"] += 1
+
+    def _send(self, packet: bytes, addr) -> None:
+        """Send ``packet`` to ``addr`` now, or with the delay fault on, when it is due (order kept)."""
+        if not self.delay.active:
+            self._transport.sendto(packet, addr)
+            return
+        loop = asyncio.get_running_loop()
+        self._last_due = self.delay.due_s(loop.time(), self._last_due)
+        self._delayed.append((self._last_due, packet, addr))
+        self.stats["delayed_packets"] += 1
+        if self._delay_timer is None:
+            self._delay_timer = loop.call_at(self._last_due, self._flush_delayed)
+
+    def _flush_delayed(self) -> None:
+        """Send the delayed packets now due, in order; wake again for the next one."""
+        loop = asyncio.get_running_loop()
+        queue, now = self._delayed, loop.time()
+        while queue and queue[0][0] <= now:
+            _, packet, addr = queue.popleft()
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.sendto(packet, addr)
+        self._delay_timer = loop.call_at(queue[0][0], self._flush_delayed) if queue else None
 
     async def _idle(self, seconds: float) -> None:
         self._wake.clear()
@@ -281,7 +318,7 @@ class ItchUdpPublisher:
     async def _pump(self) -> None:
         stream, st = self.stream, self.stats
         loop = asyncio.get_running_loop()
-        send = self._transport.sendto
+        send = self._send if self.delay.active else self._transport.sendto
         next_t = loop.time()
         t0: list = []  # with speed: (loop time, ITCH ns) of the first message
         while True:

@@ -32,9 +32,8 @@ its push ``ts`` moves). ``books`` (incremental) is not served from frames.
 Synthetic: one ``SyntheticMarket`` per instrument (seeded from the venue seed and the symbol, so
 adding an instrument does not change the others), all with one ``SyntheticParams`` (``MARKETS`` names
 the two a venue config picks from: "default" and "calibrated"), stepped every ``step_ms`` of market
-time; a
-step's changed levels become one update (size ``"0"`` deletes), its trades one trade event. Data
-``ts`` is ``start_ms + steps * step_ms``. Stress fault: ``jump_prob`` / ``jump_ticks`` make each
+time; a step's changed levels become one update (size ``"0"`` deletes), its trades one trade event.
+Data ``ts`` is ``start_ms + steps * step_ms``. Stress fault: ``jump_prob`` / ``jump_ticks`` make each
 market's whole book jump by 1..``jump_ticks`` ticks with probability ``jump_prob`` per step (see
 ``pipeline.venue.synthetic``), published as ordinary book changes; ``jumps`` counts them.
 
@@ -43,6 +42,7 @@ and ``trade`` channels, translated to v2 by ``translate_frame``: ``instType`` ``
 v1 trade rows ``[ts, price, size, side]`` -> objects ``{"ts","price","size","side"}`` (the venue
 numbers their tradeId), original price / size strings and checksums kept. Other channels (ticker,
 candles) and events are skipped. Market time is the capture's receive time minus the first frame's.
+Its price-jump fault (``jump_prob`` / ``jump_ticks``, checksums recomputed) is ``pipeline.venue.jumps``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from pipeline.trading.bitget.capture import RECV, read_capture
 from pipeline.trading.bitget.errors import CaptureError
 from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE, INST_TYPE_SPOT
 from pipeline.venue.errors import ReplayError, VenueError
+from pipeline.venue.jumps import with_jumps
 from pipeline.venue.market import DEPTH_CHANNELS, BookEvent, TradeEvent, VenueMarket
 from pipeline.venue.synthetic import CALIBRATED, SyntheticMarket, SyntheticParams
 
@@ -565,15 +566,15 @@ def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), captur
                 encoded_channels: Sequence[str] = ("books15", CHANNEL_TRADE)):
     """A ``SyntheticSource`` (``kind`` "synthetic": the ``market`` of ``MARKETS``, whose ``step_ms``
     applies unless ``step_ms`` is given; ``start_ms`` default: now, wall clock; the price-jump fault
-    ``jump_prob`` / ``jump_ticks``), a ``ReplaySource`` of ``capture`` (``kind`` "replay"; no jumps,
-    market "default"), or an ``EncodedSource`` (``kind`` "encoded": ``encoded_units`` units on
+    ``jump_prob`` / ``jump_ticks``), a ``ReplaySource`` of ``capture`` (``kind`` "replay"; market
+    "default"; with ``jump_prob``, shifted by ``pipeline.venue.jumps``, ticks from ``instruments``), or an ``EncodedSource`` (``kind`` "encoded": ``encoded_units`` units on
     ``encoded_channels`` of the replay of ``capture`` when one is given, else of the synthetic source;
     no jumps).
 
     Raises:
         VenueError: an unknown kind, an unknown market (the message names ``market``), no
             instruments, no capture for a replay, an unreadable capture (``ReplayError``), a bad jump
-            value, jumps or a market asked of a replay, jumps asked of an encoded source, a bad
+            value, a market asked of a replay, jumps asked of an encoded source, a bad
             encoded unit count or channel.
     """
     if market not in MARKETS:
@@ -591,10 +592,9 @@ def make_source(kind: str, *, instruments: Sequence[InstrumentSpec] = (), captur
     if kind == "replay":
         if not capture:
             raise VenueError("source 'replay' needs a capture path")
-        if jump_prob:
-            raise VenueError("jump_prob is a fault of the synthetic source only (a replay's book is the capture's)")
         if market != "default":
             raise VenueError(f"market {market!r} is a choice of the synthetic source only (a replay's market is "
                              f"the capture's)")
-        return ReplaySource.from_capture(capture)
+        return with_jumps(ReplaySource.from_capture(capture), jump_prob, jump_ticks, seed,
+                          {i.symbol: i.tick_size for i in instruments})
     raise VenueError(f"unknown source {kind!r}; known: 'synthetic', 'replay', 'encoded'")

@@ -7,9 +7,9 @@ import gzip
 
 import pytest
 
-from bench.stress_replay import (BITGET, DELAY_MEAN_MS, DELAY_SD_MS, ITCH, NOISE, ORDER_DROP, PROXY_PORT_FILE,
-                                 SYNTHETIC_ITCH, ReplayError, detect_kind, noise_of, not_applied, order_path,
-                                 replay_config_text, replay_plan, scenario_kind)
+from bench.stress_replay import (BITGET, DELAY_MEAN_MS, DELAY_SD_MS, ITCH, ITCH_JUMP_PROB, JUMP_PROB, JUMP_TICKS,
+                                 NOISE, ORDER_DROP, PROXY_PORT_FILE, SYNTHETIC_ITCH, ReplayError, detect_kind, noise_of,
+                                 not_applied, order_path, replay_config_text, replay_plan, scenario_kind)
 from pipeline.runtime.config import parse_config
 from procs.feed import BitgetFeedParams, ItchFeedParams
 from procs.feed import parse_params as feed_params
@@ -27,12 +27,11 @@ def test_the_source_is_told_by_content(head, kind):
     assert detect_kind(head) == kind
 
 
-def test_every_documented_noise_is_applied_or_said_not_to_be_for_each_source():
+def test_every_documented_noise_is_applied_to_each_source_and_says_how():
     assert len(NOISE) == 4 and all(set(how) == {BITGET, ITCH} for how in NOISE.values())
-    # no venue fault jumps a replayed book; ITCH has no delay fault: said, with the reason
-    assert [n for n, _ in not_applied(BITGET)] == ["price jumps within +-3 ticks"]
-    assert [n for n, _ in not_applied(ITCH)] == ["Gaussian delay 0-50 ms", "price jumps within +-3 ticks"]
-    assert all(why for _, why in not_applied(ITCH))
+    assert not_applied(BITGET) == [] and not_applied(ITCH) == []
+    assert all(applied and how for per in NOISE.values() for applied, how in per.values())
+    assert JUMP_TICKS == 3  # the documented +-3 ticks
 
 
 def test_the_bitget_plan_runs_clean_then_each_noise_with_the_hand_set_model(capture_path):
@@ -40,23 +39,32 @@ def test_the_bitget_plan_runs_clean_then_each_noise_with_the_hand_set_model(capt
     names = [sc.name for sc in plan]
     assert names == ["bitget-clean", "bitget-clean-hand-set", "bitget-delay-gauss-0-50ms", "bitget-md-drop-0.1pct",
                      "bitget-md-drop-5pct", "bitget-md-drop-0.1pct-books", "bitget-md-drop-5pct-books",
-                     "bitget-order-drop-0.1pct", "bitget-order-drop-5pct"]
-    assert [sc.model for sc in plan] == ["shipped"] + ["hand-set"] * 8 and {sc.seconds for sc in plan} == {2.0}
+                     "bitget-price-jumps-3ticks-books", "bitget-order-drop-0.1pct", "bitget-order-drop-5pct"]
+    assert [sc.model for sc in plan] == ["shipped"] + ["hand-set"] * 9 and {sc.seconds for sc in plan} == {2.0}
     by = {sc.name: sc for sc in plan}
     assert {sc.faults["source"] for sc in plan} == {"replay"} and {sc.faults["speed"] for sc in plan} == {10.0}
     assert by["bitget-delay-gauss-0-50ms"].faults["delay_ms"] == DELAY_MEAN_MS == 2 * DELAY_SD_MS
     assert by["bitget-md-drop-0.1pct"].faults["drop_prob"] == 0.001 and by["bitget-md-drop-5pct"].faults["drop_prob"] == 0.05
     assert by["bitget-md-drop-5pct-books"].channels == ("books", "trade")
     assert by["bitget-order-drop-5pct"].faults[ORDER_DROP] == 0.05
+    jumps = by["bitget-price-jumps-3ticks-books"]  # on the checksummed channel: the shifted books must verify
+    assert (jumps.faults["jump_prob"], jumps.faults["jump_ticks"], jumps.channels) == (JUMP_PROB, 3, ("books", "trade"))
     assert noise_of(by["bitget-clean"]) == "none" and noise_of(by["bitget-md-drop-5pct"]) == "drop_prob 0.05"
 
 
 def test_the_itch_plan_replays_a_file_or_the_synthetic_session(tmp_path):
     plan = replay_plan(ITCH, SYNTHETIC_ITCH, 0.01, None)
-    assert [sc.name for sc in plan] == ["itch-clean", "itch-clean-hand-set", "itch-md-drop-0.1pct", "itch-md-drop-5pct",
+    assert [sc.name for sc in plan] == ["itch-clean", "itch-clean-hand-set", "itch-delay-gauss-0-50ms",
+                                        "itch-md-drop-0.1pct", "itch-md-drop-5pct", "itch-price-jumps-3ticks",
                                         "itch-order-drop-0.1pct", "itch-order-drop-5pct"]
     assert {sc.faults["itch_file"] for sc in plan} == {""} and {scenario_kind(sc) for sc in plan} == {ITCH}
-    assert plan[3].faults["itch_drop_prob"] == 0.05 and plan[0].seconds == 5.0
+    by = {sc.name: sc for sc in plan}
+    assert by["itch-md-drop-5pct"].faults["itch_drop_prob"] == 0.05 and plan[0].seconds == 5.0
+    delay = by["itch-delay-gauss-0-50ms"].faults
+    assert (delay["itch_delay_ms"], delay["itch_delay_jitter_ms"]) == (DELAY_MEAN_MS, DELAY_SD_MS)
+    jumps = by["itch-price-jumps-3ticks"].faults
+    assert (jumps["itch_jump_prob"], jumps["itch_jump_ticks"]) == (ITCH_JUMP_PROB, 3)
+    assert noise_of(by["itch-price-jumps-3ticks"]) == f"itch_jump_prob {ITCH_JUMP_PROB:g}, itch_jump_ticks 3"
     f = tmp_path / "day.itch"
     f.write_bytes(b"\x00\x0cS")
     one = replay_plan(ITCH, str(f), 1.0, 1.0, {"ZVZZT": 7})[0]

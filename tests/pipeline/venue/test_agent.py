@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.trading.bitget import FrameKind
-from pipeline.venue.errors import VenueError
+from pipeline.venue.errors import VenueConfigError, VenueError
 from pipeline.runtime.portfile import read_port_file
-from procs.venue import PUBLISHED_STATS, VenueAgent
+from procs.venue import PUBLISHED_STATS, VenueAgent, parse_params
 from tests.support.configtext import BACK_OFF, INSTRUMENTS, process
 from tests.support.context import venue_context
 from tests.support.paths import CAPTURE_PATH
@@ -65,6 +65,35 @@ def test_agent_can_also_send_itch_over_moldudp64(tmp_path):
             assert ctx.stats["itch_msgs"] == count
         finally:
             agent.on_close()
+
+
+def test_agent_sends_itch_delayed_and_jumping_when_asked_and_counts_both(tmp_path):
+    import socket
+
+    from pipeline.trading.itch.framing import decode_packet
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(3)
+        ctx = venue_context(tmp_path, f"itch_port = {rx.getsockname()[1]}, itch_events = 300, itch_rate = 0, "
+                                      "itch_delay_ms = 20.0, itch_delay_jitter_ms = 10.0, itch_jump_prob = 0.2")
+        agent = VenueAgent()
+        agent.on_start(ctx)
+        try:
+            while not decode_packet(rx.recv(65536)).is_end_of_session:
+                pass
+            agent._next_stats_ns = 0
+            agent.do_work()
+            assert ctx.stats["itch_delayed_packets"] >= ctx.stats["itch_msgs"] // 100 > 0
+            assert ctx.stats["itch_jumps"] == agent.itch_counts["jumps"] > 10  # ~ 0.2 * ~150 Add / Replace
+        finally:
+            agent.on_close()
+    p = parse_params("venue", {"source": "replay", "capture": "c", "jump_prob": 0.1})  # a replay jumps too
+    assert (p.jump_prob, p.jump_ticks) == (0.1, 3)
+    for field, bad in (("itch_delay_ms", -1.0), ("itch_delay_jitter_ms", 50.5), ("itch_jump_prob", 1.5),
+                       ("itch_jump_ticks", 0)):
+        with pytest.raises(VenueConfigError, match=rf"venue: .*\$\.{field}"):
+            parse_params("venue", {field: bad})
 
 
 def test_agent_refuses_unknown_params(tmp_path):

@@ -189,13 +189,15 @@ def test_jumps_are_published_as_ordinary_updates_whose_checksums_verify(venues, 
     assert moved_all == source.markets["BTCUSDT"].jumps > 0
 
 
-def test_jump_values_are_validated_and_a_replay_has_no_jumps():
+def test_jump_values_are_validated_for_a_synthetic_source_and_a_replay(capture_path):
     with pytest.raises(VenueError, match="jump_prob"):
         SyntheticSource(SPECS, seed=1, jump_prob=1.5)
     with pytest.raises(VenueError, match="jump_ticks"):
         SyntheticSource(SPECS, seed=1, jump_prob=0.1, jump_ticks=0)
-    with pytest.raises(VenueError, match="synthetic source only"):
-        make_source("replay", capture="any.capture", jump_prob=0.1)
+    with pytest.raises(VenueError, match="jump_ticks"):  # a replay's jumps: pipeline.venue.jumps (test_jumps)
+        make_source("replay", capture=capture_path, jump_prob=0.1, jump_ticks=0)
+    with pytest.raises(VenueError, match="encoded source's frames are fixed"):
+        make_source("encoded", capture=capture_path, jump_prob=0.1)
 
 
 # ------------------------------------------------------------------------------------ timed faults

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from contextlib import suppress
 
 import pytest
 
@@ -180,3 +181,44 @@ def test_the_publisher_needs_exactly_one_target():
         ItchUdpPublisher(MoldStream("S", [b"x"]), 5000, target_port_file="p")
     with pytest.raises(VenueError, match="speed"):
         ItchUdpPublisher(MoldStream("S", [b"x"]), 5000, speed=-1.0)
+
+
+def test_the_delay_fault_holds_every_packet_back_and_keeps_their_order(receiver):
+    """With itch_delay_ms 150 nothing arrives in the first 150 ms; with a jitter of 50 ms around a
+    25 ms mean (draws clipped to [0, 50]) the packets still arrive in sequence order, no gap, none lost."""
+    fixed = ItchUdpPublisher(MoldStream.synthetic(5, 200), receiver.getsockname()[1], rate_msgs_per_s=0,
+                             delay_ms=150.0)
+    t = _run(fixed)
+    try:
+        t0 = time.monotonic()
+        receiver.recvfrom(65536)
+        waited = time.monotonic() - t0
+    finally:
+        t.stop()
+    assert waited >= 0.14, f"the first packet came after {waited:.3f} s"
+    receiver.settimeout(0.3)
+    with suppress(TimeoutError):  # what the first publisher left in the socket
+        while True:
+            receiver.recvfrom(65536)
+    receiver.settimeout(3.0)
+    stream = MoldStream.synthetic(5, 3000)
+    pub = ItchUdpPublisher(stream, receiver.getsockname()[1], rate_msgs_per_s=200_000, delay_ms=25.0,
+                           delay_jitter_ms=50.0, fault_seed=3)
+    t = _run(pub)
+    try:
+        seqs, got = [], {}
+        while True:
+            p = decode_packet(receiver.recvfrom(65536)[0])
+            if p.messages:
+                seqs.append(p.seq)
+                got.update({p.seq + i: bytes(m) for i, m in enumerate(p.messages)})
+            elif p.seq > len(stream.messages):  # the end of the session
+                break
+    finally:
+        t.stop()
+    assert t.error is None
+    assert seqs == sorted(seqs) and len(seqs) == pub.stats["packets_sent"] > 20
+    assert [got[i] for i in range(1, len(stream.messages) + 1)] == stream.messages
+    assert pub.stats["delayed_packets"] >= pub.stats["packets_sent"]  # every packet went through the delay
+    with pytest.raises(VenueError, match="delay_jitter_ms"):
+        ItchUdpPublisher(stream, 5000, delay_jitter_ms=51.0)
