@@ -138,8 +138,11 @@ RISK_LIMITS = {"lean_lots": 1, "lean_offset_ticks": 20, "tif": "IOC", "risk_aver
                "min_notional": 0.0}
 
 #: the LLM hub's params in the bench scenarios: the tiny stand-in (its load on the machine is not a real
-#: model's; the isolation measurement, ``bench.pipeline_isolation``, runs the real one), its ttl 250 ms
-LLM_PARAMS = {"model_path": str(TINY), "n_ctx": 2048, "max_tokens": 64, "deadline_ms": 500, "min_gap_ms": 200,
+#: model's; the isolation measurement, ``bench.pipeline_isolation``, runs the real one), its ttl 250 ms and
+#: at most one instruction a second, so a live LLM plan (which takes precedence over lean quoting) leaves
+#: the fast path most of each second: with 200 ms between instructions the tiny model's plans overlapped
+#: and no fast-path order left in a whole window
+LLM_PARAMS = {"model_path": str(TINY), "n_ctx": 2048, "max_tokens": 64, "deadline_ms": 500, "min_gap_ms": 1000,
               "ttl_ms": 250}
 
 

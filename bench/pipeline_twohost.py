@@ -7,7 +7,7 @@ single-host figure of the same run, and the bridge's own hop cost.
    on this host, no slow path) for ``--seconds``;
 2. the same graph split over two hosts, each a network namespace joined to the other by a veth pair
    (addresses only inside them), the bridge between them over CurveZMQ (keys made by
-   ``pipeline.runtime.bridge.curve``, as setup does)::
+   ``pipeline.runtime.bridge.curve``, the key command)::
 
        host F (10.202.1.1): venue -> feed -> md -> md_out ==PUB/SUB==> md_in -> md -> features -> fast
                             gateway -> orders -> sender -> venue    <==   -> risk -> orders -> shard

@@ -1,5 +1,5 @@
 """Three hosts in three network namespaces joined by veth pairs (addresses only inside them), the
-bridge between them over CurveZMQ with keys made by the setup command:
+bridge between them over CurveZMQ with keys made by the key command (``pipeline.runtime.bridge.curve``):
 
     ns G (shared gateway, md in) --veth 10.201.1.0/24-- ns A (shard 1, md out)
          \\--veth 10.201.2.0/24-- ns B (shard 2)
