@@ -27,10 +27,10 @@ def test_the_rate_sweep_runs_each_rate_over_the_instruments():
                for s in plan)
 
 
-def _result(rate: int, drops: dict) -> dict:
+def _result(rate: int, drops: dict, measured: float | None = None) -> dict:
     sc = {"name": f"rate-{rate}-16i-encoded", "rate": rate, "instruments": 16, "transport": "ring", "llm": True,
           "faults": {}, "source": "encoded", "model": "hand-set"}
-    return {"scenario": sc, "model": {"kind": "hand-set"}, "labels": {}, "books_per_s": float(rate),
+    return {"scenario": sc, "model": {"kind": "hand-set"}, "labels": {}, "books_per_s": float(rate if measured is None else measured),
             "stages": {"signal": {"label": "SIGNAL", "p50_us": 80.0, "p99_us": 400.0, "p999_us": 500.0,
                                   "max_us": 600.0, "n": 10}, "order_sent": {"label": "sent", "n": 0}},
             "ring_drops": drops, "drops_total": sum(drops.values()), "seconds": 3.0, "load_avg": (1, 1, 1),
@@ -44,3 +44,12 @@ def test_the_report_gives_drops_per_ring_and_the_venues_cpu_for_each_rate():
     assert "3 ring drops: DID NOT KEEP UP (md 0, feat 3)" in lines[1] and "venue CPU 12.5 % of a core" in lines[1]
     head = "\n".join(scenario_section(_result(20_000, {"md": 0, "feat": 3}))[:6])
     assert "venue source encoded" in head and "venue CPU 12.5 % of a core" in head
+
+
+def test_a_rate_delivered_short_of_the_offer_did_not_keep_up_even_without_drops():
+    (short,) = rate_lines([_result(20_000, {"md": 0}, measured=7_703.0)])
+    assert "0 ring drops, 39% of the offered rate delivered (< 95%): DID NOT KEEP UP" in short
+    (enough,) = rate_lines([_result(20_000, {"md": 0}, measured=19_100.0)])
+    assert "0 ring drops: KEPT UP" in enough
+    (both,) = rate_lines([_result(10_000, {"sig_llm": 114}, measured=9_617.0)])
+    assert "114 ring drops: DID NOT KEEP UP" in both
