@@ -35,7 +35,8 @@ LLM_GAP_MS = 2000
 def orders_flow(text: str) -> str:
     """The config with orders and fills flowing (with ``FLOW_MODEL``'s LEAN signals): the risk
     gateway's lean quotes GTC (they rest at the venue, so its market fills them) at
-    ``risk_aversion = 1.0`` (near the mid; the bench's 50 quotes so deep that nothing fills), and the
+    ``risk_aversion = 1.0`` and ``lean_offset_ticks = 0`` (near the mid; the bench's 20 ticks further
+    out, so that nothing fills there), and the
     fast stage's EMERGENCY label off (threshold 2: never; buy / sell at procs.fast's defaults), so no
     cool-down stops the flow, and the llm stage (if any) asking at most every ``LLM_GAP_MS``. On the 2-core VM (2026-12-01) that is ~30 ORDERs and ~20 fills a second.
 
@@ -44,14 +45,17 @@ def orders_flow(text: str) -> str:
     """
     new, k1 = re.subn(r'(limits = \{[^}]*)tif = "IOC"', r'\1tif = "GTC"', text, count=1)
     new, k2 = re.subn(r"(limits = \{[^}]*)risk_aversion = [0-9.]+", r"\1risk_aversion = 1.0", new, count=1)
+    # at the touch, not the bench's lean_offset_ticks away from it (there, orders must never fill)
+    new, k4 = re.subn(r"(limits = \{[^}]*)lean_offset_ticks = \d+", r"\1lean_offset_ticks = 0", new, count=1)
     flow_th = "thresholds = { buy = 0.4, sell = 0.4, emergency = 2.0 }"
     new, k3 = re.subn(r'(module = "procs.fast:FastAgent"\n(?:[^\n]*\n)*?params = \{[^\n]*?)thresholds = \{[^}]*\}',
                       r"\g<1>" + flow_th, new, count=1)  # the model card's thresholds, when the config has them
     if not k3:
         new, k3 = re.subn(r'(module = "procs.fast:FastAgent"\n(?:[^\n]*\n)*?params = \{ )', r"\g<1>" + flow_th + ", ",
                           new, count=1)
-    if (k1, k2, k3) != (1, 1, 1):
-        raise ValueError(f"orders_flow: the config text changed (tif {k1}, risk_aversion {k2}, fast params {k3})")
+    if (k1, k2, k3, k4) != (1, 1, 1, 1):
+        raise ValueError(f"orders_flow: the config text changed (tif {k1}, risk_aversion {k2}, fast params {k3}, "
+                         f"lean_offset_ticks {k4})")
     # the llm stage (when there is one) asks at most every LLM_GAP_MS: the stand-in's instructions all
     # validate under the grammar, and each (a CANCEL, a FLATTEN, a plan that blocks lean quotes for its
     # ttl) would otherwise stop the lean flow several times a second

@@ -72,5 +72,7 @@ def test_orders_flow_rewrites_the_bench_config_or_says_it_cannot(tmp_path):
     path.write_text(text)
     cfg = load_config(path)
     assert cfg.process("fast").params["thresholds"] == {"buy": 0.4, "sell": 0.4, "emergency": 2.0}
+    limits = cfg.process("risk").params["limits"]  # quotes at the touch, so the venue's market fills them
+    assert limits["lean_offset_ticks"] == 0 and limits["risk_aversion"] == 1.0 and limits["tif"] == "GTC"
     with pytest.raises(ValueError):
         orders_flow("[supervisor]\n")

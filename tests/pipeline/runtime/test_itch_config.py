@@ -17,6 +17,7 @@ import pytest
 from bench.pipeline_config import write_bench_model
 from pipeline.runtime.config import load_config
 from tests.support.paths import REPO_ROOT
+from tests.support.shipped import use_shipped_config
 from tests.support.shm import shm_entries
 from tests.support.wait import wait_until
 
@@ -25,22 +26,12 @@ from tests.support.wait import wait_until
 @pytest.mark.timeout(120)
 def test_itch_config_runs_every_stage_and_orders_reach_the_venue(pipe):
     model = write_bench_model(pipe.tmp / "bench-model.onnx")
-    text = (REPO_ROOT / "configs" / "itch.toml").read_text()
-    for old, new in (('shm_prefix = "tpitch"', f'shm_prefix = "{pipe.prefix}"'),
-                     ('run_dir = "run/itch"', f'run_dir = "{pipe.run_dir}"'),
-                     ('log_dir = "logs/itch"', f'log_dir = "{pipe.log_dir}"'),
-                     ('"run/itch/', f'"{pipe.run_dir}/'),
-                     ("ops_port = 8790", "ops_port = 0"),
-                     ("itch_orders = true", "itch_orders = true, itch_drop_seqs = [400, 2000]"),
-                     ('model_path = "models/generated/fast.onnx"', f'model_path = "{model}"'),
-                     ("thresholds = { buy = 1.01, sell = 1.01,", "thresholds = { buy = 0.4, sell = 0.4,"),
-                     ("lean_lots = 0", "lean_lots = 1")):
-        assert old in text, f"configs/itch.toml no longer has {old!r}"
-        text = text.replace(old, new)
-    path = pipe.tmp / "itch.toml"
-    path.write_text(text)
-    pipe.paths.append(path)
-    pipe.cfg_path, pipe.cfg = path, load_config(path)
+    use_shipped_config(pipe, "itch.toml", "tpitch", "run/itch", "logs/itch",
+                       ('"run/itch/', f'"{pipe.run_dir}/'),
+                       ("itch_orders = true", "itch_orders = true, itch_drop_seqs = [400, 2000]"),
+                       ('model_path = "models/generated/fast.onnx"', f'model_path = "{model}"'),
+                       ("thresholds = { buy = 1.01, sell = 1.01,", "thresholds = { buy = 0.4, sell = 0.4,"),
+                       ("lean_lots = 0", "lean_lots = 1"))
 
     status = pipe.up()
     assert {p["name"]: p["state"] for p in status["processes"]} == dict.fromkeys(
