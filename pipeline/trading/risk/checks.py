@@ -67,6 +67,15 @@ class TradingState(enum.IntEnum):
     HALTED = 2
 
 
+def _only_reduces(side: int, pos: float, buys: float, sells: float, size: float, lot: float) -> bool:
+    """Whether an order of ``size`` on ``side`` only reduces ``pos``: the position after every open order
+    on that side (``buys`` / ``sells``) and this one neither crosses zero nor grows (to within a lot's
+    ``EPS``)."""
+    if side == Side.BUY:
+        return pos < 0 and pos + buys + size <= lot * EPS
+    return pos > 0 and pos - sells - size >= -lot * EPS
+
+
 class PreTradeChecks(Ledger):
     """The ledger plus what the checks read besides it: ``limits``, the trading state (``state``,
     ``latched``, ``synced``: starts ACTIVE, not latched, not synced) and the send windows (``_rate``:
@@ -129,22 +138,12 @@ class PreTradeChecks(Ledger):
             return DenyReason.COLLAR, f"{abs(price - mid) / mid * 1e4:.1f} bps from mid"
         buys, sells = bk.open_sizes()
         pos = bk.position
-        if self.state == TradingState.REDUCING:
-            # the position after every open reducing order and this one must not cross zero or grow
-            if side == Side.BUY:
-                ok = pos < 0 and pos + buys + size <= lot * EPS
-            else:
-                ok = pos > 0 and pos - sells - size >= -lot * EPS
-            if not ok:
-                return DenyReason.REDUCING, f"position {pos:g}"
+        if self.state == TradingState.REDUCING and not _only_reduces(side, pos, buys, sells, size, lot):
+            return DenyReason.REDUCING, f"position {pos:g}"
         if reduce_only:
             if spec.product == "SPOT":
                 return DenyReason.REDUCE_ONLY, f"{spec.symbol} is spot: no reduce-only"
-            if side == Side.BUY:
-                ok = pos < 0 and pos + buys + size <= lot * EPS
-            else:
-                ok = pos > 0 and pos - sells - size >= -lot * EPS
-            if not ok:
+            if not _only_reduces(side, pos, buys, sells, size, lot):
                 return DenyReason.REDUCE_ONLY, f"would not reduce position {pos / lot:g} lots"
         notional = price * size
         if notional < lim.min_notional * (1 - EPS):
