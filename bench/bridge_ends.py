@@ -27,7 +27,8 @@ import time
 import numpy as np
 import zmq
 
-from pipeline.runtime.bridge.aggregate import SharedGateway, ShardSession
+from pipeline.runtime.bridge.aggregate import SharedGateway
+from pipeline.runtime.bridge.session import ShardSession
 from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber
 from pipeline.runtime.bridge.params import SecurityParams
 from pipeline.runtime.bridge.sockets import GatewayShell, MdInShell, MdOutShell, ShardShell
@@ -130,6 +131,8 @@ def _gateway(spec, ctx):
                      max_open_orders=1_000_000, min_notional=0.0001)
     core = SharedGateway({1: [1]}, resolve_limits([_Instrument()], lim), lim, peer_timeout_ns=2_000_000_000,
                          heartbeat_ns=100_000_000, epoch=1)
+    core.start(time.monotonic_ns())  # the sender left out: a flat account's state report
+    core.on_report(EXEC_STRUCT.pack(0, ExecType.SYNC_DONE, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0), 0, time.monotonic_ns())
     shell = GatewayShell(ctx, spec["endpoint"], SecurityParams(**spec["security"]), core)
     while not _stop:
         zmq.select([shell.router], [], [], 0.001)  # the server parks on its socket (as the agent's wait_for_work)

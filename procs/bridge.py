@@ -11,19 +11,25 @@ params (``pipeline.runtime.bridge.params``; security: CurveZMQ key files, or pla
   gap. Counters: delivered, gaps, gap_msgs, backwards, resyncs, epoch_changes, snapshots, written,
   out_drops, malformed.
 - ``ShardAgent`` (a strategy host): NEW and CANCEL ORDERs of its input ring (the local risk
-  gateway's) sent as INTENTs to the shared gateway; the EXEC_REPORTs it forwards (the shared host's
-  sender's) written to its output ring, each once. The local gateway's SYNC is answered with the
-  shared gateway's state for this shard (its positions and working orders, then SYNC_DONE), which
-  the WELCOME answering a HELLO carries: a restarted shard gets its positions back from the ledger
-  that is the desk's truth. CANCEL_ALL is counted ``not_forwarded``.
-  Counters: ``aggregate.ShardSession``'s, malformed, not_forwarded.
+  gateway's) sent as INTENTs to the shared gateway, CANCEL_ALLs too; the EXEC_REPORTs it forwards
+  (the shared host's sender's) written to its output ring, each once. The local gateway's SYNC is
+  answered with the shared gateway's state for this shard (its positions and working orders, then
+  SYNC_DONE), which the WELCOME answering a HELLO carries: a restarted shard gets its positions back
+  from the ledger that is the venue's. The state also comes unasked when the shared gateway
+  restarted or replaced its ledger (``session``): the local risk takes it as a restarted sender's.
+  Counters: ``session.ShardSession``'s, malformed, not_forwarded.
 - ``GatewayAgent`` (the shared risk host): the aggregate limits over every shard
   (``aggregate.SharedGateway``: ownership, silent shards HALTED, idempotent answers); approved ORDERs
-  (and the shards' CANCELs) written to its output ring (``orders``, read by the host's
+  (and the shards' CANCELs and CANCEL_ALLs) written to its output ring (``orders``, read by the host's
   ``procs.sender:SenderAgent``), the sender's EXEC_REPORTs read from its input ring (``exec``) and
-  sent to the shard that owns each order. An ORDER the ring refuses is answered to its shard as
-  REJECTED (reason HALTED, counted ``orders_out_drops``), and the ledger forgets it. Counters: its
-  core's, orders_out, orders_out_drops, reports_malformed.
+  sent to the shard that owns each order. At its start it writes a SYNC to the sender (again at
+  each pass until the ring takes it): its ledger is the sender's state report, reconciled with the
+  venue, so after any restart its positions are the venue's; until that report no order passes and
+  no shard is welcomed. The operator's CONTROLs come from ``control_input`` when named. An ORDER
+  the ring refuses is answered to its shard as REJECTED (reason HALTED, counted
+  ``orders_out_drops``), and the ledger forgets it. Counters: its core's, orders_out,
+  orders_out_drops, reports_malformed, synced, state (0 ACTIVE, 1 REDUCING, 2 HALTED), open_orders,
+  pos_lots_<instrument id>.
 
 Nothing here raises on a received message: malformed input is counted and dropped (``sockets``).
 
@@ -40,7 +46,8 @@ import os
 import zmq
 
 from pipeline.runtime.agent import Agent
-from pipeline.runtime.bridge.aggregate import SharedGateway, ShardSession
+from pipeline.runtime.bridge.aggregate import SharedGateway
+from pipeline.runtime.bridge.session import ShardSession
 from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber, new_epoch
 from pipeline.runtime.bridge.params import (
     GatewayParams, MdInParams, MdOutParams, ShardParams, check_security, shard_table,
@@ -188,19 +195,39 @@ class GatewayAgent(_BridgeAgent):
                              epoch=new_epoch())
         self.inp = ctx.input(p.input or None)
         self.out = ctx.output(p.output or None)
+        self.ctl = ctx.input(p.control_input) if p.control_input else None
         self.shell = GatewayShell(self._context(), p.endpoint, p.security, core, log=self._log)
         self.shell.stats.update(orders_out=0, orders_out_drops=0)
+        now = ctx.clock()
+        self._sync: bytes | None = core.start(now)  # written at the first pass the ring takes it
+        self.shell.log_events()
 
     def do_work(self) -> int:
-        n = self.inp.poll(self._on_report, self.ctx.batch)
-        self.ctx.received(n)
+        core = self.shell.core
         now = self.ctx.clock()
+        if self._sync is not None and self.ctx.emit(self.out, Kind.ORDER, self._sync, now):
+            self._sync = None
+        n = self.inp.poll(self._on_report, self.ctx.batch)
+        if self.ctl is not None:
+            n += self.ctl.poll(self._on_control, self.ctx.batch)
+        self.ctx.received(n)
         m = self.shell.poll(now, self.ctx.batch)
         self.ctx.received(m)
-        for payload, ts in self.shell.core.take_orders():
+        for payload, ts in core.take_orders():
             self._send_order(payload, ts, now)
-        self._publish_stats(now, self.shell.core.stats)
+        self.shell.log_events()
+        if now - self._stats_at >= _STATS_EVERY_NS:
+            ck = core.checks
+            self.ctx.stats.update(synced=int(ck.synced), state=int(ck.state), open_orders=ck.open_count,
+                                  **{f"pos_lots_{i}": ck.position_lots(i) for i in ck.books})
+        self._publish_stats(now, core.stats)
         return n + m
+
+    def _on_control(self, seq, ts_origin_ns, kind, payload) -> None:
+        if kind == Kind.CONTROL:
+            self.shell.core.on_control(payload)
+        else:
+            self.shell.core.stats["controls_bad"] += 1
 
     def _on_report(self, seq, ts_origin_ns, kind, payload) -> None:
         if kind == Kind.EXEC_REPORT:

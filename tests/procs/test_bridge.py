@@ -16,9 +16,9 @@ from pipeline.runtime.bridge.params import GatewayParams, MdOutParams, ShardPara
 from pipeline.runtime.config import load_config
 from pipeline.runtime.errors import ConfigError
 from pipeline.runtime.runner import load_stage_params
-from pipeline.trading.messages import EXEC_STRUCT, ExecType, Kind, OrderCmd
+from pipeline.trading.messages import EXEC_STRUCT, ExecType, Kind, OrderCmd, decode_order
 from procs.bridge import GatewayAgent, MdInAgent, MdOutAgent, ShardAgent
-from tests.support.bridge import free_port, order_payload, sender_reports
+from tests.support.bridge import free_port, order_payload, sender_reports, state_item
 from tests.support.configtext import BACK_OFF, INSTRUMENTS, dirs, process, ring
 from tests.support.context import stage_context
 from tests.support.paths import REPO_ROOT
@@ -47,6 +47,18 @@ def start(agent, tmp_path, name, module, params, *, inputs=None, outputs=None):
     return agent
 
 
+def sync_with_sender(gw, to_sender, from_sender, items=()):
+    """The gateway's start-up SYNC read from its output ring and answered as its sender would: the
+    state report ``items`` then SYNC_DONE."""
+    run_until([gw], lambda: to_sender.msgs)
+    (kind, payload, _, _), = to_sender.msgs
+    assert (kind, decode_order(payload).cmd) == (Kind.ORDER, OrderCmd.SYNC)
+    to_sender.msgs.clear()
+    for item in (*items, state_item(0, ExecType.SYNC_DONE)):
+        from_sender.msgs.append((Kind.EXEC_REPORT, item, 0))
+    run_until([gw], lambda: gw.shell.core.checks.synced)
+
+
 def test_a_book_crosses_from_md_out_into_the_receiving_ring(tmp_path):
     pub, snap = free_port(), free_port()
     eps = f'pub_endpoint = "tcp://127.0.0.1:{pub}", snapshot_endpoint = "tcp://127.0.0.1:{snap}", {PLAIN}'
@@ -71,6 +83,7 @@ def test_an_order_crosses_to_the_shared_gateway_its_sender_and_its_reports_come_
     to_sender, from_sender = RecordingPort(), ListInput([])
     gw = start(GatewayAgent(), tmp_path, "gw", "procs.bridge:GatewayAgent", gw_params,
                inputs={"a": from_sender}, outputs={"b": to_sender})
+    sync_with_sender(gw, to_sender, from_sender)
     shard = start(ShardAgent(), tmp_path, "shard", "procs.bridge:ShardAgent",
                   f'shard_id = 1, instruments = [1], gateway_endpoint = "tcp://127.0.0.1:{port}", {PLAIN}',
                   inputs={"a": orders}, outputs={"b": reports})
@@ -119,6 +132,7 @@ def test_a_restarted_shards_sync_is_answered_with_its_state_in_the_shared_gatewa
     to_sender, from_sender = RecordingPort(), ListInput([])
     gw = start(GatewayAgent(), tmp_path, "gw", "procs.bridge:GatewayAgent", gw_params,
                inputs={"a": from_sender}, outputs={"b": to_sender})
+    sync_with_sender(gw, to_sender, from_sender)
     shard_params = f'shard_id = 1, instruments = [1], gateway_endpoint = "tcp://127.0.0.1:{port}", {PLAIN}'
     orders, reports = ListInput([(Kind.ORDER, order_payload(1, 78, 100.0, 0.02), 9)]), RecordingPort()
     shard = start(ShardAgent(), tmp_path, "shard", "procs.bridge:ShardAgent", shard_params,

@@ -66,7 +66,25 @@ def paper_sender(gw, now_ns: int, *, fill: bool = True) -> tuple[list, list]:
     for payload, ts in gw.take_orders():
         sent.append(decode_order(payload))
         for rep in sender_reports(payload, now_ns, fill=fill):
-            out = gw.on_report(rep, ts, now_ns)
-            if out is not None:
-                routed.append(out)
+            routed.extend(gw.on_report(rep, ts, now_ns))
     return sent, routed
+
+
+def state_item(instrument_id: int, exec_type: int, *, order_id: int = 0, side: int = 0, price: float = 0.0,
+               size: float = 0.0, reason: int = 0) -> bytes:
+    """One EXEC_REPORT of a sender's state report (POSITION: size is the position, price its entry;
+    POSITION_MISMATCH: price the journal's, size the venue's; OPEN_ORDER; SYNC_DONE)."""
+    from pipeline.trading.messages import EXEC_STRUCT
+
+    return EXEC_STRUCT.pack(instrument_id, exec_type, side, reason, order_id, price, size, 0.0, 0, 0)
+
+
+def synced(gw, now_ns: int = 0, items: tuple = ()) -> list:
+    """``gw`` (a ``SharedGateway``) started and answered by its sender's state report: ``items``
+    (``state_item`` payloads) then SYNC_DONE. Returns what the SYNC_DONE routed to shards."""
+    from pipeline.trading.messages import ExecType, OrderCmd, decode_order
+
+    assert decode_order(gw.start(now_ns)).cmd == OrderCmd.SYNC
+    for item in items:
+        assert gw.on_report(item, now_ns, now_ns) == []
+    return gw.on_report(state_item(0, ExecType.SYNC_DONE), now_ns, now_ns)

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import zmq
 
-from pipeline.runtime.bridge.aggregate import ShardSession
+from pipeline.runtime.bridge.session import ShardSession
 from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber, new_epoch
 from pipeline.runtime.bridge.params import SecurityParams
 from pipeline.runtime.bridge.sockets import MdInShell, MdOutShell, SeqFile, ShardShell

@@ -1,65 +1,73 @@
-"""Orders across hosts, sans I/O: the shared risk gateway's side (``SharedGateway``) and a strategy
-shard's side (``ShardSession``). Times are ``now_ns`` arguments (an injected clock); nothing here
-does I/O or raises on input.
+"""The shared risk gateway's core across hosts, sans I/O (``SharedGateway``; a shard's side is
+``session.ShardSession``). Times are ``now_ns`` arguments (an injected clock); nothing here does I/O or
+raises on input.
 
-Shared gateway. The config names each shard (id -> the instruments it owns; ``check_ownership``
-refuses an instrument owned twice). A shard joins with HELLO naming its instruments: an unknown id,
-a claim other than its config entry, or an instrument another shard owns is REFUSED (counted). Then
-every INTENT (a NEW ORDER of the shard's local risk and its reference mid) runs the project's
-pre-trade checks (``pipeline.trading.risk.checks.PreTradeChecks``) against ONE ledger for all shards,
-so position, gross, net delta and rate limits hold in aggregate: each shard alone below a limit,
-together above it, the order that crosses it is denied. A denied INTENT is answered at once with one
-EXEC: REJECTED with the DenyReason in the header's code (counted ``deny_<reason>``). An approved one
-is recorded as working in the ledger and its ORDER payload queued in ``orders_out`` for the host's
-order sender (the shell writes them into its ``orders`` ring); no answer yet. The sender's
-EXEC_REPORTs come back through ``on_report``: each updates the ledger (FILLED moves the position; a
-terminal report ends the working order) and goes to the shard that owns the client order id (EXEC,
-the header's code 0); while that shard is not live its reports are held and sent after its next
-WELCOME. A CANCEL INTENT of an order the shard owns is queued for the sender once (its answer is the
-sender's CANCELLED or REJECTED report); of any other order it is answered REJECTED NOT_ALLOWED.
-Answers are kept by shard and client order id: a resend (after a reconnect) is counted ``resent``,
-never applied or sent on twice, and gets the first answer again (the denial, or the sender's first
-report once there is one); an order id another shard used is a DUPLICATE denial (the checks' own
-rule). A FILLED report seen before (same order and fill id) is counted ``duplicate_fills``, not
-applied or sent on. ``on_report`` of an order no shard sent (the sender's own start-up state report) is counted
-``reports_unowned`` and not applied: the gateway's ledger starts flat and is the desk's truth.
+The config names each shard (id -> the instruments it owns; ``check_ownership`` refuses an instrument
+owned twice). The ledger is the venue's: ``start`` returns the SYNC for the host's order sender, whose
+state report (positions and open orders, reconciled with the venue at its start) replaces the ledger
+at its SYNC_DONE; until then every new order is NOT_SYNCED and every HELLO is REFUSED NOT_SYNCED (no
+shard is welcomed with a state that is a guess). A state report the sender sends unasked (it
+restarted, or found a position apart from the venue) is collected the same way (NOT_SYNCED meanwhile)
+and pushed to every live shard when applied (WELCOME STATE_CHANGED). A POSITION_MISMATCH in it, or a
+SYNC_DONE saying ACCOUNT_CHANGED, moves ACTIVE to REDUCING (``cause``) until the operator's RESUME
+(``on_control``, which also takes HALT, KILL_SWITCH and REDUCE_ONLY). An open order of the report, and
+any report of an order this process did not approve, belongs to the shard owning its instrument;
+a report read before the state report's SYNC_DONE is counted, not applied or sent on (the report
+already holds its effect).
+
+A shard joins with HELLO naming its instruments: an unknown id, a claim other than its config entry,
+or an instrument another shard owns is REFUSED (counted). Then every INTENT (a NEW ORDER of the
+shard's local risk and its reference mid) runs the project's pre-trade checks
+(``pipeline.trading.risk.checks.PreTradeChecks``) against ONE ledger for all shards, so position,
+gross, net delta and rate limits hold in aggregate: each shard alone below a limit, together above
+it, the order that crosses it is denied. A denied INTENT is answered at once with one EXEC: REJECTED
+with the DenyReason in the header's code (counted ``deny_<reason>``). An approved one is recorded as
+working in the ledger and its ORDER payload queued in ``orders_out`` for the host's order sender (the
+shell writes them into its ``orders`` ring); no answer yet. The sender's EXEC_REPORTs come back
+through ``on_report``: each updates the ledger (FILLED moves the position, unless it answers an id
+sent twice, reason DUPLICATE; a terminal report ends the working order) and goes to the shard that
+owns the order (EXEC, the header's code 0); while that shard is not live its reports are held and
+sent after its next WELCOME. A CANCEL INTENT of an order the shard owns is queued for the sender once
+(its answer is the sender's CANCELLED or REJECTED report); of any other order it is answered REJECTED
+NOT_ALLOWED. A CANCEL_ALL INTENT of an instrument the shard owns (0: each it owns) goes to the sender
+as one CANCEL_ALL per instrument; of another: counted ``cancel_all_refused``, nothing sent. Answers
+are kept by shard and client order id: a resend (after a reconnect) is counted ``resent``, never
+applied or sent on twice, and gets the first answer again (the denial, or the sender's first report
+once there is one); an order id another shard used is a DUPLICATE denial (the checks' own rule). A
+FILLED report seen before (same order and fill id) is counted ``duplicate_fills``, not applied or
+sent on.
 
 Silent shards are treated as HALTED: a shard heard from (any valid message) no later than
 ``peer_timeout_ns`` ago is live; past it, the gateway marks it halted (counted ``shards_halted``): its
 positions still count against the aggregate limits (nothing is assumed flat), and anything it sends
 but HELLO is dropped unapplied (counted ``from_halted``) and answered REFUSED (HALTED_SILENT) until
 it says HELLO again; it then sends its unanswered INTENTs again, decided as new. Every WELCOME
-carries the shard's state in the ledger (``state_report``), the reports held for it follow. Messages from a peer that has not been welcomed as the shard
-its header names are counted ``unknown_shard`` and dropped.
-
-Shard session. HELLO until WELCOME (again every heartbeat while not welcomed); INTENTs wait in
-``pending`` (client order id -> frames) until their EXEC, and are all sent again when a WELCOME
-makes the session ACTIVE (a WELCOME while ACTIVE, the answer to an earlier HELLO, resends nothing).
-The local risk's SYNC (``request_state``): a HELLO; the state report the next WELCOME carries (the
-gateway's ledger for this shard: positions, working orders, SYNC_DONE) is then delivered as its answer,
-so a restarted shard gets its positions back from the gateway. CANCEL INTENTs wait in ``pending_cancels`` until a terminal report of the order (and go again the same
-way). Any EXEC of an order ends its pending INTENT; each report is delivered once, by (client order
-id, exec type, fill id): a second copy (an answer to a resend, a held report) is counted
-``duplicate_exec`` and not delivered. HEARTBEAT every ``heartbeat_ns``; the gateway silent for ``peer_timeout_ns``, or
-answering REFUSED (HALTED_SILENT): LOST (counted ``peer_lost``), HELLO again. Any other REFUSED is
-final (a claim the config must fix).
+carries the shard's state in the ledger (``state_report``), the reports held for it follow. Messages
+from a peer that has not been welcomed as the shard its header names are counted ``unknown_shard``
+and dropped. What to log (state changes, syncs, refused cancel-alls) is in ``take_events``.
 """
 
 from __future__ import annotations
 
 import enum
 
+import math
+
 from pipeline.runtime.bridge.frames import (
-    Header, MsgType, RefuseReason, pack_header, pack_ids, pack_intent, unpack_ids, unpack_intent,
+    Header, MsgType, RefuseReason, WelcomeCode, pack_header, unpack_ids, unpack_intent,
 )
 from pipeline.runtime.errors import ConfigError
-from pipeline.trading.messages import EXEC_STRUCT, ORDER_STRUCT, ExecType, OrderCmd
-from pipeline.trading.risk.checks import DenyReason, PreTradeChecks
-from pipeline.trading.risk.ledger import Working
+from pipeline.trading.messages import (
+    EXEC_STRUCT, ORDER_STRUCT, ControlCmd, ExecReason, ExecType, OrderCmd, OrderOrigin, Side, unpack_control,
+)
+from pipeline.trading.risk.checks import DenyReason, PreTradeChecks, TradingState
+from pipeline.trading.risk.ledger import StateReport, Working
+from pipeline.trading.risk.limits import EPS, InstrumentSpec, RiskLimits
 
 #: reports after which an order no longer works (FILLED only when nothing is left)
 _TERMINAL = (ExecType.REJECTED, ExecType.CANCELLED)
-from pipeline.trading.risk.limits import EPS, InstrumentSpec, RiskLimits
+#: the sender's state report: these, then SYNC_DONE
+_STATE_ITEMS = (ExecType.POSITION, ExecType.OPEN_ORDER, ExecType.POSITION_MISMATCH)
 
 
 def check_ownership(shards: dict[int, list[int]], known: set[int]) -> None:
@@ -99,7 +107,9 @@ class SharedGateway:
 
     COUNTERS = ("intents", "approved", "denied", "resent", "welcomed", "refused", "unknown_shard",
                 "shards_halted", "heartbeats_in", "from_halted", "cancels", "cancel_refused", "reports",
-                "fills", "duplicate_fills", "reports_unowned", "reports_held")
+                "fills", "duplicate_fills", "reports_unowned", "reports_held", "syncs", "refused_not_synced",
+                "state_pushes", "position_mismatches", "account_changed", "duplicate_answers", "cancel_alls",
+                "cancel_all_refused", "reports_bad", "controls", "controls_bad", "reports_before_sync")
 
     def __init__(self, shards: dict[int, list[int]], specs: dict[int, InstrumentSpec], limits: RiskLimits,
                  *, peer_timeout_ns: int, heartbeat_ns: int, epoch: int):
@@ -107,7 +117,10 @@ class SharedGateway:
         self.shards = {sid: _Shard(sid, frozenset(ids)) for sid, ids in shards.items()}
         self.owner = {i: sid for sid, ids in shards.items() for i in ids}
         self.checks = PreTradeChecks(specs, limits)
-        self.checks.synced = True  # the shared ledger starts flat and is the desk's truth
+        self.checks.synced = False  # until the sender's state report (``start``): NOT_SYNCED
+        self._report: StateReport | None = None  # the sender's state report being collected
+        self.cause = ""  # why the trading state is what it is
+        self.events: list[tuple[str, dict]] = []  # (event, fields) for the shell's log, taken by take_events
         self.peer_timeout_ns, self.heartbeat_ns, self.epoch = peer_timeout_ns, heartbeat_ns, epoch
         # (shard, client order id) -> (deny code, first EXEC payload or None while the sender has not
         # answered); kept for the process's life
@@ -150,6 +163,9 @@ class SharedGateway:
             why = RefuseReason.OWNED_ELSEWHERE
         elif claim != sh.owns:
             why = RefuseReason.CLAIM_MISMATCH
+        elif not self.checks.synced:  # its state would be a guess: it joins once the ledger is the venue's
+            self.stats["refused_not_synced"] += 1
+            return [[pack_header(MsgType.REFUSED, code=RefuseReason.NOT_SYNCED, epoch=self.epoch, ts_ns=now_ns)]]
         else:
             sh.state, sh.peer, sh.heard_ns, sh.epoch = ShardState.LIVE, peer, now_ns, hdr.epoch  # again: a resync
             self.stats["welcomed"] += 1
@@ -169,6 +185,8 @@ class SharedGateway:
         self.stats["intents"] += 1
         if order.cmd == OrderCmd.CANCEL:
             return self._cancel(sh, hdr, order, body, now_ns)
+        if order.cmd == OrderCmd.CANCEL_ALL:
+            return self._cancel_all(sh, hdr, order)
         done = self.answers.get((sh.sid, oid))
         if done is not None:
             self.stats["resent"] += 1
@@ -201,14 +219,36 @@ class SharedGateway:
         self.orders_out.append((body[:ORDER_STRUCT.size], hdr.ts_ns))
         return []
 
-    def state_report(self, shard_id: int, now_ns: int) -> list[bytes]:
+    def _cancel_all(self, sh: _Shard, hdr: Header, order) -> list[list[bytes]]:
+        """A CANCEL_ALL of one instrument the shard owns (instrument 0: each it owns) goes to the sender,
+        one per instrument, every time (cancelling again is harmless); of an instrument it does not own:
+        counted ``cancel_all_refused``, nothing sent. No answer: the sender's CANCELLED reports are."""
+        iid = order.instrument_id
+        ids = sorted(sh.owns) if iid == 0 else [iid]
+        if iid != 0 and iid not in sh.owns:
+            self.stats["cancel_all_refused"] += 1
+            self.events.append(("gateway_cancel_all_refused", {"shard": sh.sid, "instrument": iid}))
+            return []
+        self.stats["cancel_alls"] += 1
+        for i in ids:
+            self.orders_out.append((ORDER_STRUCT.pack(i, OrderCmd.CANCEL_ALL, 0, 0, order.origin, 0, 0, 0.0, 0.0,
+                                                      order.origin_seq, order.decided_ns), hdr.ts_ns))
+        return []
+
+    def state_report(self, shard_id: int, now_ns: int,
+                     mismatch: dict[int, tuple[float, float]] | None = None) -> list[bytes]:
         """The shard's state in the ledger as EXEC_REPORT payloads, as a sender answers SYNC: a
-        POSITION per owned instrument (size: the position, price: its average entry), an OPEN_ORDER
-        per working order the shard sent (size: what is left), then SYNC_DONE."""
+        POSITION per owned instrument (size: the position, price: its average entry), a
+        POSITION_MISMATCH per owned instrument in ``mismatch`` (instrument -> (journal's, venue's
+        size), as the sender reports it), an OPEN_ORDER per working order the shard sent (size: what
+        is left), then SYNC_DONE."""
         out = []
         for iid in sorted(self.shards[shard_id].owns):
             bk = self.checks.books[iid]
             out.append(EXEC_STRUCT.pack(iid, ExecType.POSITION, 0, 0, 0, bk.avg_px, bk.position, 0.0, now_ns, 0))
+            if mismatch and iid in mismatch:
+                ours, venue = mismatch[iid]
+                out.append(EXEC_STRUCT.pack(iid, ExecType.POSITION_MISMATCH, 0, 0, 0, ours, venue, 0.0, now_ns, 0))
             for oid, w in sorted(bk.working.items()):
                 if self.order_owner.get(oid) == shard_id:
                     out.append(EXEC_STRUCT.pack(iid, ExecType.OPEN_ORDER, w.side, 0, oid, w.price, w.size, w.size,
@@ -221,28 +261,55 @@ class SharedGateway:
         out, self.orders_out = self.orders_out, []
         return out
 
-    def on_report(self, payload: bytes, ts_ns: int, now_ns: int) -> tuple[bytes, list[bytes]] | None:
-        """One EXEC_REPORT of the host's sender: the ledger updated; (peer, EXEC frames) for the shard
-        that owns the order, or None (an order no shard sent; its shard not live: held).
+    def start(self, now_ns: int) -> bytes:
+        """NOT_SYNCED, and the SYNC ORDER payload for the host's sender: its state report (the venue's
+        positions and open orders, reconciled) replaces the ledger at its SYNC_DONE."""
+        self.checks.synced = False
+        self._report = StateReport(solicited=True)
+        self.events.append(("gateway_sync_requested", {}))
+        return ORDER_STRUCT.pack(0, OrderCmd.SYNC, 0, 0, OrderOrigin.RISK, 0, 0, 0.0, 0.0, 0, now_ns)
+
+    def on_report(self, payload: bytes, ts_ns: int, now_ns: int) -> list[tuple[bytes, list[bytes]]]:
+        """One EXEC_REPORT of the host's sender: the ledger updated; the (peer, frames) to send: the
+        report to the shard that owns the order (by the order's id, else its instrument's owner: an
+        order sent before this process started), or, at a state report's SYNC_DONE, the new state to
+        every live shard (WELCOME STATE_CHANGED). Nothing for an order no shard owns, a shard not live
+        (held), a state report item (collected), or a report read before the state report's SYNC_DONE
+        (counted ``reports_before_sync``: the state report already holds its effect, and the shard
+        gets that state when it joins).
 
         Raises:
             struct.error: a payload that is not an EXEC_REPORT (the shell counts it).
         """
-        iid, etype, side, _, oid, price, size, leaves, _, fill_id = EXEC_STRUCT.unpack(payload)
+        iid, etype, side, reason, oid, price, size, leaves, _, fill_id = EXEC_STRUCT.unpack(payload)
+        if etype in _STATE_ITEMS:
+            self._state_item(iid, etype, side, oid, price, size, leaves)
+            return []
+        if etype == ExecType.SYNC_DONE:
+            return self._apply_report(reason == ExecReason.ACCOUNT_CHANGED, now_ns)
+        if not self.checks.synced:  # written before the state report, which already holds its effect
+            self.stats["reports_before_sync"] += 1
+            return []
         sid = self.order_owner.get(oid)
         if sid is None:
-            self.stats["reports_unowned"] += 1
-            return None
+            sid = self.owner.get(iid)
+            if sid is None or oid == 0:
+                self.stats["reports_unowned"] += 1
+                return []
+            self.order_owner[oid] = sid
         if etype == ExecType.FILLED:
             if (oid, fill_id) in self._fills_seen:  # a fill reported again: applied once
                 self.stats["duplicate_fills"] += 1
-                return None
+                return []
             self._fills_seen.add((oid, fill_id))
         self.stats["reports"] += 1
         ck = self.checks
         bk = ck.books.get(iid)
         if bk is not None:
-            if etype == ExecType.FILLED and size > 0:
+            if etype == ExecType.FILLED and reason == ExecReason.DUPLICATE:
+                self.stats["duplicate_answers"] += 1  # the answer to an id sent twice: never a new fill
+                ck.remove_working(bk, oid)
+            elif etype == ExecType.FILLED and size > 0:
                 self.stats["fills"] += 1
                 ck.apply_fill(bk, side, price, size)
                 w = bk.working.get(oid)
@@ -260,8 +327,92 @@ class SharedGateway:
         if sh.state != ShardState.LIVE:
             self.stats["reports_held"] += 1
             sh.held.append(frames)
-            return None
-        return sh.peer, frames
+            return []
+        return [(sh.peer, frames)]
+
+    def _state_item(self, iid: int, etype: int, side: int, oid: int, price: float, size: float,
+                    leaves: float) -> None:
+        """A POSITION / OPEN_ORDER / POSITION_MISMATCH of the sender's state report, collected until
+        its SYNC_DONE (one unasked: the sender restarted; NOT_SYNCED meanwhile). An unconfigured
+        instrument, a non-finite number or a bad OPEN_ORDER is counted ``reports_bad``, not collected."""
+        if iid not in self.checks.books or not all(map(math.isfinite, (price, size, leaves))):
+            self.stats["reports_bad"] += 1
+            return
+        rep = self._report
+        if rep is None:
+            rep = self._report = StateReport(solicited=False)
+            self.checks.synced = False
+            self.events.append(("gateway_sync_started", {"solicited": False}))
+        if etype == ExecType.POSITION:
+            rep.positions[iid] = (size, price)
+        elif etype == ExecType.POSITION_MISMATCH:
+            rep.mismatch[iid] = (price, size)
+        elif side in (Side.BUY, Side.SELL) and size > 0:
+            rep.orders[oid] = (iid, side, price, leaves if leaves > 0 else size)
+        else:
+            self.stats["reports_bad"] += 1
+
+    def _apply_report(self, account_changed: bool, now_ns: int) -> list[tuple[bytes, list[bytes]]]:
+        """SYNC_DONE: the collected state report replaces every position and working order (an
+        order's owner: its instrument's shard); a POSITION_MISMATCH or ACCOUNT_CHANGED moves ACTIVE
+        to REDUCING (the cause in ``cause``) until RESUME; every live shard gets its new state."""
+        rep, self._report = self._report or StateReport(solicited=False), None
+        ck = self.checks
+        ck.replace_state(rep)
+        for oid, (iid, *_rest) in rep.orders.items():
+            if iid in self.owner:
+                self.order_owner[oid] = self.owner[iid]
+        ck.synced = True
+        self.stats["syncs"] += 1
+        self.stats["position_mismatches"] += len(rep.mismatch)
+        self.stats["account_changed"] += account_changed
+        self.events.append(("gateway_synced", {
+            "solicited": rep.solicited, "open_orders": ck.open_count,
+            "positions_lots": {i: ck.position_lots(i) for i in sorted(ck.books)},
+            "mismatch": {i: {"ours": o, "venue": v} for i, (o, v) in sorted(rep.mismatch.items())}}))
+        if (rep.mismatch or account_changed) and ck.state == TradingState.ACTIVE:
+            self._set_state(TradingState.REDUCING, "venue_account_changed" if account_changed else "position_mismatch")
+        out = []
+        for sh in self.shards.values():
+            if sh.state == ShardState.LIVE:
+                state = self.state_report(sh.sid, now_ns, rep.mismatch)
+                self.stats["state_pushes"] += 1
+                out.append((sh.peer, [pack_header(MsgType.WELCOME, code=WelcomeCode.STATE_CHANGED, epoch=self.epoch,
+                                                  count=len(state), ts_ns=now_ns), b"".join(state)]))
+        return out
+
+    def on_control(self, payload) -> None:
+        """A CONTROL payload (the operator's): HALT / KILL_SWITCH -> HALTED (a kill switch latched: only
+        RESUME ends it) and one CANCEL_ALL of every instrument for the sender; REDUCE_ONLY -> REDUCING
+        (ignored while latched); RESUME -> ACTIVE. Malformed: counted ``controls_bad``."""
+        c = unpack_control(payload)
+        if c is None:
+            self.stats["controls_bad"] += 1
+            return
+        cmd, reason = c[0], c[1]
+        self.stats["controls"] += 1
+        why = f"{cmd.name.lower()}:{reason.name.lower()}"
+        ck = self.checks
+        if cmd in (ControlCmd.HALT, ControlCmd.KILL_SWITCH):
+            ck.latched = ck.latched or cmd == ControlCmd.KILL_SWITCH
+            self._set_state(TradingState.HALTED, why)
+            self.orders_out.append((ORDER_STRUCT.pack(0, OrderCmd.CANCEL_ALL, 0, 0, OrderOrigin.RISK, 0, 0, 0.0, 0.0,
+                                                      0, c[2]), c[2]))
+        elif cmd == ControlCmd.RESUME:
+            ck.latched = False
+            self._set_state(TradingState.ACTIVE, why)
+        elif not ck.latched:
+            self._set_state(TradingState.REDUCING, why)
+
+    def _set_state(self, new: TradingState, cause: str) -> None:
+        old, self.checks.state, self.cause = self.checks.state, new, cause
+        self.events.append(("gateway_state", {"old": old.name, "new": new.name, "cause": cause,
+                                              "latched": self.checks.latched}))
+
+    def take_events(self) -> list[tuple[str, dict]]:
+        """The (event, fields) to log since the last call."""
+        out, self.events = self.events, []
+        return out
 
     def _decide(self, sh: _Shard, order, ref_mid: float, now_ns: int) -> tuple[int, bytes]:
         iid, oid, side, price, size = order.instrument_id, order.order_id, order.side, order.price, order.size
@@ -302,119 +453,3 @@ class SharedGateway:
 
     def shard_state(self, shard_id: int) -> ShardState:
         return self.shards[shard_id].state
-
-
-class SessionState(enum.IntEnum):
-    JOINING = 0  # HELLO sent, no WELCOME yet
-    ACTIVE = 1
-    LOST = 2  # the gateway fell silent: HELLO again
-    REFUSED = 3  # the gateway refused our claim: nothing is sent (a config error to fix)
-
-
-class ShardSession:
-    """A strategy shard's side of the shared gateway (see the module docstring)."""
-
-    COUNTERS = ("intents", "sent", "resent", "execs", "duplicate_exec", "peer_lost", "refused", "welcomed",
-                "unknown_peer")
-
-    def __init__(self, shard_id: int, instruments: list[int], *, epoch: int, heartbeat_ns: int,
-                 peer_timeout_ns: int):
-        self.shard_id, self.instruments, self.epoch = shard_id, sorted(instruments), epoch
-        self.heartbeat_ns, self.peer_timeout_ns = heartbeat_ns, peer_timeout_ns
-        self.state = SessionState.JOINING
-        self.refuse_code = 0
-        self.pending: dict[int, list[bytes]] = {}  # NEW INTENTs by client order id
-        self.pending_cancels: dict[int, list[bytes]] = {}
-        self.delivered: set[tuple[int, int, int]] = set()  # (order id, exec type, fill id) delivered
-        self.state_wanted = False
-        self.state_out: list[bytes] = []  # the gateway's state report for the local risk, once asked
-        self.heard_ns = 0
-        self._next_beat = 0
-        self._beats = 0
-        self.stats = dict.fromkeys(self.COUNTERS, 0)
-
-    def hello(self, now_ns: int) -> list[bytes]:
-        return [pack_header(MsgType.HELLO, shard_id=self.shard_id, epoch=self.epoch, count=len(self.instruments),
-                            ts_ns=now_ns), pack_ids(self.instruments)]
-
-    def intent(self, order_payload, ref_mid: float, ts_origin_ns: int, order_id: int,
-               cancel: bool = False) -> list[bytes] | None:
-        """Queue one INTENT (a NEW; ``cancel``: the payload is a CANCEL); its frames to send now
-        (ACTIVE) or None (sent after the next WELCOME)."""
-        frames = [pack_header(MsgType.INTENT, shard_id=self.shard_id, epoch=self.epoch, seq=order_id,
-                              ts_ns=ts_origin_ns), pack_intent(order_payload, ref_mid)]
-        (self.pending_cancels if cancel else self.pending)[order_id] = frames
-        self.stats["intents"] += 1
-        if self.state != SessionState.ACTIVE:
-            return None
-        self.stats["sent"] += 1
-        return frames
-
-    def on_message(self, hdr: Header, body: bytes, now_ns: int) -> tuple[list[list[bytes]], bytes | None]:
-        """(frames to send, an EXEC_REPORT payload to deliver or None) for one decoded message."""
-        t = hdr.msg_type
-        if t == MsgType.REFUSED and hdr.code == RefuseReason.HALTED_SILENT:
-            if self.state == SessionState.ACTIVE:
-                self.state = SessionState.LOST
-                self.stats["peer_lost"] += 1
-                self._next_beat = 0  # HELLO at the next tick
-            return [], None
-        if t == MsgType.REFUSED:
-            self.state, self.refuse_code = SessionState.REFUSED, hdr.code
-            self.stats["refused"] += 1
-            return [], None
-        if self.state == SessionState.REFUSED:
-            return [], None
-        self.heard_ns = now_ns
-        if t == MsgType.WELCOME:
-            self.stats["welcomed"] += 1
-            if self.state_wanted and body:
-                self.state_wanted = False
-                self.state_out = [body[i:i + EXEC_STRUCT.size] for i in range(0, len(body), EXEC_STRUCT.size)]
-            if self.state == SessionState.ACTIVE:  # an answer to an earlier HELLO: already resent
-                return [], None
-            self.state = SessionState.ACTIVE
-            self.stats["resent"] += len(self.pending) + len(self.pending_cancels)
-            return [*self.pending.values(), *self.pending_cancels.values()], None
-        if t == MsgType.EXEC:
-            _, etype, _, _, oid, _, _, leaves, _, fill_id = EXEC_STRUCT.unpack(body)
-            self.pending.pop(oid, None)
-            if etype in _TERMINAL or (etype == ExecType.FILLED and leaves <= 0):
-                self.pending_cancels.pop(oid, None)
-            key = (oid, etype, fill_id)
-            if key in self.delivered:
-                self.stats["duplicate_exec"] += 1
-                return [], None
-            self.delivered.add(key)
-            self.stats["execs"] += 1
-            return [], body
-        if t != MsgType.HEARTBEAT:
-            self.stats["unknown_peer"] += 1
-        return [], None
-
-    def request_state(self, now_ns: int) -> list[bytes] | None:
-        """The local risk's SYNC: the shard's state is the gateway's (its ledger is the desk's truth).
-        A HELLO now when ACTIVE (else the next one goes at the next beat); the state report that the
-        WELCOME answering it carries is then in ``take_state``."""
-        self.state_wanted = True
-        return self.hello(now_ns) if self.state == SessionState.ACTIVE else None
-
-    def take_state(self) -> list[bytes]:
-        """The state report (EXEC_REPORT payloads ending with SYNC_DONE) received since the last call."""
-        out, self.state_out = self.state_out, []
-        return out
-
-    def tick(self, now_ns: int) -> list[list[bytes]]:
-        """Frames due: a HEARTBEAT (ACTIVE) or a HELLO (JOINING, LOST) every heartbeat_ns; LOST when
-        the gateway has been silent for peer_timeout_ns."""
-        if self.state == SessionState.ACTIVE and now_ns - self.heard_ns > self.peer_timeout_ns:
-            self.state = SessionState.LOST
-            self.stats["peer_lost"] += 1
-        if now_ns < self._next_beat or self.state == SessionState.REFUSED:
-            return []
-        self._next_beat = now_ns + self.heartbeat_ns
-        if self.state != SessionState.ACTIVE:
-            return [self.hello(now_ns)]
-        self._beats += 1
-        return [[pack_header(MsgType.HEARTBEAT, shard_id=self.shard_id, epoch=self.epoch, seq=self._beats,
-                             ts_ns=now_ns)]]

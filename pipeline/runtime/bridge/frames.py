@@ -10,7 +10,7 @@ Every ZeroMQ message of the bridge is a multipart message whose first frame afte
       3      1    msg_type   u8    MsgType
       4      2    shard_id   u16   the sending shard (0: a market-data publisher or the gateway)
       6      2    code       u16   MD / SNAP_ITEM: the ring kind; EXEC: the gateway's DenyReason (0: approved);
-                                    REFUSED: RefuseReason; else 0
+                                    REFUSED: RefuseReason; WELCOME: WelcomeCode; else 0
       8      4    epoch      u32   the sender's start epoch (random, new at each start; 0 never used)
      12      4    count      u32   SNAP_END: items sent; HELLO: instruments claimed; WELCOME: state
                                     reports in its body; else 0
@@ -27,7 +27,11 @@ Messages (frames in order; ``[id]`` is the ROUTER side's identity frame)::
     HELLO      DEALER -> ROUTER  HEADER | u16[count] instrument ids the shard owns
     WELCOME    ROUTER -> DEALER  [id] | HEADER | state (count x 56 bytes: EXEC_REPORT payloads, the
                                   shard's state in the gateway's ledger: a POSITION per owned instrument,
-                                  an OPEN_ORDER per working order, SYNC_DONE; the frame absent when 0)
+                                  a POSITION_MISMATCH per owned instrument the last state report of the
+                                  gateway's sender found apart from the venue (STATE_CHANGED only), an
+                                  OPEN_ORDER per working order, SYNC_DONE; the frame absent when 0).
+                                  Also sent unasked (code STATE_CHANGED) to every live shard when the
+                                  gateway's ledger was replaced by its sender's state report
     REFUSED    ROUTER -> DEALER  [id] | HEADER (code = RefuseReason)
     INTENT     DEALER -> ROUTER  HEADER | INTENT body (56 bytes)
     EXEC       ROUTER -> DEALER  [id] | HEADER | EXEC_REPORT payload (56 bytes, ``messages.EXEC_STRUCT``)
@@ -89,6 +93,14 @@ class RefuseReason(enum.IntEnum):
     CLAIM_MISMATCH = 2  # it claims instruments other than those its config entry owns
     OWNED_ELSEWHERE = 3  # it claims an instrument another shard owns
     HALTED_SILENT = 4  # the gateway halted the shard for silence: say HELLO again (not final)
+    NOT_SYNCED = 5  # the gateway has no state report of its sender yet: say HELLO again (not final)
+
+
+class WelcomeCode(enum.IntEnum):
+    """What a WELCOME's state is (its header's code)."""
+
+    JOINED = 0  # the answer to a HELLO: the shard's state as the gateway holds it
+    STATE_CHANGED = 1  # the gateway's ledger was replaced (its sender's state report): the shard's state is this
 
 
 class FrameError(ValueError):

@@ -100,10 +100,12 @@ class GatewayParams(_Strict, kw_only=True):
     """The shared risk gateway: ROUTER bound at ``endpoint``; ``shards``: shard id (a TOML key) -> the
     instrument ids it owns; ``limits``: the risk stage's limits table (``RiskLimits``); approved
     ORDERs written to the local ``output`` ring (the sender's ``orders``), its EXEC_REPORTs read from
-    the local ``input`` ring (``exec``)."""
+    the local ``input`` ring (``exec``); the operator's CONTROLs (halt, resume, ...) from the
+    ``control_input`` ring when named (the supervisor's ``control_ring``)."""
 
     input: str = ""
     output: str = ""
+    control_input: str = ""
     endpoint: Endpoint
     shards: dict[str, list[InstrumentId]]
     heartbeat_ms: Ms = 100

@@ -27,7 +27,8 @@ from typing import Callable
 import zmq
 
 from pipeline.runtime.bridge import curve
-from pipeline.runtime.bridge.aggregate import SharedGateway, ShardSession
+from pipeline.runtime.bridge.aggregate import SharedGateway
+from pipeline.runtime.bridge.session import ShardSession
 from pipeline.runtime.bridge.frames import FrameError, MsgType, pack_header, pack_ids, parse_control, parse_md
 from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber, Verdict
 from pipeline.runtime.bridge.params import SecurityParams
@@ -355,22 +356,30 @@ class ShardShell(_Shell):
         self.stats.update(not_forwarded=0, send_deferred=0)
         self._state = core.state
 
-    def _send(self, frames: list[bytes]) -> None:
+    def _send(self, frames: list[bytes]) -> bool:
         # no live connection (IMMEDIATE): nothing is queued behind a dead link; an INTENT stays pending
         # and goes again after the next WELCOME, a HELLO or HEARTBEAT goes again at the next beat
         try:
             self.dealer.send_multipart(frames, zmq.NOBLOCK)
+            return True
         except zmq.Again:
             self.stats["send_deferred"] += 1
+            return False
 
     def send_order(self, payload, ts_origin_ns: int) -> bool:
         """One ORDER of the local risk gateway: a NEW or a CANCEL becomes an INTENT (sent now or after
-        the next WELCOME); anything else is counted ``not_forwarded``. Its price is the INTENT's ref_mid."""
+        the next WELCOME; its price is the INTENT's ref_mid), a CANCEL_ALL too (one not sent for want of
+        a connection is held for the next WELCOME); anything else is counted ``not_forwarded``."""
         try:
             order = decode_order(payload)
         except _DECODE_ERRORS as exc:
             self._bad("order", exc)
             return False
+        if order.cmd == OrderCmd.CANCEL_ALL:
+            frames = self.core.cancel_all(payload, ts_origin_ns)
+            if frames is not None and not self._send(frames):
+                self.core.pending_cancel_all.append(frames)
+            return True
         if order.cmd not in (OrderCmd.NEW, OrderCmd.CANCEL):
             self.stats["not_forwarded"] += 1
             return False
@@ -387,8 +396,8 @@ class ShardShell(_Shell):
             self._send(frames)
 
     def poll(self, deliver, now_ns: int, limit: int = 256) -> int:
-        """Read up to ``limit`` messages; EXEC_REPORTs (and a state report asked for) to
-        ``deliver(payload, ts)``; heartbeats / HELLOs due."""
+        """Read up to ``limit`` messages; EXEC_REPORTs (and a state report: asked for, pushed, or from a
+        restarted gateway) to ``deliver(payload, ts)``; heartbeats / HELLOs due."""
         n = 0
         while n < limit:
             msg = _recv(self.dealer)
@@ -428,16 +437,23 @@ class GatewayShell(_Shell):
         self.stats["reports_malformed"] = 0
 
     def report(self, payload, ts_ns: int, now_ns: int) -> None:
-        """One EXEC_REPORT of the host's sender to the shard that owns its order (``on_report``); a
-        payload that is not an EXEC_REPORT is counted ``reports_malformed`` and dropped."""
+        """One EXEC_REPORT of the host's sender to the shard that owns its order, or a state report's
+        pushes (``on_report``); a payload that is not an EXEC_REPORT is counted ``reports_malformed``
+        and dropped. The core's events are logged."""
         try:
             out = self.core.on_report(bytes(payload), ts_ns, now_ns)
         except _DECODE_ERRORS as exc:
             self.stats["reports_malformed"] += 1
             self._bad("report", exc)
             return
-        if out is not None:
-            self._send(*out)
+        for peer, frames in out:
+            self._send(peer, frames)
+        self.log_events()
+
+    def log_events(self) -> None:
+        """Log what the core decided that an operator must see (syncs, state changes)."""
+        for event, fields in self.core.take_events():
+            self.log(event, **fields)
 
     def poll(self, now_ns: int, limit: int = 256) -> int:
         n = 0

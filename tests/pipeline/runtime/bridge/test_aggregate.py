@@ -5,23 +5,29 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.runtime.bridge.aggregate import (
-    SessionState, ShardSession, ShardState, SharedGateway, check_ownership,
-)
+from pipeline.runtime.bridge.aggregate import ShardState, SharedGateway, check_ownership
+from pipeline.runtime.bridge.session import SessionState, ShardSession
 from pipeline.runtime.bridge.frames import MsgType, RefuseReason, parse_control
 from pipeline.runtime.errors import ConfigError
 from pipeline.trading.messages import EXEC_STRUCT, ExecType, OrderCmd, Side
 from pipeline.trading.risk.checks import DenyReason
-from tests.support.bridge import desk_specs, order_payload, paper_sender
+from tests.support.bridge import desk_specs, order_payload, paper_sender, state_item, synced
 
 MS = 1_000_000
 A, B = b"peer-a", b"peer-b"
 
 
 def gateway(shards=None, **limits) -> SharedGateway:
+    """A gateway synced with its sender (a flat account)."""
+    gw = unsynced(shards, **limits)
+    synced(gw)
+    return gw
+
+
+def unsynced(shards=None, epoch=9, **limits) -> SharedGateway:
     specs, lim = desk_specs(**limits)
     return SharedGateway(shards or {1: [1], 2: [2]}, specs, lim, peer_timeout_ns=500 * MS,
-                         heartbeat_ns=100 * MS, epoch=9)
+                         heartbeat_ns=100 * MS, epoch=epoch)
 
 
 def session(sid: int, ids) -> ShardSession:

@@ -81,3 +81,11 @@ def test_well_formed_control_messages_parse():
     assert F.parse_control([F.pack_header(F.MsgType.HEARTBEAT, seq=4)])[0].seq == 4
     hdr, body = F.parse_control([F.pack_header(F.MsgType.WELCOME, count=2), b"\x07" * 112])
     assert (hdr.count, len(body)) == (2, 112)
+
+
+def test_refusal_and_welcome_codes_are_wire_constants():
+    assert {r.name: int(r) for r in F.RefuseReason} == {
+        "UNKNOWN_SHARD": 1, "CLAIM_MISMATCH": 2, "OWNED_ELSEWHERE": 3, "HALTED_SILENT": 4, "NOT_SYNCED": 5}
+    assert {c.name: int(c) for c in F.WelcomeCode} == {"JOINED": 0, "STATE_CHANGED": 1}
+    raw = F.pack_header(F.MsgType.WELCOME, code=F.WelcomeCode.STATE_CHANGED, epoch=7, count=1)
+    assert raw[3] == F.MsgType.WELCOME and raw[6:8] == b"\x01\x00"

@@ -9,7 +9,9 @@ approved client order id once; the sender's ACKED comes back to the shard that s
 aggregate gross limit holds across shards (each shard alone below it, together above: denied, never
 sent); shard B's link down for 2 s is detected on both sides within the configured bound, heals, and
 no order is lost or sent / reported twice; the md-in bridge SIGKILLed and started again resyncs from a
-snapshot with the gap counted exactly. Host G runs under a real supervisor: the shared gateway
+snapshot with the gap counted exactly; the shared gateway SIGKILLed and started again takes its ledger
+from its sender's state report (the orders resting at the venue still count: a shard's order over the
+gross limit is denied) and both shards take its state. Host G runs under a real supervisor: the shared gateway
 (``procs.bridge:GatewayAgent``) -> ring orders -> the real sender (``procs.sender:SenderAgent``) ->
 the paper venue (``procs.venue:VenueAgent``), the sender's reports -> ring exec -> the gateway; and
 md_in -> ring md -> a sink (the supervisor restarts the killed bridge). The shard and md-out hosts
@@ -314,4 +316,18 @@ def test_two_shards_one_gateway_across_namespaces(hosts, pipe, tmp_path):
     st = h.wait_value("md_in counters", lambda: (s := pipe.procs()["md_in"]["stage"]).get("snapshots") and s)
     assert (st["gaps"], st["gap_msgs"], st["snapshots"]) == (1, first - saved, 1)
     assert tags()[:before] == sorted(set(tags()[:before])) and tags()[before:] == sorted(set(tags()[before:]))
+
+    # the shared gateway SIGKILLed; its supervisor starts it again: its ledger is the sender's state
+    # report (the venue's, reconciled), so the orders resting there still count against the gross limit
+    old_pid = pipe.pids()["gateway"]
+    os.kill(old_pid, signal.SIGKILL)
+    g = h.wait_value("the gateway restarted and synced with its sender",
+                     lambda: pipe.pids()["gateway"] not in (old_pid, 0)
+                     and (s := gateway_stats(pipe)).get("syncs") == 1 and s, 20)
+    assert g["open_orders"] == 2 + len(small) and g["pos_lots_1"] == g["pos_lots_2"] == 0  # as at the venue
+    h.wait("both shards took the restarted gateway's state",
+           lambda: all(h.status(f"shard{s}")["stats"].get("gateway_restarts") == 1 for s in (1, 2)), 15)
+    order(orders[2], 4, 2, 100.0, 6.0)  # 1,300 resting + 600: above 1,500 (an empty ledger would approve it)
+    h.wait("order 4 answered", lambda: [4, ExecType.REJECTED] in h.status("shard2")["reported"], 15)
+    assert 4 not in venue_orders(pipe)
     assert pipe.down() == 0

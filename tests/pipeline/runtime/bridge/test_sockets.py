@@ -11,13 +11,14 @@ import pytest
 import zmq
 
 from pipeline.runtime.bridge import curve
-from pipeline.runtime.bridge.aggregate import SessionState, ShardSession, SharedGateway
+from pipeline.runtime.bridge.aggregate import SharedGateway
+from pipeline.runtime.bridge.session import SessionState, ShardSession
 from pipeline.runtime.bridge.frames import MsgType, pack_header
 from pipeline.runtime.bridge.mdsync import MdPublisher, MdSubscriber
 from pipeline.runtime.bridge.params import SecurityParams
 from pipeline.runtime.bridge.sockets import GatewayShell, MdInShell, MdOutShell, ShardShell
 from pipeline.trading.messages import EXEC_STRUCT, ExecType, Kind
-from tests.support.bridge import desk_specs, free_port, order_payload, sender_reports
+from tests.support.bridge import desk_specs, free_port, order_payload, sender_reports, synced
 
 PLAIN = SecurityParams(mode="plain-loopback")  # this test says so: loopback only
 MS = 1_000_000
@@ -90,6 +91,7 @@ def test_orders_from_two_shards_meet_one_aggregate_limit(zctx):
                             max_notional=1e6, max_net_notional=1e6, max_notional_per_min=1e6)
     gw = GatewayShell(zctx, gw_ep, PLAIN, SharedGateway({1: [1], 2: [2]}, specs, lim, peer_timeout_ns=500 * MS,
                                                          heartbeat_ns=50 * MS, epoch=1))
+    synced(gw.core)
     shards = [ShardShell(zctx, gw_ep, PLAIN, ShardSession(s, [s], epoch=2, heartbeat_ns=50 * MS,
                                                           peer_timeout_ns=500 * MS)) for s in (1, 2)]
     reports = []
@@ -138,6 +140,7 @@ def test_curve_admits_known_keys_and_counts_failed_handshakes(zctx, tmp_path):
     specs, lim = desk_specs()
     gw = GatewayShell(zctx, gw_ep, server_sec, SharedGateway({1: [1], 2: [2]}, specs, lim, peer_timeout_ns=500 * MS,
                                                               heartbeat_ns=50 * MS, epoch=1))
+    synced(gw.core)
     good = ShardShell(zctx, gw_ep, client_sec("shard1"), ShardSession(1, [1], epoch=2, heartbeat_ns=50 * MS,
                                                                       peer_timeout_ns=500 * MS))
     bad = ShardShell(zctx, gw_ep, client_sec("stranger"), ShardSession(2, [2], epoch=3, heartbeat_ns=50 * MS,
