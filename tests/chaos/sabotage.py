@@ -6,8 +6,10 @@ full run judges.
 Not part of ``make test`` (the file name is not ``test_*``): each runs a whole pipeline for a minute
 or more, the LLM one ~8 min, together ~12 min on the 2-core VM, past the suite's budget;
 ``make chaos-sabotage`` runs them. The pure verdict functions are tested in every run
-(test_chaos_input.py, test_chaos_process.py), and the position scenarios' sabotaged runs are in the
-suite (test_chaos_position.py)."""
+(test_chaos_input.py, test_chaos_process.py, test_chaos_position.py). The position scenarios'
+sabotaged runs (the running sender's account checks off; a sender that does not recover a machine
+crash's lost window) moved here from the suite, which they took ~65 s of: a sabotaged run that cannot
+be judged here (INCONCLUSIVE) fails, since it shows nothing."""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ from bench.chaos.flow import MIN_ORDERS
 from bench.chaos.harness import FAIL
 from bench.chaos.latency_guard import GUARD, latency_guard
 from bench.chaos.llm_faults import llm_faults
+from bench.chaos.position import disk_full_journal, machine_crash_sender, position_behind_back, venue_fresh_state
 from bench.chaos.process import sigkill_each
 from bench.chaos.stall import consumer_stall
+from tests.chaos._support import TrackingPipeline, left_nothing
 from tests.chaos.saboteurs import StallFastUnderFaults, risk_module, sender_module, with_hook
 
 pytestmark = [pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -93,3 +97,26 @@ def test_a_gateway_that_lets_risk_increasing_orders_through_while_reducing_fails
 def test_a_run_without_the_guard_fails_latency_guard():
     row = latency_guard(with_hook(lambda text: text.replace(GUARD, "")), True)
     assert row.verdict == FAIL and "no latency budget for features" in row.did, _report(row)
+
+
+@pytest.mark.parametrize("fn,kw", [
+    (position_behind_back, {"account_check_ms": 0}),
+    (venue_fresh_state, {"account_check_ms": 0}),
+    (disk_full_journal, {"account_check_ms": 0, "sabotage_adjust_lots": 3}),
+], ids=["position_behind_back", "venue_fresh_state", "disk_full_journal"])
+def test_a_sabotaged_position_scenario_fails(fn, kw):
+    # the running sender's account checks off (and, for the full disk, a position moved behind the back
+    # with no restart): the difference goes unseen, which each scenario must judge a FAIL
+    TrackingPipeline.runs = []
+    row = fn(TrackingPipeline, True, **kw)
+    assert row.verdict == FAIL, _report(row)
+    left_nothing()
+
+
+def test_a_machine_crash_of_a_sender_that_does_not_recover_the_window_fails():
+    TrackingPipeline.runs = []
+    row = machine_crash_sender(TrackingPipeline, True, sender_module="tests.chaos.saboteurs:NoRecoverySender")
+    assert row.verdict == FAIL, _report(row)
+    failed = [k for k, ok in row.details["checks"].items() if not ok]
+    assert "the restarted sender adopted orders the venue holds" in failed, failed
+    left_nothing()

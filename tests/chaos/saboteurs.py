@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 from bench.chaos.harness import ChaosPipeline
 from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd
@@ -150,3 +151,17 @@ class StallFastUnderFaults(ChaosPipeline):
         self._stop.set()
         self._thread.join(5)
         return super().__exit__(*exc)
+
+
+class NoRecoverySender(SenderAgent):
+    """The real sender whose start-up reconciliation adopts nothing from the venue (the sabotage of the
+    lost window's recovery)."""
+
+    def _wire(self, *args, **kwargs) -> None:
+        super()._wire(*args, **kwargs)
+
+        def nothing():
+            return True
+            yield  # a request generator that makes no request
+
+        self.reconciler.recovery = SimpleNamespace(adopt_gen=nothing)
