@@ -74,7 +74,9 @@ CPU (process CPU seconds over the window's wall time) beside its figures. ``--ra
 drops of each ring and whether it kept up (0 drops).
 
 SCHED_FIFO (``--sched fifo``): the hot-path stages switched between SCHED_OTHER and SCHED_FIFO in
-interleaved windows of one run, judged by a rule fixed in ``bench.pipeline_sched``.
+interleaved windows of one run, judged by a rule fixed in ``bench.pipeline_sched``. Placement
+(``--placement chain``): the hot-path stages on one core against the supervisor's round-robin plan,
+the same way (``bench.pipeline_placement``).
 
 Modules: ``bench.pipeline_config`` (the scenario and its config), ``bench.pipeline_figures`` (the stages
 measured, ``summarize``), ``bench.pipeline_report`` (report.md), ``bench.pipeline_plots`` (the PNGs),
@@ -319,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="A/B: the hot-path stages under SCHED_FIFO against SCHED_OTHER in interleaved windows of "
                          "one run (bench.pipeline_sched; --rounds, --window-s, --model, --source, --priority)")
     ap.add_argument("--priority", type=int, default=10, help="--sched fifo: the SCHED_FIFO priority (1..99)")
+    ap.add_argument("--placement", default=None, choices=["chain"],
+                    help="A/B: the hot-path stages on one core against the supervisor's round-robin plan in "
+                         "interleaved windows of one run (bench.pipeline_placement; --rounds, --window-s, --model, "
+                         "--source)")
     ap.add_argument("--replay", default=None, metavar="FILE",
                     help="--stress: replay FILE (a Bitget capture or an ITCH BinaryFILE, told apart by content) "
                          "with the documented noise (bench.stress_replay)")
@@ -343,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return pipeline_sched.main(args.rounds, args.window_s, args.out, args.model, args.source or "synthetic",
                                    args.priority)
+    if args.placement:
+        from bench import pipeline_placement
+
+        return pipeline_placement.main(args.rounds, args.window_s, args.out, args.model, args.source or "synthetic")
     if args.isolation:
         from bench import pipeline_isolation
 

@@ -49,11 +49,12 @@ ORDER_SENT = (mark_code(MARK_ORDER_SENT, OrderOrigin.FAST), mark_code(MARK_ORDER
 
 
 # ------------------------------------------------------------------------------------- pure
-def window_order(rounds: int) -> list[str]:
+def window_order(rounds: int, arms: tuple[str, str] = ARMS) -> list[str]:
     """The arms' windows: a warm-up ("warm-up"), then ABBA pairs, ``rounds`` windows an arm."""
+    a, b = arms
     out = ["warm-up"]
     for i in range(rounds):
-        out += ["other", "fifo"] if i % 2 == 0 else ["fifo", "other"]
+        out += [a, b] if i % 2 == 0 else [b, a]
     return out
 
 
@@ -65,18 +66,22 @@ def in_spans(at: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
     return mask
 
 
-def judge(lat: np.ndarray, at: np.ndarray, spans: dict[str, list[tuple[int, int]]]) -> dict:
+def judge(lat: np.ndarray, at: np.ndarray, spans: dict[str, list[tuple[int, int]]], arms: tuple[str, str] = ARMS,
+          verdicts: tuple[str, str] = ("FIFO FASTER", "FIFO SLOWER")) -> dict:
     """The rule of the module docstring on SIGNAL latencies ``lat`` stamped ``at``, with each arm's
-    ``spans``: d and its interval, the A/A interval, each arm's pooled p50 / p99 / n, the verdict."""
-    arm = {k: lat[in_spans(at, spans[k])] for k in ARMS}
-    other = spans["other"]
+    ``spans``: d and its interval, the A/A interval, each arm's pooled p50 / p99 / n, the verdict.
+    ``arms``: (the baseline, the candidate), d = p50(baseline) - p50(candidate), the A/A control on
+    the baseline's windows; ``verdicts``: the words for (candidate faster, candidate slower)."""
+    base, cand = arms
+    arm = {k: lat[in_spans(at, spans[k])] for k in arms}
+    other = spans[base]
     aa = (lat[in_spans(at, other[0::2])], lat[in_spans(at, other[1::2])])
     out = {"arms": {k: {"n": int(v.size), **dict(zip(("p50_us", "p99_us"), report.hdr_us(v, (50.0, 99.0))))}
                     if v.size else {"n": 0} for k, v in arm.items()},
-           "windows": {k: len(spans[k]) for k in ARMS}}
+           "windows": {k: len(spans[k]) for k in arms}}
     if min(out["windows"].values()) < MIN_WINDOWS or min(v.size for v in (*arm.values(), *aa)) < 10:
         return {**out, "verdict": "INCONCLUSIVE", "why": f"fewer than {MIN_WINDOWS} windows or 10 samples an arm"}
-    d, lo, hi = median_diff_ci(arm["other"], arm["fifo"])
+    d, lo, hi = median_diff_ci(arm[base], arm[cand])
     aa_d, aa_lo, aa_hi = median_diff_ci(*aa)
     out |= {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa_d, 2),
             "aa_ci_us": [round(aa_lo, 2), round(aa_hi, 2)]}
@@ -84,9 +89,9 @@ def judge(lat: np.ndarray, at: np.ndarray, spans: dict[str, list[tuple[int, int]
         return {**out, "verdict": "INCONCLUSIVE", "why": "the A/A interval excludes 0: the machine drifted more "
                 "than what is judged"}
     if lo > 0:
-        return {**out, "verdict": "FIFO FASTER", "why": "the interval of p50(other) - p50(fifo) is above 0"}
+        return {**out, "verdict": verdicts[0], "why": f"the interval of p50({base}) - p50({cand}) is above 0"}
     if hi < 0:
-        return {**out, "verdict": "FIFO SLOWER", "why": "the interval of p50(other) - p50(fifo) is below 0"}
+        return {**out, "verdict": verdicts[1], "why": f"the interval of p50({base}) - p50({cand}) is below 0"}
     return {**out, "verdict": "INCONCLUSIVE", "why": "the interval holds 0"}
 
 
