@@ -66,6 +66,8 @@ from pipeline.trading.risk.limits import EPS, InstrumentSpec, RiskLimits
 
 #: reports after which an order no longer works (FILLED only when nothing is left)
 _TERMINAL = (ExecType.REJECTED, ExecType.CANCELLED)
+#: reports of an order working at the venue
+_LIVE = (ExecType.ACKED, ExecType.UNKNOWN)
 #: the sender's state report: these, then SYNC_DONE
 _STATE_ITEMS = (ExecType.POSITION, ExecType.OPEN_ORDER, ExecType.POSITION_MISMATCH)
 
@@ -319,6 +321,10 @@ class SharedGateway:
                     w.size = leaves
             elif etype in _TERMINAL:
                 ck.remove_working(bk, oid)
+            elif etype in _LIVE and oid not in bk.working and side in (Side.BUY, Side.SELL) and size > 0:
+                # working at the venue but not in the ledger (approved before a state report replaced it,
+                # sent after): it counts again, as the risk stage's ledger does it
+                ck.add_working(bk, Working(oid, side, price, leaves if leaves > 0 else size, bk.mid, None, "acked"))
         code, first = self.answers.get((sid, oid), (0, None))
         if first is None:
             self.answers[(sid, oid)] = (code, bytes(payload))

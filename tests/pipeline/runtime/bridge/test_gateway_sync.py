@@ -225,3 +225,18 @@ def test_a_cancel_all_made_while_not_joined_goes_once_after_the_welcome():
     assert [decode_order(p).cmd for p, _ in gw.take_orders()] == [OrderCmd.CANCEL_ALL]
     (w, body), = deliver(gw, A, s1.hello(3), 3)
     assert s1.on_message(w, body, 3) == ([], None)  # not again
+
+
+def test_an_order_approved_before_an_unasked_state_report_and_acked_after_it_counts_again():
+    gw, s1 = gateway(), session(1, [1])
+    synced(gw)
+    join(gw, A, s1)
+    deliver(gw, A, buy(s1, 71, 1, 100.0, 0.01), 1)  # approved; still in the ring when the sender restarts
+    assert gw.checks.open_count == 1
+    gw.on_report(state_item(0, ExecType.SYNC_DONE), 2, 2)  # the restarted sender's report: nothing open yet
+    assert gw.checks.open_count == 0
+    (payload, _), = gw.take_orders()
+    sent = decode_order(payload)
+    ack = EXEC_STRUCT.pack(1, ExecType.ACKED, sent.side, 0, 71, sent.price, sent.size, sent.size, 3, 0)
+    (peer, _), = gw.on_report(ack, 3, 3)
+    assert peer == A and gw.checks.open_count == 1 and 71 in gw.checks.books[1].working
