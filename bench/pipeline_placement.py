@@ -32,15 +32,10 @@ STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measureme
 from __future__ import annotations
 
 import os
-import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
-
 from bench import report
-from bench.pipeline_sched import HOT, ORDER_SENT, in_spans, judge, window_order
-from pipeline.trading.messages import Kind
+from bench.pipeline_sched import HOT, judge, windowed_run
 
 ARMS = ("spread", "chain")
 VERDICTS = ("CHAIN FASTER", "CHAIN SLOWER")
@@ -83,37 +78,26 @@ def set_cores(pid: int, cores: set[int]) -> int:
 
 
 def measure(rounds: int, window_s: float, model: str, source: str) -> dict:
-    """One pipeline run with the windows of ``window_order``; the taps, each arm's spans, both plans.
+    """``windowed_run`` with every process moved to its arm's placement per window (back to the spread
+    one after); the taps, each arm's spans, both plans.
 
     Raises:
         RuntimeError / TimeoutError: the pipeline did not come up. OSError: a move refused.
     """
-    from bench.chaos.harness import ChaosPipeline, latency_taps, read_tap
-    from bench.pipeline_config import ENCODED_LOOP_MS
+    plans: dict[str, dict[str, set[int]]] = {}
+    shown: dict[str, dict] = {}
 
-    venue = {"source": "encoded", "encoded_units": ENCODED_LOOP_MS, "encoded_channels": ["books15", "trade"]} \
-        if source == "encoded" else {}
-    spans: dict[str, list[tuple[int, int]]] = {k: [] for k in ARMS}
-    with tempfile.TemporaryDirectory(prefix="bench-placement-") as d:
-        lat = Path(d)
-        with latency_taps(lat), ChaosPipeline(rate=1_000, llm=True, name="placement", model=model, venue=venue) as p:
-            pids = p.pids()
-            spread = {n: sorted(os.sched_getaffinity(pid)) for n, pid in pids.items()}
-            chain = chain_plan(list(pids), sorted(os.sched_getaffinity(0)))
-            plans = {"spread": {n: set(c) for n, c in spread.items()}, "chain": {n: {c} for n, c in chain.items()}}
-            for arm in window_order(rounds, ARMS):
-                for n, pid in pids.items():
-                    set_cores(pid, plans["spread" if arm == "warm-up" else arm][n])
-                t0 = time.monotonic_ns()
-                time.sleep(window_s)
-                if arm != "warm-up":
-                    spans[arm].append((t0, time.monotonic_ns()))
-            for n, pid in pids.items():
-                set_cores(pid, plans["spread"][n])
-        fast, sender = read_tap(lat, "fast"), read_tap(lat, "sender")
-    return {"spans": spans, "signal": fast[fast["code"] == Kind.SIGNAL],
-            "order_sent": sender[np.isin(sender["code"], ORDER_SENT)],
-            "plans": {"spread": spread, "chain": chain}}
+    def switch(p, arm: str | None) -> None:
+        pids = p.pids()
+        if not plans:  # at the warm-up: the supervisor's plan as it set it, and the chain
+            shown["spread"] = {n: sorted(os.sched_getaffinity(pid)) for n, pid in pids.items()}
+            shown["chain"] = chain_plan(list(pids), sorted(os.sched_getaffinity(0)))
+            plans["spread"] = {n: set(c) for n, c in shown["spread"].items()}
+            plans["chain"] = {n: {c} for n, c in shown["chain"].items()}
+        for n, pid in pids.items():
+            set_cores(pid, plans[arm if arm in ARMS else "spread"][n])
+
+    return windowed_run("placement", ARMS, rounds, window_s, model, source, switch) | {"plans": shown}
 
 
 def _row(arm: str, sig: dict, sent: dict) -> str:

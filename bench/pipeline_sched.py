@@ -33,6 +33,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -112,34 +113,48 @@ def set_policy(pid: int, arm: str, priority: int) -> int:
     return len(tids)
 
 
-def measure(rounds: int, window_s: float, model: str, source: str, priority: int) -> dict:
-    """One pipeline run with the windows of ``window_order``; the taps and each arm's spans.
+def windowed_run(name: str, arms: tuple[str, str], rounds: int, window_s: float, model: str, source: str,
+                 switch: Callable[[object, str | None], None]) -> dict:
+    """One run of the pipeline bench's config (1,000 updates/s, one instrument, the LLM stage on, the
+    fast stage on ``model``, the venue on ``source``) through the windows of ``window_order(rounds,
+    arms)``: ``switch(pipeline, arm)`` before each ("warm-up" first, not counted), ``switch(pipeline,
+    None)`` after the last. Returns each arm's spans, the SIGNAL and the fast-path order-sent taps.
 
     Raises:
-        RuntimeError / TimeoutError: the pipeline did not come up. OSError: a policy switch refused.
+        RuntimeError / TimeoutError: the pipeline did not come up; what ``switch`` raises.
     """
     from bench.chaos.harness import ChaosPipeline, latency_taps, read_tap
     from bench.pipeline_config import ENCODED_LOOP_MS
 
     venue = {"source": "encoded", "encoded_units": ENCODED_LOOP_MS, "encoded_channels": ["books15", "trade"]} \
         if source == "encoded" else {}
-    spans: dict[str, list[tuple[int, int]]] = {k: [] for k in ARMS}
-    with tempfile.TemporaryDirectory(prefix="bench-sched-") as d:
+    spans: dict[str, list[tuple[int, int]]] = {k: [] for k in arms}
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as d:
         lat = Path(d)
-        with latency_taps(lat), ChaosPipeline(rate=1_000, llm=True, name="sched", model=model, venue=venue) as p:
-            pids = {n: p.proc(n)["pid"] for n in HOT}
-            for arm in window_order(rounds):
-                for pid in pids.values():
-                    set_policy(pid, "other" if arm == "warm-up" else arm, priority)
+        with latency_taps(lat), ChaosPipeline(rate=1_000, llm=True, name=name, model=model, venue=venue) as p:
+            for arm in window_order(rounds, arms):
+                switch(p, arm)
                 t0 = time.monotonic_ns()
                 time.sleep(window_s)
                 if arm != "warm-up":
                     spans[arm].append((t0, time.monotonic_ns()))
-            for pid in pids.values():
-                set_policy(pid, "other", priority)
+            switch(p, None)
         fast, sender = read_tap(lat, "fast"), read_tap(lat, "sender")
     return {"spans": spans, "signal": fast[fast["code"] == Kind.SIGNAL],
             "order_sent": sender[np.isin(sender["code"], ORDER_SENT)]}
+
+
+def measure(rounds: int, window_s: float, model: str, source: str, priority: int) -> dict:
+    """``windowed_run`` with the hot-path stages' policy switched per window (back to SCHED_OTHER after).
+
+    Raises:
+        RuntimeError / TimeoutError: the pipeline did not come up. OSError: a policy switch refused.
+    """
+    def switch(p, arm: str | None) -> None:
+        for n in HOT:
+            set_policy(p.proc(n)["pid"], arm if arm in ARMS else "other", priority)
+
+    return windowed_run("sched", ARMS, rounds, window_s, model, source, switch)
 
 
 def main(rounds: int, window_s: float, out: Path | None, model: str, source: str, priority: int = 10) -> int:
