@@ -76,7 +76,9 @@ drops of each ring and whether it kept up (0 drops).
 SCHED_FIFO (``--sched fifo``): the hot-path stages switched between SCHED_OTHER and SCHED_FIFO in
 interleaved windows of one run, judged by a rule fixed in ``bench.pipeline_sched``. Placement
 (``--placement chain``): the hot-path stages on one core against the supervisor's round-robin plan,
-the same way (``bench.pipeline_placement``).
+the same way (``bench.pipeline_placement``). Keep-warm (``--keep-warm 50,200,1000``): the default
+config with and without ``keep_warm_us`` at each offered rate, runs in ABBA order
+(``bench.pipeline_keepwarm``).
 
 Modules: ``bench.pipeline_config`` (the scenario and its config), ``bench.pipeline_figures`` (the stages
 measured, ``summarize``), ``bench.pipeline_report`` (report.md), ``bench.pipeline_plots`` (the PNGs),
@@ -161,13 +163,16 @@ def _status_for_measure(cfg, what: str, total_s: float = 20.0) -> dict:
 
 def run_scenario(sc: Scenario, keep_dir: Path | None = None, make_config: Callable = config_text,
                  collect: Callable[[Path], dict] | None = None,
-                 side: Callable[[Scenario, Path], AbstractContextManager] | None = None) -> dict:
+                 side: Callable[[Scenario, Path], AbstractContextManager] | None = None,
+                 raw_taps: tuple[str, ...] = ()) -> dict:
     """Run one scenario; its figures (see the module docstring). ``make_config(sc, tmp, prefix)``: its
     config text (default ``config_text``; a replay's: ``bench.stress_replay.replay_config_text``);
     ``collect(tmp)``: more figures read from the scenario's folder once its pipeline is down (merged
     into the result); ``side(sc, tmp)``: a context entered before the pipeline starts and left once it
     is down (the lossy order path, ``bench.stress_proxy``), whose value (a dict of counters, or None)
-    becomes the result's ``"side"``.
+    becomes the result's ``"side"``. ``raw_taps``: processes whose latency taps over the measured
+    window go into the result's ``"raw"`` (name -> ``LatencyTap.DTYPE`` array; not JSON: the caller
+    takes them out).
 
     Raises:
         RuntimeError: the pipeline did not come up (its output is in the message).
@@ -233,6 +238,8 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None, make_config: Callab
             rec = np.load(f)
             taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
         extra = collect(tmp) if collect is not None else {}
+        if raw_taps:
+            extra["raw"] = {n: taps[n] for n in raw_taps if n in taps}
         if side is not None:
             extra["side"] = None if side_stats is None else dict(side_stats)
     return {**summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model,
@@ -321,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="A/B: the hot-path stages under SCHED_FIFO against SCHED_OTHER in interleaved windows of "
                          "one run (bench.pipeline_sched; --rounds, --window-s, --model, --source, --priority)")
     ap.add_argument("--priority", type=int, default=10, help="--sched fifo: the SCHED_FIFO priority (1..99)")
+    ap.add_argument("--keep-warm", default=None, metavar="RATES",
+                    help="A/B: the default config with and without keep_warm_us at each comma-separated offered "
+                         "rate, runs in ABBA order (bench.pipeline_keepwarm; --seconds, --model)")
     ap.add_argument("--placement", default=None, choices=["chain"],
                     help="A/B: the hot-path stages on one core against the supervisor's round-robin plan in "
                          "interleaved windows of one run (bench.pipeline_placement; --rounds, --window-s, --model, "
@@ -349,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return pipeline_sched.main(args.rounds, args.window_s, args.out, args.model, args.source or "synthetic",
                                    args.priority)
+    if args.keep_warm:
+        from bench import pipeline_keepwarm
+
+        return pipeline_keepwarm.main([int(r) for r in args.keep_warm.split(",")], args.seconds or 6.0, args.out,
+                                      args.model)
     if args.placement:
         from bench import pipeline_placement
 
