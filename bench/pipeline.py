@@ -170,9 +170,8 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None, make_config: Callab
     ``collect(tmp)``: more figures read from the scenario's folder once its pipeline is down (merged
     into the result); ``side(sc, tmp)``: a context entered before the pipeline starts and left once it
     is down (the lossy order path, ``bench.stress_proxy``), whose value (a dict of counters, or None)
-    becomes the result's ``"side"``. ``raw_taps``: processes whose latency taps over the measured
-    window go into the result's ``"raw"`` (name -> ``LatencyTap.DTYPE`` array; not JSON: the caller
-    takes them out).
+    becomes the result's ``"side"``. ``raw_taps``: processes whose taps over the measured window go
+    into the result's ``"raw"`` (name -> array; not JSON: the caller takes them out).
 
     Raises:
         RuntimeError: the pipeline did not come up (its output is in the message).
@@ -233,17 +232,46 @@ def run_scenario(sc: Scenario, keep_dir: Path | None = None, make_config: Callab
             keep_dir.mkdir(parents=True, exist_ok=True)
             for f in [*(tmp / "logs").glob("*"), *lat_dir.glob("*.npy"), cfg_path]:
                 (keep_dir / f.name).write_bytes(f.read_bytes())
-        taps = {}
-        for f in lat_dir.glob("*.lat.npy"):
-            rec = np.load(f)
-            taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
+        taps = window_taps(lat_dir, t0, t1)
         extra = collect(tmp) if collect is not None else {}
-        if raw_taps:
-            extra["raw"] = {n: taps[n] for n in raw_taps if n in taps}
+        extra |= {"raw": {n: taps[n] for n in raw_taps if n in taps}} if raw_taps else {}
         if side is not None:
             extra["side"] = None if side_stats is None else dict(side_stats)
     return {**summarize(sc, taps, st0, st1, cpu0, cpu1, (t1 - t0) / 1e9, load, model,
                         wakeups={n: wake1[n] - wake0[n] for n in wake0}), **extra}
+
+
+def window_taps(lat_dir: Path, t0: int, t1: int) -> dict[str, np.ndarray]:
+    """Each process's latency tap in ``lat_dir`` (``<name>.lat.npy``), the records stamped in [t0, t1]."""
+    taps = {}
+    for f in lat_dir.glob("*.lat.npy"):
+        rec = np.load(f)
+        taps[f.name[: -len(".lat.npy")]] = rec[(rec["at_ns"] >= t0) & (rec["at_ns"] <= t1)]
+    return taps
+
+
+def ab_main(args) -> int | None:
+    """The A/B runs of ``--sched``, ``--keep-warm``, ``--placement``, ``--isolation``: the exit code of
+    the one asked for, or None when none is."""
+    source = args.source or "synthetic"
+    if args.sched:
+        from bench import pipeline_sched
+
+        return pipeline_sched.main(args.rounds, args.window_s, args.out, args.model, source, args.priority)
+    if args.keep_warm:
+        from bench import pipeline_keepwarm
+
+        rates = [int(r) for r in args.keep_warm.split(",")]
+        return pipeline_keepwarm.main(rates, args.seconds or 6.0, args.out, args.model, run_scenario)
+    if args.placement:
+        from bench import pipeline_placement
+
+        return pipeline_placement.main(args.rounds, args.window_s, args.out, args.model, source)
+    if args.isolation:
+        from bench import pipeline_isolation
+
+        return pipeline_isolation.main(args.rounds, args.window_s, args.out, args.model)
+    return None
 
 
 def default_plan(quick: bool, seconds: float | None) -> list[Scenario]:
@@ -354,24 +382,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(str(exc))
     if args.stress and args.source == "encoded":
         ap.error("--stress injects faults into the frames the venue builds: it needs --source synthetic")
-    if args.sched:
-        from bench import pipeline_sched
-
-        return pipeline_sched.main(args.rounds, args.window_s, args.out, args.model, args.source or "synthetic",
-                                   args.priority)
-    if args.keep_warm:
-        from bench import pipeline_keepwarm
-
-        return pipeline_keepwarm.main([int(r) for r in args.keep_warm.split(",")], args.seconds or 6.0, args.out,
-                                      args.model)
-    if args.placement:
-        from bench import pipeline_placement
-
-        return pipeline_placement.main(args.rounds, args.window_s, args.out, args.model, args.source or "synthetic")
-    if args.isolation:
-        from bench import pipeline_isolation
-
-        return pipeline_isolation.main(args.rounds, args.window_s, args.out, args.model)
+    ab = ab_main(args)
+    if ab is not None:
+        return ab
     out_dir, machine = report.start("stress" if args.stress else "pipeline", args.out)
     plan = stress_plan(args.seconds) if args.stress else default_plan(args.quick, args.seconds)
     if args.rates:

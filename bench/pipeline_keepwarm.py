@@ -25,6 +25,7 @@ STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measureme
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -78,11 +79,9 @@ def pipeline_cpu_pct(result: dict) -> float:
 
 
 # ------------------------------------------------------------------------------------- measured
-def main(rates: list[int], seconds: float, out: Path | None, model: str) -> int:
-    """Run ``plan``, judge each rate, write ``results.json`` and ``report.md``; 0 when every rate has a
-    verdict other than INCONCLUSIVE, else 3."""
-    from bench.pipeline import run_scenario
-
+def main(rates: list[int], seconds: float, out: Path | None, model: str, run_scenario: Callable[..., dict]) -> int:
+    """Run ``plan`` through ``run_scenario`` (``bench.pipeline``'s), judge each rate, write
+    ``results.json`` and ``report.md``; 0 when every rate has a verdict other than INCONCLUSIVE, else 3."""
     out_dir, machine = report.start("keepwarm", out)
     per_rate: dict[int, dict] = {r: {"lat": {k: [] for k in ARMS}, "cpu": {k: [] for k in ARMS}} for r in rates}
     for sc in plan(rates, seconds, model):
