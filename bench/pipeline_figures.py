@@ -90,6 +90,7 @@ def summarize(sc: Scenario, taps: dict, st0: dict, st1: dict, cpu0: dict, cpu1: 
     books = stages["book"].get("n", 0)
     model = dict(model or {"kind": sc.model, "path": "?", "sha256": "?", "label": sc.model})
     model["fast_stage_sha256_8"] = (procs.get("fast", {}).get("stage") or {}).get("model")  # the stage's own word
+    model["fast_provider"] = (procs.get("fast", {}).get("stage") or {}).get("provider")  # CPU / CUDA, its own word
     return {"scenario": asdict(sc), "model": model, "labels": label_counts(st0, st1),
             "seconds": round(seconds, 3), "books_per_s": round(books / seconds, 1),
             "stages": stages, "processes": procs, "ring_drops": ring_drops,

@@ -301,6 +301,8 @@ def scenario_section(r: dict) -> list[str]:
     check = ("" if not said else f" (the fast stage reported sha256 {said}: "
              + ("the same file)" if str(m.get("sha256", "")).startswith(said) else "A DIFFERENT FILE)"))
     md += [f"Model: {m.get('label', sc.get('model', '?'))}{check}.", ""]
+    if m.get("fast_provider"):
+        md += [f"The fast stage's ONNX Runtime provider: {m['fast_provider']} (the stage's own word).", ""]
     if "error" in r:
         return md + [f"FAILED: {r['error'][:500]}", ""]
     md += [f"{r['books_per_s']:,.0f} BOOKs/s measured over {r['seconds']} s; venue CPU "

@@ -36,9 +36,11 @@ Two agents (``pipeline.runtime.agent.Agent``), each the whole of a feed process:
   resync is retried on later ``do_work`` calls. A send addressed to a connection that has since
   closed is discarded: the next connection subscribes afresh anyway.
 - Outgoing frames are paced to ``max_msgs_per_s`` (the venue allows 10 a second per connection).
-- The network thread inherits the process's core pinning. On a core shared with the agent, run
-  the feed with ``wait = "back-off"`` (a busy-spinning agent starves the thread); the agent sets
-  ``sys.setswitchinterval(switch_interval_us)`` so the GIL is handed over quickly.
+- The network thread inherits the process's core pinning, so it shares the agent thread's core. The
+  agent sets ``sys.setswitchinterval(switch_interval_us)`` so the GIL is handed over quickly; under
+  ``wait = "busy-spin"`` the runner's spin (``ringbuf.idle.YieldSpin``) yields the GIL and the core on
+  every idle pass, so the thread takes them as soon as it wakes (a bare spin would hold the GIL until
+  the switch interval forced a hand-over, for every frame).
 - Where the parts live: the frames, markers, books, counters and resyncs are
   ``pipeline.trading.bitget.session.FeedSession`` (sans-I/O); the network thread is
   ``procs.feed_ws.WsClient``; the timing policies are ``pipeline.trading.bitget.pacing``. This module

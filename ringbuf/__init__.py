@@ -8,7 +8,7 @@ Public API (nothing outside this package touches a segment's bytes):
   ``try_write_batch``, ``write_batch``, ``try_claim`` + ``commit_claim`` (zero copy), ``heartbeat``
 - ``ring.reader()`` -> ``Reader``: ``try_read``, ``try_read_batch``, ``poll``, ``commit``,
   ``wait`` (blocking), ``available``, ``heartbeat``
-- idle strategies: ``BusySpin``, ``BackOff``
+- idle strategies: ``YieldSpin`` (busy-spin), ``BusySpin``, ``BackOff``
 - ``layout``: the binary layout, declared once.
 
 Modules: ``layout`` (the bytes), ``slot`` (the codec names the hot paths bind), ``segment`` (create /
@@ -18,7 +18,7 @@ attach / unlink a segment and its wake-up semaphore; geometry checks; ``open_doo
 """
 
 from ringbuf.errors import PayloadTooLargeError, RingError, RingExistsError, RingLayoutError, RingNotFoundError
-from ringbuf.idle import BackOff, BusySpin, IdleStrategy, make_idle
+from ringbuf.idle import BackOff, BusySpin, IdleStrategy, YieldSpin, make_idle
 from ringbuf.layout import slot_size_for
 from ringbuf.reader import Message, Reader
 from ringbuf.ring import Ring, RingStats
@@ -39,6 +39,7 @@ __all__ = [
     "RingNotFoundError",
     "RingStats",
     "Writer",
+    "YieldSpin",
     "make_idle",
     "shm_name",
     "slot_size_for",

@@ -3,7 +3,15 @@
 An idle strategy is called with the work count of the last duty cycle; it returns at once after
 work and otherwise waits in its own way. It never sleeps when there was work.
 
-- ``BusySpin``: returns at once (the process owns its core; lowest latency, 100 % of a core).
+- ``YieldSpin`` (what ``wait = "busy-spin"`` runs): never sleeps. While the process has another
+  Python thread, each idle pass is one ``os.sched_yield()``, which CPython makes with the GIL released:
+  that thread (the feed's network thread, the sender's journal thread, the venue's server thread),
+  waiting for the GIL, takes it there, and when it shares the core (a pinned process's threads all do)
+  the yield hands it the CPU at once. A bare spin holds the GIL until the waiter's switch interval runs
+  out (``sys.setswitchinterval``: 5 ms by default) and CPython forces a hand-over, every time such a
+  thread comes back from a blocking call. Alone in its process it is the bare spin (a yield is a
+  system call a pass, and no thread would take the GIL).
+- ``BusySpin``: returns at once: the bare spin, whatever else the process runs.
 - ``BackOff``: spins ``spins`` times, then ``os.sched_yield()`` ``yields`` times, then sleeps with
   exponential growth from ``min_sleep_ns`` to ``max_sleep_ns``. (A zero-length ``time.sleep`` costs ~55 us on
   Linux and is not a yield; ``os.sched_yield()`` costs ~0.7 us.)
@@ -14,6 +22,7 @@ work and otherwise waits in its own way. It never sleeps when there was work.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 
@@ -35,6 +44,42 @@ class BusySpin(IdleStrategy):
 
     def idle(self, work_count: int) -> None:
         return None
+
+    def reset(self) -> None:
+        return None
+
+
+class YieldSpin(IdleStrategy):
+    """Busy-spin that lets the process's other threads run: while ``threads()`` (the process's Python
+    threads, ``threading.active_count``; looked at on the first idle pass and then every
+    ``check_every`` idle passes) is above 1, each idle pass is one ``sched_yield()`` (``os.sched_yield``:
+    the GIL released around it); otherwise the bare spin. Never sleeps; after work it returns at once.
+    A thread started between two looks waits at most ``check_every`` bare passes (or its switch
+    interval) for its first turn.
+
+    Raises:
+        ValueError: ``check_every`` < 1.
+    """
+
+    name = "busy-spin"
+
+    def __init__(self, check_every: int = 256, *, sched_yield=os.sched_yield, threads=threading.active_count):
+        if check_every < 1:
+            raise ValueError("YieldSpin needs check_every >= 1")
+        self._yield, self._threads, self._every = sched_yield, threads, check_every
+        self._left = 0  # idle passes until the next look at the thread count
+        self._shared = False
+
+    def idle(self, work_count: int) -> None:
+        if work_count > 0:
+            return
+        left = self._left
+        if left <= 0:
+            self._shared = self._threads() > 1
+            left = self._every
+        self._left = left - 1
+        if self._shared:
+            self._yield()
 
     def reset(self) -> None:
         return None
@@ -74,13 +119,13 @@ class BackOff(IdleStrategy):
 
 
 def make_idle(name: str) -> IdleStrategy:
-    """Build an idle strategy by its config name ('busy-spin' or 'back-off').
+    """Build an idle strategy by its config name: 'busy-spin' (``YieldSpin``) or 'back-off'.
 
     Raises:
         ValueError: unknown name.
     """
     if name == "busy-spin":
-        return BusySpin()
+        return YieldSpin()
     if name == "back-off":
         return BackOff()
     raise ValueError(f"unknown idle strategy {name!r} (expected 'busy-spin' or 'back-off')")

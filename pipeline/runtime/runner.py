@@ -13,7 +13,9 @@ named by ``module`` in the config, then runs the duty cycle::
         n = agent.do_work()            # errors: logged, counted, last_error set; too many in a row: exit 70
         every heartbeat_interval_ms:   heartbeat in the process table and in every ring end it holds,
                                        counters and latency percentiles published
-        if n == 0: idle                # busy-spin | back-off | blocking: the agent's wait_for_work if it
+        if n == 0: idle                # busy-spin (yielding the GIL and the core to the process's other
+                                       # threads each pass, if it has any) | back-off |
+                                       # blocking: the agent's wait_for_work if it
                                        # has one, else park on the input ring, or on all of several
                                        # inputs at once (transport.wait_all: the doorbell of several
                                        # rings, ringbuf.ring.wait_any; one zmq.Poller; one
@@ -50,7 +52,7 @@ from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.linux import die_with_parent, set_fifo
 from pipeline.runtime.log import EventLog, open_event_log
 from pipeline.runtime.transport import open_ports, wait_all
-from ringbuf import BackOff, BusySpin, IdleStrategy
+from ringbuf import BackOff, IdleStrategy, YieldSpin
 from ringbuf.ring import Ring
 
 EXIT_OK = 0
@@ -99,8 +101,10 @@ def choose_wait(wait: str, agent, inputs: list, beat_ns: int):
     ``wait_for_work`` if it has one; ``blocking``: the one input's ``wait``, or for several inputs
     the transport's wait over all of them, ``transport.wait_all``: the doorbell of several rings,
     one ``zmq.Poller``, one ``multiprocessing.connection.wait``); otherwise the idle strategy
-    ``idle`` (busy-spin, or a back-off sleeping at most 1 ms). ``inputs`` are the input ports in the
-    config's order (the first ring is the doorbell of several).
+    ``idle``: for busy-spin ``ringbuf.idle.YieldSpin`` (never sleeps; while the process has another
+    Python thread, a feed's network thread or a sender's journal thread, each idle pass yields the GIL
+    and the core to it, so it is not held off until its switch interval forces a hand-over), else a
+    back-off sleeping at most 1 ms. ``inputs`` are the input ports in the config's order (the first ring is the doorbell of several).
     """
     if wait != "busy-spin" and callable(getattr(agent, "wait_for_work", None)):
         return agent.wait_for_work, None  # the agent knows best what it waits on (e.g. a socket thread)
@@ -110,7 +114,7 @@ def choose_wait(wait: str, agent, inputs: list, beat_ns: int):
         park = wait_all(inputs)
         if park is not None:
             return park, None
-    return None, (BusySpin() if wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000)))
+    return None, (YieldSpin() if wait == "busy-spin" else BackOff(max_sleep_ns=min(beat_ns, 1_000_000)))
 
 
 def _ignore(seq: int, ts_origin_ns: int, kind: int, payload) -> None:

@@ -34,3 +34,15 @@ def test_each_process_carries_its_wake_ups_over_the_window_into_the_report():
     assert "| features | 0 | blocking | 100.0 | 1000 | 1000 | 0 | 400 | 0.4 |" in process_table(res)
     unknown = summarize(Scenario("x"), {}, _status(0), _status(10), {}, {}, 1.0, (0, 0, 0))["processes"]["features"]
     assert unknown["wakeups"] is None and "| - | - |" in process_table({"processes": {"features": unknown}})[2]
+
+
+def test_the_report_names_the_onnx_provider_the_fast_stage_says_it_used():
+    from bench.pipeline_report import scenario_section
+
+    st = {"processes": [{"name": "fast", "core": 1, "wait": "blocking", "restarts": 0, "drops": 0, "msgs_in": 0,
+                         "msgs_out": 0, "stage": {"provider": "CUDA", "model": "abcdef01"}}], "rings": [], "plan": "p"}
+    res = summarize(Scenario("x"), {}, st, st, {}, {}, 1.0, (0, 0, 0))
+    assert res["model"]["fast_provider"] == "CUDA"
+    assert "The fast stage's ONNX Runtime provider: CUDA (the stage's own word)." in scenario_section(res)
+    st["processes"][0]["stage"] = {}  # a stage that did not say: no line
+    assert "provider" not in "\n".join(scenario_section(summarize(Scenario("x"), {}, st, st, {}, {}, 1.0, (0, 0, 0))))

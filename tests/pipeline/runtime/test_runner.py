@@ -232,3 +232,21 @@ def test_without_cap_sys_nice_the_kernel_refuses_and_the_runner_says_so():
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, said
     assert said.startswith('rt: sched = "fifo" (sched_priority 7) refused: Operation not permitted'), said
+
+
+class _Parks:
+    """An agent that knows how to park (as the feed and the venue do)."""
+
+    def wait_for_work(self, timeout_ns: int) -> bool:
+        return False
+
+
+def test_busy_spin_idles_with_the_spin_that_yields_the_gil_even_for_an_agent_that_can_park():
+    from pipeline.runtime.runner import choose_wait
+    from ringbuf.idle import YieldSpin
+
+    for agent in (object(), _Parks()):
+        park, idle = choose_wait("busy-spin", agent, [], 100_000_000)
+        assert park is None and type(idle) is YieldSpin
+    park, idle = choose_wait("blocking", _Parks(), [], 100_000_000)  # any other wait: the agent's own park
+    assert idle is None and park is not None
