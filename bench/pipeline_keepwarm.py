@@ -31,7 +31,6 @@ import numpy as np
 
 from bench import report
 from bench.pipeline_config import Scenario
-from bench.sender import median_diff_ci
 from pipeline.trading.messages import Kind
 
 ARMS = ("warm", "cold")
@@ -59,18 +58,8 @@ def judge(runs: dict[str, list[np.ndarray]]) -> dict:
            "p50_us": {k: float(np.median(v)) / 1e3 if v.size else None for k, v in arm.items()}}
     if min(x.size for v in runs.values() for x in v) < MIN_SIGNALS or any(len(v) != 2 for v in runs.values()):
         return {**out, "verdict": "INCONCLUSIVE", "why": f"fewer than {MIN_SIGNALS} SIGNALs in a run"}
-    d, lo, hi = median_diff_ci(arm["cold"], arm["warm"])
-    aa, aa_lo, aa_hi = median_diff_ci(*runs["warm"])
-    out |= {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa, 2),
-            "aa_ci_us": [round(aa_lo, 2), round(aa_hi, 2)]}
-    if aa_lo > 0 or aa_hi < 0:
-        return {**out, "verdict": "INCONCLUSIVE", "why": "the A/A interval excludes 0: the runs drift more than "
-                "what is judged"}
-    if lo > 0:
-        return {**out, "verdict": "KEEP-WARM HELPS", "why": "the interval of p50(cold) - p50(warm) is above 0"}
-    if hi < 0:
-        return {**out, "verdict": "KEEP-WARM HURTS", "why": "the interval of p50(cold) - p50(warm) is below 0"}
-    return {**out, "verdict": "INCONCLUSIVE", "why": "the interval holds 0"}
+    return out | report.ab_judged(arm["cold"], arm["warm"], tuple(runs["warm"]), ("KEEP-WARM HELPS", "KEEP-WARM HURTS"),
+                                  "p50(cold) - p50(warm)")
 
 
 def pipeline_cpu_pct(result: dict) -> float:

@@ -38,7 +38,6 @@ from typing import Callable
 import numpy as np
 
 from bench import report
-from bench.sender import median_diff_ci
 from pipeline.runtime.agent import MARK_ORDER_SENT, mark_code
 from pipeline.runtime.linux import set_fifo
 from pipeline.trading.messages import Kind, OrderOrigin
@@ -82,18 +81,7 @@ def judge(lat: np.ndarray, at: np.ndarray, spans: dict[str, list[tuple[int, int]
            "windows": {k: len(spans[k]) for k in arms}}
     if min(out["windows"].values()) < MIN_WINDOWS or min(v.size for v in (*arm.values(), *aa)) < 10:
         return {**out, "verdict": "INCONCLUSIVE", "why": f"fewer than {MIN_WINDOWS} windows or 10 samples an arm"}
-    d, lo, hi = median_diff_ci(arm[base], arm[cand])
-    aa_d, aa_lo, aa_hi = median_diff_ci(*aa)
-    out |= {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa_d, 2),
-            "aa_ci_us": [round(aa_lo, 2), round(aa_hi, 2)]}
-    if aa_lo > 0 or aa_hi < 0:
-        return {**out, "verdict": "INCONCLUSIVE", "why": "the A/A interval excludes 0: the machine drifted more "
-                "than what is judged"}
-    if lo > 0:
-        return {**out, "verdict": verdicts[0], "why": f"the interval of p50({base}) - p50({cand}) is above 0"}
-    if hi < 0:
-        return {**out, "verdict": verdicts[1], "why": f"the interval of p50({base}) - p50({cand}) is below 0"}
-    return {**out, "verdict": "INCONCLUSIVE", "why": "the interval holds 0"}
+    return out | report.ab_judged(arm[base], arm[cand], aa, verdicts, f"p50({base}) - p50({cand})")
 
 
 # ------------------------------------------------------------------------------------- measured

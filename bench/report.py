@@ -81,6 +81,28 @@ def percentiles_us(ns) -> dict:
     return {"p50_us": p50, "p99_us": p99, "n": int(np.asarray(ns).size), "percentiles": "HdrHistogram"}
 
 
+def ab_judged(a_ns, b_ns, aa: tuple, words: tuple[str, str], what: str) -> dict:
+    """The A/B benches' rule, fixed before they run: d = p50(``a_ns``) - p50(``b_ns``) in µs with a 95 %
+    percentile-bootstrap interval (``bench.sender.median_diff_ci``), the same for the A/A pair ``aa``;
+    INCONCLUSIVE when the A/A interval excludes 0 (the machine drifted more than what is judged),
+    ``words[0]`` when d's interval is above 0, ``words[1]`` when below, else INCONCLUSIVE. ``what``
+    names d in the reason. Returns d_us, ci_us, aa_d_us, aa_ci_us, verdict, why."""
+    from bench.sender import median_diff_ci
+
+    d, lo, hi = median_diff_ci(a_ns, b_ns)
+    aa_d, aa_lo, aa_hi = median_diff_ci(*aa)
+    out = {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa_d, 2),
+           "aa_ci_us": [round(aa_lo, 2), round(aa_hi, 2)]}
+    if aa_lo > 0 or aa_hi < 0:
+        return {**out, "verdict": "INCONCLUSIVE", "why": "the A/A interval excludes 0: the machine drifted more "
+                "than what is judged"}
+    if lo > 0:
+        return {**out, "verdict": words[0], "why": f"the interval of {what} is above 0"}
+    if hi < 0:
+        return {**out, "verdict": words[1], "why": f"the interval of {what} is below 0"}
+    return {**out, "verdict": "INCONCLUSIVE", "why": "the interval holds 0"}
+
+
 def write(out_dir: Path, results: dict, md: list[str]) -> None:
     """results.json and report.md into ``out_dir``; the report is printed too."""
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
