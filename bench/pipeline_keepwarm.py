@@ -14,7 +14,7 @@ STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measureme
 
 * benefit: the fast path's SIGNAL latency (frame received -> SIGNAL written), pooled per arm over its
   two runs; d = p50(cold) - p50(warm) in µs with a 95 % percentile-bootstrap interval (2,000
-  resamples, seed 1; ``bench.sender.median_diff_ci``); an A/A control: the two warm runs against each
+  resamples, seed 1; ``bench.report.median_diff_ci``); an A/A control: the two warm runs against each
   other, the same interval; when it excludes 0 the verdict is INCONCLUSIVE; else KEEP-WARM HELPS when
   d's interval is above 0, KEEP-WARM HURTS when below, INCONCLUSIVE when it holds 0; fewer than 10
   SIGNALs in a run: INCONCLUSIVE.

@@ -18,7 +18,7 @@ STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measureme
 
 * judged: the fast path's SIGNAL latency (frame received -> SIGNAL written), pooled per arm over its
   windows; d = p50(other) - p50(fifo) in µs with a 95 % percentile-bootstrap interval (2,000 resamples,
-  seed 1; ``bench.sender.median_diff_ci``);
+  seed 1; ``bench.report.median_diff_ci``);
 * an A/A control: the other arm's windows split alternately in two halves, the same interval; when it
   excludes 0 the machine's drift is larger than what is judged and the verdict is INCONCLUSIVE;
 * otherwise FIFO FASTER when the interval's lower end is above 0, FIFO SLOWER when its upper end is

@@ -81,14 +81,24 @@ def percentiles_us(ns) -> dict:
     return {"p50_us": p50, "p99_us": p99, "n": int(np.asarray(ns).size), "percentiles": "HdrHistogram"}
 
 
+BOOTSTRAP = 2_000  # resamples of the A/B benches' bootstrap intervals
+
+
+def median_diff_ci(before_ns: np.ndarray, after_ns: np.ndarray, n: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """(p50(before) - p50(after), the 95 % percentile-bootstrap interval's ends), in µs."""
+    rng = np.random.default_rng(1)
+    d = [np.median(rng.choice(before_ns, before_ns.size)) - np.median(rng.choice(after_ns, after_ns.size))
+         for _ in range(n)]
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    return (float(np.median(before_ns) - np.median(after_ns)) / 1e3, float(lo) / 1e3, float(hi) / 1e3)
+
+
 def ab_judged(a_ns, b_ns, aa: tuple, words: tuple[str, str], what: str) -> dict:
     """The A/B benches' rule, fixed before they run: d = p50(``a_ns``) - p50(``b_ns``) in µs with a 95 %
-    percentile-bootstrap interval (``bench.sender.median_diff_ci``), the same for the A/A pair ``aa``;
+    percentile-bootstrap interval (``median_diff_ci``), the same for the A/A pair ``aa``;
     INCONCLUSIVE when the A/A interval excludes 0 (the machine drifted more than what is judged),
     ``words[0]`` when d's interval is above 0, ``words[1]`` when below, else INCONCLUSIVE. ``what``
     names d in the reason. Returns d_us, ci_us, aa_d_us, aa_ci_us, verdict, why."""
-    from bench.sender import median_diff_ci
-
     d, lo, hi = median_diff_ci(a_ns, b_ns)
     aa_d, aa_lo, aa_hi = median_diff_ci(*aa)
     out = {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa_d, 2),

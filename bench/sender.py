@@ -37,13 +37,13 @@ import numpy as np
 
 from bench import configtext as ct
 from bench import report
+from bench.report import median_diff_ci
 from pipeline.runtime.agent import Agent
 from pipeline.trading.messages import ORDER_STRUCT, Kind, OrderCmd, OrderOrigin, Side, TimeInForce
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = ("after", "before")  # sender_after: journal_sync = "after_send"; sender_before: "before_send"
 PATTERN = (0, 1, 1, 0)  # A B B A: which arm gets each order of a group of four
-BOOTSTRAP = 2_000
 
 
 class OrderSource(Agent):
@@ -117,15 +117,6 @@ def matched(rec: np.ndarray, first: int, then: int) -> np.ndarray:
     at_first = dict(zip((a["at_ns"] - a["lat_ns"]).tolist(), a["at_ns"].tolist()))
     return np.array([at - at_first[o] for o, at in zip((b["at_ns"] - b["lat_ns"]).tolist(), b["at_ns"].tolist())
                      if o in at_first], dtype=np.int64)
-
-
-def median_diff_ci(before_ns: np.ndarray, after_ns: np.ndarray, n: int = BOOTSTRAP) -> tuple[float, float, float]:
-    """(p50(before) - p50(after), the 95 % percentile-bootstrap interval's ends), in µs."""
-    rng = np.random.default_rng(1)
-    d = [np.median(rng.choice(before_ns, before_ns.size)) - np.median(rng.choice(after_ns, after_ns.size))
-         for _ in range(n)]
-    lo, hi = np.percentile(d, [2.5, 97.5])
-    return (float(np.median(before_ns) - np.median(after_ns)) / 1e3, float(lo) / 1e3, float(hi) / 1e3)
 
 
 def verdict(lo_us: float, hi_us: float) -> str:
