@@ -165,7 +165,7 @@ class ShardSession:
         return [*self.pending.values(), *self.pending_cancels.values(), *held]
 
     def request_state(self, now_ns: int) -> list[bytes] | None:
-        """The local risk's SYNC: the shard's state is the gateway's (its ledger is the desk's truth).
+        """The local risk's SYNC: the shard's state is the gateway's (its ledger is the venue's, by its sender).
         A HELLO now when ACTIVE (else the next one goes at the next beat); the state report that the
         WELCOME answering it carries is then in ``take_state``."""
         self.state_wanted = True
