@@ -95,7 +95,7 @@ bench-pipeline: setup
 
 # The fault scenarios on the synthetic market; with REPLAY=FILE (a Bitget capture or an ITCH BinaryFILE, told
 # apart by content) or REPLAY_ITCH=FILE|synthetic, that sequence replayed at its own pace times SPEED with the
-# documented noise (bench/stress_replay.py), e.g. make stress REPLAY=../shared/data/bitget/BITGET.ws.1.0 SPEED=10
+# documented noise (bench/stress_replay.py), e.g. make stress REPLAY=data/bitget/BITGET.ws.1.0 SPEED=10
 stress: setup
 	$(PY) -m bench.pipeline --stress $(if $(REPLAY),--replay $(REPLAY)) $(if $(REPLAY_ITCH),--replay-itch $(REPLAY_ITCH)) \
 		$(if $(SPEED),--speed $(SPEED))

@@ -42,7 +42,7 @@ from pipeline.venue.synthetic import SyntheticMarket
 from ringbuf import Ring, slot_size_for
 
 REPO = Path(__file__).resolve().parents[1]
-CAPTURE = REPO.parent / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
+CAPTURE = REPO / "data" / "bitget" / "BITGET.ws.1.0"
 ITCH_RUNS = 5  # whole-buffer decode runs; the best is judged, labelled "best of 5", the median beside it
 TARGETS = {"bitget_p50_us": 6.0, "itch_vectorized_msg_s": 3e6, "itch_stream_p50_us": 2.0}
 

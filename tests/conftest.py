@@ -106,8 +106,8 @@ def pipe(tmp_path):
 
 @pytest.fixture
 def capture_path():
-    """The real Bitget v1 capture (686 lines), which the project's shared data dir provides beside the
-    repository: its absence fails the test (it is data the suite needs, not an optional dependency)."""
+    """The real Bitget v1 capture (686 lines), vendored in the repository (data/bitget/): its absence
+    fails the test (it is data the suite needs, not an optional dependency)."""
     if not CAPTURE_PATH.is_file():
-        pytest.fail(f"shared Bitget capture not found at {CAPTURE_PATH} (expected <repo>/../shared)")
+        pytest.fail(f"vendored Bitget capture not found at {CAPTURE_PATH} (data/bitget/ in the repository)")
     return CAPTURE_PATH

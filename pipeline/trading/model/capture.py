@@ -11,7 +11,7 @@ trades between rows (their lowest and highest price, for the EMERGENCY label's f
 each instrument's price grid (the smallest gap between distinct prices of its snapshots' levels) and
 the row's time is the receive time.
 
-The shared capture (``CAPTURE``: ``<repo>/../shared/data/bitget/BITGET.ws.1.0``, 686 lines, 8 spot
+The vendored capture (``CAPTURE``: ``<repo>/data/bitget/BITGET.ws.1.0``, MIT, from cryptofeed; 686 lines, 8 spot
 instruments, about 30 s of 2022-04-06) is short: a few hundred books, a handful of mid moves beyond
 the dead band. It can show that the replay path works and how the model's rates look on real books;
 it cannot train a model on its own nor score one with any confidence.
@@ -30,7 +30,7 @@ from pipeline.trading.messages import BOOK_DTYPE
 from pipeline.trading.model.data import Series
 
 REPO = Path(__file__).resolve().parents[3]
-CAPTURE = REPO.parent / "shared" / "data" / "bitget" / "BITGET.ws.1.0"
+CAPTURE = REPO / "data" / "bitget" / "BITGET.ws.1.0"
 
 
 def file_sha256(path: Path) -> str:
