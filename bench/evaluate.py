@@ -4,7 +4,8 @@ deterministic (``pipeline.trading.evaluation``).
     python -m bench.evaluate [--capture FILE ...] [--itch FILE] [--variant NAME=CONFIG ...] [--quick]
                              [--out DIR] [--seed N | --seeds N,N,...] [--market calibrated|default]
                              [--market-s SECONDS | --steps N]
-                             [--maker-fee-bps X --taker-fee-bps Y] [--latency-us N]
+                             [--maker-fee-bps X --taker-fee-bps Y]
+                             [--latency-from FILE | --latency-us N] [--latency-seed N]
 
 No source: the paper venue's synthetic market (``--market``: default the one the config's venue
 process runs; seed ``--seed``, or one market per seed of ``--seeds``; ``--market-s`` seconds of
@@ -22,8 +23,13 @@ variant's decisions run over all rows at once, then its simulation (risk gateway
 paper venue's matching engine with queue positions and fees) and its metrics; the fast-path-only
 variants side by side in processes of their own. The results do not depend on the processes.
 Defaults: fees ``pipeline.venue.fees.DEFAULT_EVALUATION_FEES`` (Bitget spot standard tier, the
-module names its sources); order latency the tick -> order sent p50 of the latest committed
-pipeline bench report (``default_latency``), the same latency for the EXEC_REPORTs back.
+module names its sources); order latency a distribution drawn per order (seed ``--latency-seed``,
+default 1): the tick -> order request sent latencies of the newest committed pipeline report of the
+target scenario, or of ``--latency-from FILE`` (a pipeline report or one µs value a line;
+``bench.evaluate_inputs``), or ``--latency-us`` for every order; the distribution's p50 for the
+EXEC_REPORTs back (``--exec-latency-us``). A missing or unparsable latency source is an error (exit 2).
+The judged models (every ONNX file a variant reads) are named with their sha256 and card file, and
+each card is copied beside report.md as ``<stamp>-<model stem>-model-card.json``.
 
 Output in ``--out`` (default ``bench/results/<UTC>-evaluate/``): ``results.json`` (byte-identical for
 the same inputs and seed, but for a slow-path variant's row: its LLM generation times are
@@ -36,9 +42,9 @@ measured), ``timings.json`` (wall times and updates/s per stage: not determinist
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
-import re
 import sys
 import time
 from collections import Counter
@@ -46,10 +52,10 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from bench import evaluate_inputs as inputs
 from bench.evaluate_report import plots, report_markdown, table_text
 from pipeline.trading.evaluation import decisions as D
-from pipeline.trading.evaluation.harness import (FALLBACK_LATENCY_US, MarketContext, SpecOutcome, evaluate_spec,
-                                                 market_context)
+from pipeline.trading.evaluation.harness import MarketContext, SpecOutcome, evaluate_spec, market_context
 from pipeline.trading.evaluation.judgement import fast_path_verdicts, planner_verdicts
 from pipeline.trading.evaluation.replay import (EvaluationError, Tape, capture_tape, check_finite_tape, itch_tape,
                                                synthetic_parts)
@@ -59,24 +65,8 @@ from pipeline.trading.evaluation.variants import (DEFAULT_CONFIG, DIRECTIONAL, D
                                                   synthetic_params, variant_list)
 from pipeline.trading.messages import Kind
 
-REPORTS = REPO / "bench" / "reports"
-#: the fallback order latency when no pipeline report says one (``harness.FALLBACK_LATENCY_US``)
-FALLBACK_LATENCY_SOURCE = "bench/reports/20261201T120159Z-pipeline.md (constant FALLBACK_LATENCY_US)"
 MARKET_S = 1_800  # market time of a default synthetic run: 30 minutes (steps: this over the market's step_ms)
 QUICK_MARKET_S = 30  # --quick
-_LATENCY_LINE = re.compile(r"^- Tick to order request sent, fast path[^\n]*?: p50 ([0-9][0-9,.]*) µs", re.M)
-
-
-def default_latency(reports: Path = REPORTS) -> tuple[float, str]:
-    """(µs, source): the tick -> order sent p50 of the newest ``*-pipeline.md`` report that states one
-    (names sort by their UTC timestamp), else ``FALLBACK_LATENCY_US``."""
-    for path in sorted(reports.glob("*-pipeline.md"), reverse=True):
-        m = _LATENCY_LINE.search(path.read_text(encoding="utf-8", errors="replace"))
-        if m:
-            where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
-            return float(m.group(1).replace(",", "")), f"{where} (tick -> order request sent, fast path, p50)"
-    return FALLBACK_LATENCY_US, FALLBACK_LATENCY_SOURCE
-
 
 def _rel(p: Path | str) -> str:
     p = Path(p).resolve()
@@ -120,8 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="the pipeline config (default configs/default.toml)")
     ap.add_argument("--maker-fee-bps", type=float, default=None)
     ap.add_argument("--taker-fee-bps", type=float, default=None)
-    ap.add_argument("--latency-us", type=float, default=None, help="order latency, decision -> exchange")
-    ap.add_argument("--exec-latency-us", type=float, default=None, help="exchange -> gateway (default: --latency-us)")
+    ap.add_argument("--latency-from", type=Path, default=None, metavar="FILE",
+                    help="the order latency's distribution, decision -> exchange: a pipeline report (.md) or one "
+                         "µs value a line (default: the newest pipeline report under bench/reports)")
+    ap.add_argument("--latency-us", type=float, default=None, help="one order latency for every order (µs)")
+    ap.add_argument("--latency-seed", type=int, default=1, help="the seed of the per-order latency draws (default 1)")
+    ap.add_argument("--exec-latency-us", type=float, default=None,
+                    help="exchange -> gateway (default: the order latency's p50)")
     ap.add_argument("--no-queue", action="store_true", help="resting orders fill from the first trade at their price")
     ap.add_argument("--capital", type=float, default=None,
                     help="the drawdown's capital (default: the largest positions' value)")
@@ -133,7 +128,8 @@ def sim_params(args: argparse.Namespace) -> tuple[SimParams, dict]:
     """The simulation's parameters and their description (values and sources) for the outputs.
 
     Raises:
-        EvaluationError: only one of the two fees given, a fee the schedule refuses, a negative latency.
+        EvaluationError: only one of the two fees given, a fee the schedule refuses, a negative latency,
+            both --latency-us and --latency-from, a latency source that is missing or unparsable.
     """
     from pipeline.venue.fees import DEFAULT_EVALUATION_FEES, FeeSchedule
 
@@ -148,21 +144,38 @@ def sim_params(args: argparse.Namespace) -> tuple[SimParams, dict]:
         except ValueError as exc:
             raise EvaluationError(f"fees: {exc}") from None
         fee_src = "command line"
-    if args.latency_us is None:
-        lat_us, lat_src = default_latency()
-    else:
-        lat_us, lat_src = args.latency_us, "command line"
-    exec_us = lat_us if args.exec_latency_us is None else args.exec_latency_us
-    if lat_us < 0 or exec_us < 0:
-        raise EvaluationError(f"latencies must be >= 0 µs, got {lat_us} and {exec_us}")
+    dist = latency_dist(args)
+    exec_us = dist.p50_us if args.exec_latency_us is None else args.exec_latency_us
+    if exec_us < 0:
+        raise EvaluationError(f"--exec-latency-us must be >= 0 µs, got {exec_us}")
     if args.capital is not None and not args.capital > 0:
         raise EvaluationError(f"--capital must be > 0, got {args.capital}")
-    p = SimParams(order_latency_ns=int(round(lat_us * 1000)), exec_latency_ns=int(round(exec_us * 1000)), fees=fees,
+    table = tuple(int(round(v * 1000)) for v in dist.values_us) if len(set(dist.values_us)) > 1 else ()
+    p = SimParams(order_latency_ns=int(round(dist.p50_us * 1000)), exec_latency_ns=int(round(exec_us * 1000)),
+                  order_latency_table_ns=table, latency_seed=args.latency_seed, fees=fees,
                   queue_model=not args.no_queue, capital=args.capital)
     desc = {"maker_fee_bps": fees.maker_bps, "taker_fee_bps": fees.taker_bps, "fees_source": fee_src,
-            "order_latency_us": lat_us, "exec_latency_us": exec_us, "latency_source": lat_src,
-            "queue_model": p.queue_model}
+            "order_latency_us": dist.p50_us, "order_latency_p99_us": dist.p99_us,
+            "order_latency_values": len(dist.values_us), "latency_per_order": bool(table),
+            "latency_seed": args.latency_seed, "exec_latency_us": exec_us, "latency_source": dist.source,
+            "latency_what": dist.what, "queue_model": p.queue_model}
     return p, desc
+
+
+def latency_dist(args: argparse.Namespace) -> inputs.LatencyDist:
+    """The order latency's distribution: ``--latency-us``, ``--latency-from``, else the newest pipeline
+    report (``bench.evaluate_inputs``).
+
+    Raises:
+        EvaluationError: both flags given; a bad value or source (``LatencySourceError``, named).
+    """
+    if args.latency_us is not None and args.latency_from is not None:
+        raise EvaluationError("give --latency-us or --latency-from, not both")
+    if args.latency_us is not None:
+        return inputs.constant(args.latency_us)
+    if args.latency_from is not None:
+        return inputs.load(args.latency_from)
+    return inputs.default_latency()
 
 
 class Market(NamedTuple):
@@ -361,6 +374,7 @@ def run(args: argparse.Namespace) -> tuple[dict, dict, list]:
     markets = build_markets(args, cfg)
     results = {"config": _rel(args.config), "thresholds": {**cfg.thresholds, "source": cfg.thresholds_source},
                "seed": args.seed, "seeds": args.seeds, "quick": bool(args.quick), **sim_desc,
+               "models": inputs.judged_models(specs),
                "horizons_ms": [h // 1_000_000 for h in sim.horizons_ns],
                "markout_horizons_ms": [h // 1_000_000 for h in sim.markout_horizons_ns],
                "avoid_window_ms": sim.avoid_window_ns // 1_000_000, "markets": []}
@@ -392,12 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out, machine = start("evaluate", args.out)
     timings["machine"] = machine
+    stamp = dt.datetime.fromisoformat(machine["date"]).strftime("%Y%m%dT%H%M%SZ")
+    cards = inputs.copy_cards(results["models"], out, stamp)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     made = [] if args.no_plots else plots(out, results, curves)
-    (out / "report.md").write_text(report_markdown(results, timings, made))
-    print(table_text(results, timings))
-    print(f"\nwritten: {_rel(out)}/ (results.json, timings.json, report.md{''.join(', ' + m for m in made)})")
+    (out / "report.md").write_text(report_markdown(results, timings, made, cards))
+    print(table_text(results, timings, cards))
+    written = ", ".join(["results.json", "timings.json", "report.md", *cards.values(), *made])
+    print(f"\nwritten: {_rel(out)}/ ({written})")
     return 0
 
 

@@ -1,6 +1,7 @@
 """``bench.evaluate``'s outputs for people: the side-by-side table (terminal and markdown), report.md
 with what the table says in plain words, the fill-quality tables and the verdicts over the seeds
-(``evaluate_tables``), and the PNG plots (equity, drawdown, IC by horizon)."""
+(``evaluate_tables``), the inputs named (the order latency's source and its p50 / p99, each judged
+model's sha256 and card file), and the PNG plots (equity, drawdown, IC by horizon)."""
 
 from __future__ import annotations
 
@@ -113,10 +114,44 @@ def _end_to_end(timings: dict) -> str:
             f"{TARGET_UPDATES_PER_S:,}")
 
 
-def table_text(results: dict, timings: dict) -> str:
-    """The terminal's view: per market, the table and the speed."""
-    horizons = results["horizons_ms"]
+def latency_sentence(results: dict) -> str:
+    """The order latency in words: its source and what in it, its p50 / p99, how it was drawn, and the
+    exchange -> gateway latency."""
+    src = f"{results['latency_source']}, {results['latency_what']}"
+    back = f"{results['exec_latency_us']:g} µs exchange -> gateway"
+    if not results.get("latency_per_order"):
+        return (f"Order latency {results['order_latency_us']:g} µs decision -> exchange for every order ({src}); "
+                f"{back}.")
+    return (f"Order latency decision -> exchange drawn per order (seed {results['latency_seed']}, orders reaching the "
+            f"exchange in the order decided) from {results['order_latency_values']} equally likely values: p50 "
+            f"{results['order_latency_us']:g} µs, p99 {results['order_latency_p99_us']:g} µs (from {src}); {back}.")
+
+
+def _drawn(v: dict) -> str:
+    """A variant's order latencies as drawn (``simulator.latency_summary``), or "" when it sent none."""
+    d = v.get("order_latency_us") or {}
+    if not d.get("n"):
+        return ""
+    return (f"; order latency drawn for its {d['n']} orders: p50 {d['p50']:g} / p99 {d['p99']:g} µs (min {d['min']:g}, "
+            f"max {d['max']:g})")
+
+
+def model_lines(results: dict, cards: dict | None = None) -> list[str]:
+    """One line per judged model: its file, full sha256, the variants that read it, its card file and
+    the card's copy beside this report (``cards``: model path -> the copy's file name)."""
     out = []
+    for m in results.get("models", []):
+        copy = (cards or {}).get(m["path"])
+        card = "no card file" if m["card"] is None else f"card {m['card']}" + (
+            f", copied beside this report as {copy}" if copy else "")
+        out.append(f"- Judged model {m['path']} sha256 {m['sha256']} (variants {', '.join(m['variants'])}); {card}.")
+    return out
+
+
+def table_text(results: dict, timings: dict, cards: dict | None = None) -> str:
+    """The terminal's view: the latency and the judged models, then per market the table and the speed."""
+    horizons = results["horizons_ms"]
+    out = [latency_sentence(results), *model_lines(results, cards), ""]
     for market, mt in zip(results["markets"], timings["markets"]):
         out += [f"== {market['source']}: {market['books']} book updates over {market['span_s']:.1f} s of market time",
                 table_markdown(market, horizons), "", *fill_table(market, results["markout_horizons_ms"]), ""]
@@ -168,7 +203,8 @@ def plain_words(market: dict) -> str:
     return " ".join(said)
 
 
-def report_markdown(results: dict, timings: dict, plots: list[str]) -> str:
+def report_markdown(results: dict, timings: dict, plots: list[str], cards: dict | None = None) -> str:
+    """report.md (module docstring); ``cards``: model path -> its card's copy beside the report."""
     horizons = results["horizons_ms"]
     th = results["thresholds"]
     md = ["# Strategy evaluation (`python -m bench.evaluate`)", "",
@@ -178,9 +214,9 @@ def report_markdown(results: dict, timings: dict, plots: list[str]) -> str:
           f"{', quick run' if results['quick'] else ''}.",
           "",
           f"Fees: maker {results['maker_fee_bps']:g} bps, taker {results['taker_fee_bps']:g} bps "
-          f"({results['fees_source']}). Order latency {results['order_latency_us']:g} µs decision -> exchange, "
-          f"{results['exec_latency_us']:g} µs exchange -> gateway ({results['latency_source']}). Queue model "
-          f"{'on' if results['queue_model'] else 'off'} (pipeline.venue.queue). IC horizons {horizons} ms.", ""]
+          f"({results['fees_source']}). {latency_sentence(results)} Queue model "
+          f"{'on' if results['queue_model'] else 'off'} (pipeline.venue.queue). IC horizons {horizons} ms.", "",
+          *model_lines(results, cards), ""]
     for market, mt in zip(results["markets"], timings["markets"]):
         md += [f"## {market['source']}", "",
                f"{market['books']} book updates and {market['trades']} trades over {market['span_s']:.1f} s of market "
@@ -205,7 +241,7 @@ def report_markdown(results: dict, timings: dict, plots: list[str]) -> str:
         for v in market["variants"]:
             md.append(f"- {v['name']}: {v['describe']}; lean_lots {v['lean_lots']}; labels {v['counts']['labels']}; "
                       f"gateway {v['counts']['gateway']}; exchange {v['counts']['exchange']}"
-                      + (f"; LLM {v['counts']['llm']}" if "llm" in v["counts"] else ""))
+                      + (f"; LLM {v['counts']['llm']}" if "llm" in v["counts"] else "") + _drawn(v))
         md += ["", "Speed (this run, this machine; timings.json):", ""] + _speed_lines(mt, market["books"])
         md.append("")
     if "verdicts" in results:

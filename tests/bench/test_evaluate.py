@@ -1,6 +1,7 @@
 """``python -m bench.evaluate``: a quick end-to-end run (always-HOLD flat, the imbalance rule trading,
 the quoting scenario with the fast path on and off), byte-identical results for the same seed, several
-seeds with the verdicts, bad input counted, bad requests named, the latency default."""
+seeds with the verdicts, bad input counted, bad requests named (the order latency's source:
+``test_evaluate_inputs``)."""
 
 from __future__ import annotations
 
@@ -229,19 +230,6 @@ def test_a_second_model_file_runs_beside_the_default(tmp_path, config):
     (market,) = json.loads((tmp_path / "o" / "results.json").read_text())["markets"]
     flat = market["variants"][-1]
     assert flat["name"] == "flat" and flat["counts"]["labels"]["HOLD"] == market["rows"] and flat["trades"] == 0
-
-
-def test_default_latency_reads_the_newest_pipeline_report(tmp_path):
-    (tmp_path / "20260101T000000Z-pipeline.md").write_text(
-        "- Tick to order request sent, fast path, 1,000 updates/s (x): p50 2,500 µs (target <= 100: MISSED)\n")
-    (tmp_path / "20260201T000000Z-pipeline.md").write_text(
-        "- Tick to order request sent, fast path, full pipeline at 1,000 updates/s (y): p50 812 µs\n")
-    (tmp_path / "20260301T000000Z-pipeline.md").write_text("no figure here\n")
-    us, src = E.default_latency(tmp_path)
-    assert us == 812.0 and "20260201T000000Z-pipeline.md" in src
-    assert E.default_latency(tmp_path / "none") == (E.FALLBACK_LATENCY_US, E.FALLBACK_LATENCY_SOURCE)
-    us, src = E.default_latency()  # the committed reports state one
-    assert us > 0 and src.startswith("bench/reports/")
 
 
 def test_fee_and_latency_options(tmp_path, capsys, config):

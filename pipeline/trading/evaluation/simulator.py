@@ -11,8 +11,13 @@ gateway, an INSTRUCTION of the slow path reaching the gateway. At a BOOK: the ex
 variant's label and probabilities, packed as ``procs.fast`` packs it) goes to ``on_signal`` with the
 BOOK's time as its origin; a TRADE reaches the exchange (fills of resting orders). An order decided at
 ``t`` (any gateway event with a ``cmd``: OrderApproved, CancelSent, CancelAllSent) reaches the
-exchange at ``t + order_latency_ns``; its reports reach the gateway ``exec_latency_ns`` after they
-happen. After the last market event the items still scheduled run against the last book.
+exchange at ``t`` plus its order latency: ``order_latency_ns``, or, when ``order_latency_table_ns`` holds
+values, one of them drawn for this order (equally likely, ``random.Random(latency_seed)``, one draw per
+order in decision order: the same seed, the same draws); orders reach the exchange in the order they
+were decided (a draw that would overtake the previous order waits for it, as orders leave one pipeline
+in turn). Its reports reach the gateway ``exec_latency_ns`` after they happen. After the last market
+event the items still scheduled run against the last book. The latencies drawn are in the result
+(``order_latency_us``: n, min, p50, p99, max).
 
 Start: ``start()`` and an empty SYNC_DONE, so the gateway is synced and flat (what the sender reports
 for a new account). Limits: the risk process's table with this variant's ``lean_lots``; per-instrument
@@ -41,6 +46,7 @@ level block (the feature vector's first 60 slots), as the fast stage with ``sign
 from __future__ import annotations
 
 import heapq
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,12 +81,15 @@ _FILLED = int(ExecType.FILLED)
 
 
 class SimParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """How orders meet the market: latencies (ns), fees (None: none), the queue model, the drawdown's
-    capital (None: ``default_capital``), the IC horizons, the markout horizons and the window a
-    cancelled order is followed for (ns)."""
+    """How orders meet the market: latencies (ns; ``order_latency_table_ns``: equally likely order
+    latencies drawn per order with ``latency_seed``, empty: ``order_latency_ns`` for every order), fees
+    (None: none), the queue model, the drawdown's capital (None: ``default_capital``), the IC horizons,
+    the markout horizons and the window a cancelled order is followed for (ns)."""
 
     order_latency_ns: int
     exec_latency_ns: int
+    order_latency_table_ns: tuple[int, ...] = ()
+    latency_seed: int = 0
     fees: FeeSchedule | None
     queue_model: bool = True
     capital: float | None = None
@@ -177,6 +186,9 @@ class VariantRun:
         self.ex = SimulatedExchange(tape.instruments, clock, fees=params.fees, queue_model=params.queue_model)
         self.heap: list = []
         self.seq = 0
+        self.latency_draw = random.Random(params.latency_seed)
+        self.latencies_ns: list[int] = []  # each order's latency, in decision order
+        self.last_order_due_ns = 0
         self.counts: dict[str, int] = {}
         self.slow = slow
         if slow is not None:
@@ -193,7 +205,7 @@ class VariantRun:
 
     def handle(self, events: list) -> None:
         """The gateway's events: counted; those with an ORDER leave for the exchange."""
-        counts, now, lat = self.counts, self.now, self.p.order_latency_ns
+        counts = self.counts
         for ev in events:
             name = type(ev).__name__
             counts[name] = counts.get(name, 0) + 1
@@ -209,7 +221,17 @@ class VariantRun:
             elif t is ParentChanged:
                 self.parents[ev.new] = self.parents.get(ev.new, 0) + 1
             if ev.cmd and ev.cmd != OrderCmd.SYNC:
-                self.schedule(now + lat, ORDER_DUE, (encode_order(ev), getattr(ev, "why", "")))
+                self.schedule(self._order_due(), ORDER_DUE, (encode_order(ev), getattr(ev, "why", "")))
+
+    def _order_due(self) -> int:
+        """When an order decided now reaches the exchange: its latency drawn (module docstring), never
+        before the previous order."""
+        table = self.p.order_latency_table_ns
+        lat = table[self.latency_draw.randrange(len(table))] if table else self.p.order_latency_ns
+        self.latencies_ns.append(lat)
+        due = max(self.now + lat, self.last_order_due_ns)
+        self.last_order_due_ns = due
+        return due
 
     def _exec_reports(self, reports: list[bytes]) -> None:
         t = self.now + self.p.exec_latency_ns
@@ -299,6 +321,7 @@ class VariantRun:
         fills = self.ex.fills
         m = summarize(fills, marks, capital=capital, signals=signals, horizons_ns=self.p.horizons_ns)
         m.update(self._fill_quality())
+        m["order_latency_us"] = latency_summary(self.latencies_ns)
         counts = {"labels": label_counts(self.d), "gateway": dict(sorted(self.counts.items())),
                   "exchange": dict(self.ex.counts)}
         if self.gw.depth_mode:
@@ -326,6 +349,16 @@ class VariantRun:
                 "emergency_cancelled": len(em),
                 "avoided": avoided_fills(em, path, self.marks, ticks, maker_fee_bps=maker_bps,
                                          window_ns=self.p.avoid_window_ns, horizons_ns=self.p.markout_horizons_ns)}
+
+
+def latency_summary(latencies_ns: list[int]) -> dict:
+    """n, min, p50, p99 (inverted-CDF percentiles) and max of the order latencies drawn, in µs (None each
+    but n when no order was sent)."""
+    if not latencies_ns:
+        return {"n": 0, "min": None, "p50": None, "p99": None, "max": None}
+    v = np.asarray(latencies_ns, dtype=np.float64) / 1000.0
+    p50, p99 = np.percentile(v, [50, 99], method="inverted_cdf")
+    return {"n": int(v.size), "min": float(v.min()), "p50": float(p50), "p99": float(p99), "max": float(v.max())}
 
 
 def run_variant(tape: Tape, table: FeatureTable, marks: MarkSeries, decisions: Decisions, limits: RiskLimits,
