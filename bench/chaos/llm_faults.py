@@ -14,8 +14,10 @@ audit log) in any fault phase, and the breaker opens (stage counter and an ``llm
 in each.
 
 The fast path's p99 criterion: the statistic and the verdict rule, fixed on 2026-12-01 (issue #19),
-are ``bench.chaos.p99_rule``'s; the scenario's verdict is FAIL when a safety check failed, else that
-rule's verdict.
+and the gross limit every run is judged at, fixed on 2026-12-07 (issue #36), are
+``bench.chaos.p99_rule``'s; the scenario's verdict is FAIL when a safety check failed, else the worse
+of the fine and the gross verdicts (quick mode: the fine one is INCONCLUSIVE, its two windows per
+condition cannot resolve it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import msgspec
 import numpy as np
 
 from bench.chaos.harness import FAIL, Row, latency_taps, log_events, read_audit, read_tap
-from bench.chaos.p99_rule import AA_BAND, P99_LIMIT, p99_us, p99_verdict, window_p99s
+from bench.chaos.p99_rule import (AA_BAND, GROSS_AA_BAND, GROSS_LIMIT, P99_LIMIT, gross_verdict, p99_us, p99_verdict,
+                                  window_p99s, worst)
 from bench.chaos.rewrite import replace_process
 from bench.pipeline_config import llm_process
 from pipeline.runtime.agent import MARK_DECIDED, MARK_ORDER_SENT, Agent, mark_code
@@ -311,7 +314,8 @@ def _figures(run: LlmRun, taps: dict) -> dict:
 
 
 def _judged(run: LlmRun, taps: dict, plan: LlmFaultPlan) -> Row:
-    """The Row: FAIL when a safety check failed, else the p99 rule's verdict (``p99_verdict``)."""
+    """The Row: FAIL when a safety check failed, else the worse of the p99 rule's fine and gross verdicts
+    (``p99_verdict``, ``gross_verdict``)."""
     f = _figures(run, taps)
     win, judged, phases = f["win"], f["win"]["ratio"], run.phases
     checks = {
@@ -324,11 +328,13 @@ def _judged(run: LlmRun, taps: dict, plan: LlmFaultPlan) -> Row:
     # the p99 criterion: the statistic and the three-valued rule fixed on 2026-12-01 (bench.chaos.p99_rule)
     n_win = min(len(v) for m, v in win["windows_us"].items() if m != "idle")
     p99_v, p99_why = p99_verdict(judged, win["idle_aa"], windows=n_win)
-    verdict = p99_v if all(checks.values()) else FAIL
+    gross_v, gross_why = gross_verdict(judged, win["idle_aa"], windows=n_win)
+    verdict = worst(p99_v, gross_v) if all(checks.values()) else FAIL
     return Row(scenario="llm_faults", injected=_injected(plan), did=_did(f, phases, run.llm_pid),
-               figure=_figure(f, p99_v, p99_why, run.normal_instructions), verdict=verdict,
+               figure=_figure(f, p99_v, p99_why, run.normal_instructions, gross_v), verdict=verdict,
                details={"checks": checks, "p99_verdict": p99_v, "p99_why": p99_why, "p99_limit": P99_LIMIT,
-                        "aa_band": AA_BAND, "p99_us": f["p99"], "signals": f["n_sig"], "phases": phases,
+                        "aa_band": AA_BAND, "p99_gross_verdict": gross_v, "p99_gross_why": gross_why,
+                        "p99_gross_limit": GROSS_LIMIT, "gross_aa_band": GROSS_AA_BAND, "p99_us": f["p99"], "signals": f["n_sig"], "phases": phases,
                         "unloaded_p99_us": f["unloaded"], "ratio_vs_first_idle": f["vs_first"],
                         "pooled_p99_us": f["pooled_p99"], "pooled_signals": f["pooled_n"],
                         "pooled_ratio": f["pooled_ratio"], "judged_ratio": judged, "window_p99_us": win["windows_us"],
@@ -351,7 +357,7 @@ def _did(f: dict, phases: dict, llm_pid: int) -> str:
             + f" ({len(f['opens'])} llm_breaker open events); llm pid {llm_pid}")
 
 
-def _figure(f: dict, p99_v: str, p99_why: str, normal_instructions: int) -> str:
+def _figure(f: dict, p99_v: str, p99_why: str, normal_instructions: int, gross_v: str) -> str:
     p99, win, judged, ratios = f["p99"], f["win"], f["win"]["ratio"], f["ratios"]
     fig = ", ".join(f"{m} {p99[m]:.0f} us ({ratios[m]:.2f}x of {f['unloaded'][m]:.0f}; {f['vs_first'][m]:.2f}x the first idle)"
                     for m in ratios)
@@ -359,7 +365,7 @@ def _figure(f: dict, p99_v: str, p99_why: str, normal_instructions: int) -> str:
     median_fig = ", ".join(f"{m} {win['median_us'][m] / win['median_us']['idle']:.2f}x" for m in judged)
     pooled_fig = ", ".join(f"{m} {f['pooled_ratio'][m]:.2f}x" for m in f["pooled_ratio"])
     idles = ", ".join(f"{p99[w]:.0f}" for w in ("idle", "idle1", "idle2", "idle3"))
-    return (f"p99 criterion {p99_v} ({p99_why}); "
+    return (f"p99 criterion {p99_v} at {P99_LIMIT:g}x ({p99_why}), {gross_v} at the gross {GROSS_LIMIT:g}x; "
             f"fast SIGNAL p99, trimmed geometric mean of the interleaved windows: idle {win['judged_us']['idle']:.0f} us, "
             f"{judged_fig} (idle vs idle, alternate windows: {win['idle_aa']:.2f}x); median of the windows: "
             f"{median_fig}; pooled: idle "

@@ -1,5 +1,6 @@
 """The fast path's p99 criterion of ``llm_faults`` (``bench.chaos.llm_faults``): the statistic
-(``window_p99s``, ``trimmed_gmean``) and the three-valued verdict rule (``p99_verdict``).
+(``window_p99s``, ``trimmed_gmean``), the three-valued verdict rule (``p99_verdict``) at a fine limit
+and at a gross one (``gross_verdict``), and the two combined (``worst``).
 
 STATISTIC AND VERDICT RULE, FIXED AS OF 2026-12-01 (issue #19), before
 the results of any run judged by them; they must not be changed after seeing results (the statistic
@@ -22,7 +23,20 @@ decided before the runs it is to judge):
     - when s > 1.05 (it does not resolve the limit): FAIL when some fault's ratio > 1.10 * s (over
       the limit by more than the machine's own deviation), PASS when every fault's ratio <=
       1.10 / s (under it by more), else INCONCLUSIVE, reported as such (never as a pass).
-  The scenario's verdict is FAIL when a safety check failed, else this verdict.
+  The scenario's verdict is FAIL when a safety check failed, else ``worst`` of this verdict and the
+  gross one below.
+
+GROSS LIMIT, FIXED AS OF 2026-12-07 (issue #36), before the result of any run judged by it: the quick
+run's two windows per condition cannot resolve 1.10x, but they can resolve a fast path stalled to
+twice its idle p99. ``gross_verdict`` is ``p99_verdict``'s rule with limit 2.0 (``GROSS_LIMIT``) and
+A/A band 1.25 (``GROSS_AA_BAND``), and no fewer than 2 windows per condition (``GROSS_MIN_WINDOWS``;
+fewer: INCONCLUSIVE): with s = max(A/A, 1 / A/A), s <= 1.25: PASS when every fault's ratio <= 2.0,
+else FAIL; s > 1.25: FAIL when some ratio > 2.0 * s, PASS when every ratio <= 2.0 / s, else
+INCONCLUSIVE. It is judged in every run, quick and full; in quick mode the fine verdict is
+INCONCLUSIVE by its window precondition and is reported as such, never as a pass. ``worst`` of the
+two: FAIL when either is FAIL, else INCONCLUSIVE when either is, else PASS (a fine PASS implies a
+gross PASS, so a full run's verdict is the fine one unless the gross limit fails where the fine one
+could not be resolved).
 
 Reported beside it, not judged: the median of each condition's window p99s, the pooled p99 of all
 its windows (one burst of host noise moves it: in four runs of one build it put garbage at
@@ -92,6 +106,12 @@ P99_LIMIT = 1.10
 AA_BAND = 1.05
 #: the fewest windows per condition with which the statistic can resolve ``P99_LIMIT`` (docstring)
 MIN_WINDOWS = 10
+#: the gross limit every run is judged at, quick ones included (fixed 2026-12-07: see the module docstring)
+GROSS_LIMIT = 2.0
+#: the A/A deviation up to which the machine is taken to resolve ``GROSS_LIMIT``
+GROSS_AA_BAND = 1.25
+#: the fewest windows per condition with which the statistic can resolve ``GROSS_LIMIT``
+GROSS_MIN_WINDOWS = 2
 
 
 def _finite_positive(x) -> bool:
@@ -99,10 +119,11 @@ def _finite_positive(x) -> bool:
 
 
 def p99_verdict(ratios: dict[str, float], idle_aa: float, limit: float = P99_LIMIT,
-                band: float = AA_BAND, windows: int | None = None) -> tuple[str, str]:
+                band: float = AA_BAND, windows: int | None = None,
+                min_windows: int = MIN_WINDOWS) -> tuple[str, str]:
     """(verdict, why) of the fast path's p99 criterion from each fault's judged ratio to idle and the
     A/A control, by the rule fixed in the module docstring (2026-12-01): FAIL when anything is not a
-    finite positive number; fewer than ``MIN_WINDOWS`` windows per condition (``windows``, None:
+    finite positive number; fewer than ``min_windows`` windows per condition (``windows``, None:
     enough): INCONCLUSIVE; with s = max(aa, 1 / aa): s <= ``band``: PASS iff every ratio <= ``limit``;
     s > ``band``: FAIL when some ratio > limit * s, PASS when every ratio <= limit / s, else
     INCONCLUSIVE. ``why`` names the rule's branch and the figures."""
@@ -110,9 +131,9 @@ def p99_verdict(ratios: dict[str, float], idle_aa: float, limit: float = P99_LIM
     bad = [m for m, r in ratios.items() if not _finite_positive(r)]
     if not ratios or bad or not _finite_positive(idle_aa):
         return FAIL, f"not measured ({', '.join(bad) or ('A/A' if ratios else 'no fault condition')}): {figs}"
-    if windows is not None and windows < MIN_WINDOWS:
-        return INCONCLUSIVE, (f"{windows} windows per condition, fewer than the {MIN_WINDOWS} that resolve "
-                              f"{limit:g} (quick mode judges the safety checks only): {figs}")
+    if windows is not None and windows < min_windows:
+        return INCONCLUSIVE, (f"{windows} windows per condition, fewer than the {min_windows} that resolve "
+                              f"{limit:g}: {figs}")
     s = max(idle_aa, 1 / idle_aa)
     worst = max(ratios, key=ratios.get)
     if s <= band:
@@ -125,3 +146,18 @@ def p99_verdict(ratios: dict[str, float], idle_aa: float, limit: float = P99_LIM
         return PASS, f"A/A outside [1/{band:g}, {band:g}] but every ratio <= {limit:g} / {s:.3f} = {limit / s:.3f}: {figs}"
     return INCONCLUSIVE, (f"A/A outside [1/{band:g}, {band:g}]: the machine does not resolve {limit:g} in this run "
                           f"({worst} between {limit / s:.3f} and {limit * s:.3f}): {figs}")
+
+
+def gross_verdict(ratios: dict[str, float], idle_aa: float, windows: int | None = None) -> tuple[str, str]:
+    """(verdict, why) at the gross limit (module docstring, 2026-12-07): ``p99_verdict`` with
+    ``GROSS_LIMIT``, ``GROSS_AA_BAND`` and ``GROSS_MIN_WINDOWS``."""
+    return p99_verdict(ratios, idle_aa, limit=GROSS_LIMIT, band=GROSS_AA_BAND, windows=windows,
+                       min_windows=GROSS_MIN_WINDOWS)
+
+
+def worst(*verdicts: str) -> str:
+    """FAIL when any of ``verdicts`` is FAIL, else INCONCLUSIVE when any is, else PASS (none: FAIL)."""
+    for v in (FAIL, INCONCLUSIVE):
+        if v in verdicts:
+            return v
+    return PASS if verdicts and all(v == PASS for v in verdicts) else FAIL

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from bench.chaos.harness import INCONCLUSIVE, ChaosPipeline, Row
+from bench.chaos.harness import INCONCLUSIVE, PASS, ChaosPipeline, Row
 from bench.chaos.kill_switch import kill_switch
 from bench.chaos.llm_faults import llm_faults
 from bench.chaos.malformed import malformed_frames
@@ -27,8 +27,8 @@ def _run(fn) -> Row:
 
 
 def test_every_scenario_is_listed_once():
-    assert [n for n, _ in SCENARIOS] == ["malformed_frames", "llm_faults", "risk_limits", "kill_switch",
-                                         "secrets_and_permissions"]
+    assert [n for n, _ in SCENARIOS] == ["malformed_frames", "input_range_guard", "llm_faults", "risk_limits",
+                                         "kill_switch", "secrets_and_permissions"]
 
 
 @pytest.mark.chaos
@@ -50,12 +50,20 @@ def test_llm_garbage_timeouts_and_slowness_open_the_breaker_and_send_no_order():
     assert set(row.details["phases"]) == {"garbage", "timeout", "slow"}
     # the safety checks, always: no INSTRUCTION, no LLM-origin order, the breaker opened in each phase
     assert checks and all(checks.values()), f"{row.did}; checks: {checks}"
-    # the p99 criterion is judged by `make chaos` (thirty rounds) only: two windows per condition cannot
-    # resolve 1.10x, so by the rule (bench.chaos.p99_rule, resolution precondition) the quick run's p99
-    # verdict is INCONCLUSIVE, reported here as a warning with its figures, never as a pass
-    assert row.verdict == row.details["p99_verdict"] == INCONCLUSIVE, (row.verdict, row.details["p99_why"])
-    assert "fewer than the 10" in row.details["p99_why"]
-    warnings.warn(f"llm_faults p99 INCONCLUSIVE in quick mode: {row.details['p99_why']} (measured: {row.figure})")
+    # the p99 at the gross limit (bench.chaos.p99_rule, 2x with the A/A control within 1.25x), which two
+    # windows per condition resolve: never FAIL; INCONCLUSIVE only when the A/A control is out of its
+    # band, reported as a warning, never as a pass
+    gross, gross_why = row.details["p99_gross_verdict"], row.details["p99_gross_why"]
+    assert gross in (PASS, INCONCLUSIVE), f"{gross}: {gross_why} (measured: {row.figure})"
+    if gross == INCONCLUSIVE:
+        assert "A/A outside" in gross_why, gross_why
+        warnings.warn(f"llm_faults p99 at the gross limit INCONCLUSIVE in quick mode: {gross_why}")
+    # the fine limit (1.10x) is judged by `make chaos` (thirty rounds) only: two windows per condition
+    # cannot resolve it, so the quick run's fine verdict is INCONCLUSIVE, reported as a warning
+    assert row.details["p99_verdict"] == INCONCLUSIVE and "fewer than the 10" in row.details["p99_why"]
+    assert row.verdict == INCONCLUSIVE, (row.verdict, row.details["p99_why"])
+    warnings.warn(f"llm_faults p99 at the fine limit INCONCLUSIVE in quick mode: {row.details['p99_why']} "
+                  f"(measured: {row.figure})")
 
 
 @pytest.mark.chaos

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bench.chaos.harness import FAIL, INCONCLUSIVE, PASS
-from bench.chaos.p99_rule import AA_BAND, P99_LIMIT, p99_us, p99_verdict, trimmed_gmean, window_p99s
+from bench.chaos.p99_rule import (AA_BAND, GROSS_AA_BAND, GROSS_LIMIT, GROSS_MIN_WINDOWS, P99_LIMIT, gross_verdict,
+                                  p99_us, p99_verdict, trimmed_gmean, window_p99s, worst)
 
 
 def _samples(spans_ms: dict, lat_us_of) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -113,3 +114,58 @@ def test_fewer_than_ten_windows_per_condition_is_inconclusive_whatever_the_figur
         assert got == INCONCLUSIVE and "fewer than the 10" in why
     assert p99_verdict({"garbage": 3.0}, 1.0, windows=10)[0] == FAIL  # enough windows: judged
     assert p99_verdict({"garbage": float("nan")}, 1.0, windows=2)[0] == FAIL  # nothing measured
+
+
+# ------------------------------------------------------------------------ the gross limit (fixed 2026-12-07)
+def test_the_gross_limit_is_the_one_fixed_in_the_docstring():
+    assert (GROSS_LIMIT, GROSS_AA_BAND, GROSS_MIN_WINDOWS) == (2.0, 1.25, 2)
+
+
+@pytest.mark.parametrize("ratios,aa,want", [
+    # A/A within [1/1.25, 1.25]: the point figures decide against 2.0
+    ({"garbage": 1.00, "timeout": 1.90, "slow": 2.00}, 1.00, PASS),
+    ({"garbage": 1.00, "timeout": 1.00, "slow": 2.01}, 1.00, FAIL),
+    ({"garbage": 1.00, "timeout": 10.0, "slow": 1.00}, 1.00, FAIL),  # a fast path stalled 10x
+    ({"garbage": 1.99, "timeout": 1.00, "slow": 1.00}, 1.24, PASS),
+    ({"garbage": 2.10, "timeout": 1.00, "slow": 1.00}, 1 / 1.24, FAIL),
+    # A/A 1.5 (outside): FAIL over 2.0 * 1.5 = 3.0, PASS under 2.0 / 1.5 = 1.333, INCONCLUSIVE between
+    ({"garbage": 3.01, "timeout": 1.00, "slow": 1.00}, 1.5, FAIL),
+    ({"garbage": 3.00, "timeout": 1.00, "slow": 1.00}, 1.5, INCONCLUSIVE),
+    ({"garbage": 1.40, "timeout": 1.00, "slow": 1.00}, 1 / 1.5, INCONCLUSIVE),
+    ({"garbage": 1.30, "timeout": 1.00, "slow": 1.00}, 1.5, PASS),
+    # nothing measured
+    ({"garbage": float("nan"), "timeout": 1.0, "slow": 1.0}, 1.0, FAIL),
+    ({"garbage": 1.0, "timeout": 1.0, "slow": 1.0}, float("inf"), FAIL),
+])
+def test_the_gross_verdict_of_two_windows_a_condition_is_pass_fail_or_inconclusive_by_the_fixed_rule(ratios, aa, want):
+    got, why = gross_verdict(ratios, aa, windows=2)
+    assert got == want, why
+    if got == INCONCLUSIVE:
+        assert "A/A outside" in why  # only when the A/A control shows the machine cannot resolve 2.0
+
+
+def test_two_windows_a_condition_judge_a_stall_at_the_gross_limit_the_fine_one_cannot():
+    # the quick run's case: the fine verdict is INCONCLUSIVE whatever the figures, the gross one is not
+    stalled = {"garbage": 1.0, "timeout": 1.0, "slow": 10.0}
+    assert p99_verdict(stalled, 1.0, windows=2)[0] == INCONCLUSIVE
+    assert gross_verdict(stalled, 1.0, windows=2)[0] == FAIL
+    assert gross_verdict({"garbage": 1.5}, 1.0, windows=2)[0] == PASS  # within 2x: not the fine limit's FAIL
+    got, why = gross_verdict(stalled, 1.0, windows=1)  # one window: not even the A/A control has two halves
+    assert got == INCONCLUSIVE and "fewer than the 2" in why
+
+
+@pytest.mark.parametrize("verdicts,want", [
+    ((PASS, PASS), PASS), ((PASS, INCONCLUSIVE), INCONCLUSIVE), ((INCONCLUSIVE, PASS), INCONCLUSIVE),
+    ((INCONCLUSIVE, FAIL), FAIL), ((FAIL, PASS), FAIL), ((PASS, "?"), FAIL), ((), FAIL),
+])
+def test_the_scenario_takes_the_worse_of_the_fine_and_the_gross_verdicts(verdicts, want):
+    assert worst(*verdicts) == want
+
+
+def test_a_fine_pass_is_a_gross_pass_at_any_a_a():
+    # so a full run's verdict is the fine one unless the gross limit fails where the fine one is unresolved
+    for aa in (0.7, 0.9, 1.0, 1.04, 1.06, 1.2, 1.3, 1.6):
+        for r in (0.5, 0.9, 1.0, 1.05, 1.1):
+            ratios = {"garbage": r}
+            if p99_verdict(ratios, aa)[0] == PASS:
+                assert gross_verdict(ratios, aa)[0] == PASS, (r, aa)
