@@ -13,11 +13,14 @@ both arms alike): ``warm`` the default config, ``cold`` the same with keep-warm 
 STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measurement was looked at:
 
 * benefit: the fast path's SIGNAL latency (frame received -> SIGNAL written), pooled per arm over its
-  two runs; d = p50(cold) - p50(warm) in µs with a 95 % percentile-bootstrap interval (2,000
-  resamples, seed 1; ``bench.report.median_diff_ci``); an A/A control: the two warm runs against each
-  other, the same interval; when it excludes 0 the verdict is INCONCLUSIVE; else KEEP-WARM HELPS when
-  d's interval is above 0, KEEP-WARM HURTS when below, INCONCLUSIVE when it holds 0; fewer than 10
-  SIGNALs in a run: INCONCLUSIVE.
+  two runs; d = p50(cold) - p50(warm) in µs with a 95 % percentile-bootstrap interval; an A/A control:
+  the two warm runs against each other, the same interval; fewer than 10 SIGNALs in a run:
+  INCONCLUSIVE.
+* the verdict: ``bench.report.ab_judged``'s rule, as amended on 2026-12-07 (issue #36): each run cut
+  into windows of ``WINDOW_S`` by the SIGNALs' stamps, the intervals resample whole windows
+  (``bench.report.window_diff_ci``), not samples; KEEP-WARM HELPS / HURTS only when d's interval
+  excludes 0 and the A/A interval (taken both ways round), else INCONCLUSIVE. (Until then the
+  intervals resampled samples and the A/A control only had to hold 0.)
 * cost: the CPU the pipeline's processes took (the venue's excluded), % of a core, mean of each arm's
   two runs; reported, not judged.
 """
@@ -36,6 +39,7 @@ from pipeline.trading.messages import Kind
 ARMS = ("warm", "cold")
 ORDER = ("warm", "cold", "cold", "warm")  # ABBA per rate
 MIN_SIGNALS = 10
+WINDOW_S = 1.0  # the windows a run is cut into for the bootstrap
 
 
 # ------------------------------------------------------------------------------------- pure
@@ -50,16 +54,27 @@ def plan(rates: list[int], seconds: float, model: str) -> list[Scenario]:
     return out
 
 
-def judge(runs: dict[str, list[np.ndarray]]) -> dict:
+def split_windows(lat_ns: np.ndarray, at_ns: np.ndarray, window_s: float = WINDOW_S) -> list[np.ndarray]:
+    """A run's latencies cut into consecutive windows of ``window_s`` from its first stamp (``at_ns``);
+    empty windows left out."""
+    if not lat_ns.size:
+        return []
+    k = ((at_ns - at_ns.min()) // int(window_s * 1e9)).astype(np.int64)
+    return [lat_ns[k == i] for i in np.unique(k)]
+
+
+def judge(runs: dict[str, list[list[np.ndarray]]]) -> dict:
     """The rule of the module docstring on one rate's SIGNAL latencies (ns), ``runs``: arm -> its two
-    runs' arrays in order."""
-    arm = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in runs.items()}
+    runs in order, each a list of its windows' latency arrays (``split_windows``)."""
+    flat = {k: [np.concatenate(r) if r else np.zeros(0, np.int64) for r in v] for k, v in runs.items()}
+    arm = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in flat.items()}
     out = {"n": {k: int(v.size) for k, v in arm.items()},
-           "p50_us": {k: float(np.median(v)) / 1e3 if v.size else None for k, v in arm.items()}}
-    if min(x.size for v in runs.values() for x in v) < MIN_SIGNALS or any(len(v) != 2 for v in runs.values()):
+           "p50_us": {k: float(np.median(v)) / 1e3 if v.size else None for k, v in arm.items()},
+           "windows": {k: [len(r) for r in v] for k, v in runs.items()}}
+    if min(x.size for v in flat.values() for x in v) < MIN_SIGNALS or any(len(v) != 2 for v in runs.values()):
         return {**out, "verdict": "INCONCLUSIVE", "why": f"fewer than {MIN_SIGNALS} SIGNALs in a run"}
-    return out | report.ab_judged(arm["cold"], arm["warm"], tuple(runs["warm"]), ("KEEP-WARM HELPS", "KEEP-WARM HURTS"),
-                                  "p50(cold) - p50(warm)")
+    return out | report.ab_judged([w for r in runs["cold"] for w in r], [w for r in runs["warm"] for w in r],
+                                  tuple(runs["warm"]), ("KEEP-WARM HELPS", "KEEP-WARM HURTS"), "p50(cold) - p50(warm)")
 
 
 def pipeline_cpu_pct(result: dict) -> float:
@@ -77,8 +92,9 @@ def main(rates: list[int], seconds: float, out: Path | None, model: str, run_sce
         res = run_scenario(sc, raw_taps=("fast",))
         fast = res.pop("raw").get("fast")
         arm = "warm" if sc.warm else "cold"
-        lat = fast["lat_ns"][fast["code"] == Kind.SIGNAL] if fast is not None else np.zeros(0, np.int64)
-        per_rate[sc.rate]["lat"][arm].append(lat)
+        sig = fast[fast["code"] == Kind.SIGNAL] if fast is not None else None
+        lat = sig["lat_ns"] if sig is not None else np.zeros(0, np.int64)
+        per_rate[sc.rate]["lat"][arm].append(split_windows(lat, sig["at_ns"]) if sig is not None else [])
         per_rate[sc.rate]["cpu"][arm].append(pipeline_cpu_pct(res))
         print(f"{sc.name}: {lat.size} SIGNALs, p50 {np.median(lat) / 1e3 if lat.size else float('nan'):.0f} µs, "
               f"pipeline CPU {per_rate[sc.rate]['cpu'][arm][-1]} %", flush=True)
@@ -96,8 +112,10 @@ def main(rates: list[int], seconds: float, out: Path | None, model: str, run_sce
           f"(warm, cold, cold, warm), one instrument, the fast stage on the {model} model.", "",
           "| offered updates/s | SIGNAL p50 warm / cold µs | d = cold - warm µs [95 %] | A/A warm-warm µs [95 %] | "
           "pipeline CPU warm / cold % of a core | verdict |", "|---|---|---|---|---|---|", *rows, "",
-          "Rule fixed before the run (bench.pipeline_keepwarm): KEEP-WARM HELPS / HURTS when d's interval is "
-          "above / below 0 and the A/A interval holds 0; else INCONCLUSIVE. CPU: reported, not judged."]
+          f"Rule (bench.pipeline_keepwarm, bench.report.ab_judged; amended 2026-12-07): each run cut into "
+          f"{WINDOW_S:g} s windows, intervals resampling windows; KEEP-WARM HELPS / HURTS when d's interval is "
+          "above / below 0 and clear of the A/A interval taken both ways round; else INCONCLUSIVE. "
+          "CPU: reported, not judged."]
     report.write(out_dir, {"machine": machine, "rates": rates, "seconds": seconds, "model": model,
                            "results": results}, md)
     return 0 if all(v["verdict"] != "INCONCLUSIVE" for v in results.values()) else 3

@@ -20,11 +20,13 @@ lands on a core the venue or another stage may hold. The bench moves every threa
 STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measurement was looked at:
 
 * judged: the fast path's SIGNAL latency (frame received -> SIGNAL written), pooled per arm over its
-  windows; d = p50(spread) - p50(chain) in µs with a 95 % percentile-bootstrap interval (2,000
-  resamples, seed 1); an A/A control on the spread arm's windows split alternately in two halves: when
-  its interval excludes 0 the verdict is INCONCLUSIVE; else CHAIN FASTER when d's interval is above
-  0, CHAIN SLOWER when below, INCONCLUSIVE when it holds 0; fewer than 5 windows or 10 samples an
-  arm: INCONCLUSIVE (``bench.pipeline_sched.judge``, the same rule as the SCHED_FIFO A/B).
+  windows; d = p50(spread) - p50(chain) in µs with a 95 % percentile-bootstrap interval over windows
+  (2,000 resamples, seed 1); an A/A control on the spread arm's windows split alternately in two
+  halves; CHAIN FASTER / CHAIN SLOWER only when d's interval excludes 0 and the A/A interval (taken
+  both ways round), else INCONCLUSIVE; fewer than 5 windows or 10 samples an arm: INCONCLUSIVE
+  (``bench.pipeline_sched.judge``, the same rule as the SCHED_FIFO A/B, as amended on 2026-12-07:
+  ``bench.report.ab_judged``; until then the intervals resampled samples and the A/A control only
+  had to hold 0).
 * the same rule, judged separately, on order request sent (fast path) latency.
 * reported beside them, not judged: each arm's p99 and the pipeline's CPU.
 """

@@ -17,13 +17,13 @@ neither arm always follows the other; the first window of the run is a warm-up a
 STATISTIC AND VERDICT RULE, fixed on 2026-12-01 before any run of this measurement was looked at:
 
 * judged: the fast path's SIGNAL latency (frame received -> SIGNAL written), pooled per arm over its
-  windows; d = p50(other) - p50(fifo) in µs with a 95 % percentile-bootstrap interval (2,000 resamples,
-  seed 1; ``bench.report.median_diff_ci``);
-* an A/A control: the other arm's windows split alternately in two halves, the same interval; when it
-  excludes 0 the machine's drift is larger than what is judged and the verdict is INCONCLUSIVE;
-* otherwise FIFO FASTER when the interval's lower end is above 0, FIFO SLOWER when its upper end is
-  below 0, INCONCLUSIVE when it holds 0 (never counted as a win); fewer than ``MIN_WINDOWS`` windows an
-  arm: INCONCLUSIVE.
+  windows; d = p50(other) - p50(fifo) in µs with a 95 % percentile-bootstrap interval;
+* an A/A control: the other arm's windows split alternately in two halves, the same interval;
+* the verdict: ``bench.report.ab_judged``'s rule, as amended on 2026-12-07 (issue #36): the intervals
+  resample whole windows (``bench.report.window_diff_ci``), not samples; FIFO FASTER / FIFO SLOWER
+  only when d's interval excludes 0 and the A/A interval (taken both ways round), else INCONCLUSIVE
+  (never counted as a win); fewer than ``MIN_WINDOWS`` windows an arm: INCONCLUSIVE. (Until then the
+  intervals resampled samples and the A/A control only had to hold 0.)
 * Reported beside it, not judged: each arm's p99, order request sent (fast path) p50 / p99 per arm.
 """
 
@@ -73,15 +73,15 @@ def judge(lat: np.ndarray, at: np.ndarray, spans: dict[str, list[tuple[int, int]
     ``arms``: (the baseline, the candidate), d = p50(baseline) - p50(candidate), the A/A control on
     the baseline's windows; ``verdicts``: the words for (candidate faster, candidate slower)."""
     base, cand = arms
-    arm = {k: lat[in_spans(at, spans[k])] for k in arms}
-    other = spans[base]
-    aa = (lat[in_spans(at, other[0::2])], lat[in_spans(at, other[1::2])])
+    win = {k: [lat[in_spans(at, [sp])] for sp in spans[k]] for k in arms}
+    arm = {k: np.concatenate(v) if v else np.zeros(0, lat.dtype) for k, v in win.items()}
+    aa = (win[base][0::2], win[base][1::2])
     out = {"arms": {k: {"n": int(v.size), **dict(zip(("p50_us", "p99_us"), report.hdr_us(v, (50.0, 99.0))))}
                     if v.size else {"n": 0} for k, v in arm.items()},
            "windows": {k: len(spans[k]) for k in arms}}
-    if min(out["windows"].values()) < MIN_WINDOWS or min(v.size for v in (*arm.values(), *aa)) < 10:
+    if min(out["windows"].values()) < MIN_WINDOWS or min(sum(w.size for w in v) for v in (*win.values(), *aa)) < 10:
         return {**out, "verdict": "INCONCLUSIVE", "why": f"fewer than {MIN_WINDOWS} windows or 10 samples an arm"}
-    return out | report.ab_judged(arm[base], arm[cand], aa, verdicts, f"p50({base}) - p50({cand})")
+    return out | report.ab_judged(win[base], win[cand], aa, verdicts, f"p50({base}) - p50({cand})")
 
 
 # ------------------------------------------------------------------------------------- measured

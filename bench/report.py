@@ -82,10 +82,14 @@ def percentiles_us(ns) -> dict:
 
 
 BOOTSTRAP = 2_000  # resamples of the A/B benches' bootstrap intervals
+#: the fewest windows an arm, and each half of the A/A control, with which ``ab_judged`` gives a verdict
+AB_MIN_WINDOWS = 2
 
 
 def median_diff_ci(before_ns: np.ndarray, after_ns: np.ndarray, n: int = BOOTSTRAP) -> tuple[float, float, float]:
-    """(p50(before) - p50(after), the 95 % percentile-bootstrap interval's ends), in µs."""
+    """(p50(before) - p50(after), the 95 % percentile-bootstrap interval's ends), in µs, each sample
+    resampled as if independent of the others. Not the A/B rule's (``ab_judged`` resamples windows:
+    ``window_diff_ci``); for a bench whose two arms alternate one sample at a time."""
     rng = np.random.default_rng(1)
     d = [np.median(rng.choice(before_ns, before_ns.size)) - np.median(rng.choice(after_ns, after_ns.size))
          for _ in range(n)]
@@ -93,24 +97,64 @@ def median_diff_ci(before_ns: np.ndarray, after_ns: np.ndarray, n: int = BOOTSTR
     return (float(np.median(before_ns) - np.median(after_ns)) / 1e3, float(lo) / 1e3, float(hi) / 1e3)
 
 
-def ab_judged(a_ns, b_ns, aa: tuple, words: tuple[str, str], what: str) -> dict:
-    """The A/B benches' rule, fixed before they run: d = p50(``a_ns``) - p50(``b_ns``) in µs with a 95 %
-    percentile-bootstrap interval (``median_diff_ci``), the same for the A/A pair ``aa``;
-    INCONCLUSIVE when the A/A interval excludes 0 (the machine drifted more than what is judged),
-    ``words[0]`` when d's interval is above 0, ``words[1]`` when below, else INCONCLUSIVE. ``what``
-    names d in the reason. Returns d_us, ci_us, aa_d_us, aa_ci_us, verdict, why."""
-    d, lo, hi = median_diff_ci(a_ns, b_ns)
-    aa_d, aa_lo, aa_hi = median_diff_ci(*aa)
+def window_diff_ci(a_windows, b_windows, n: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """(the median of ``a_windows``' values pooled - the same of ``b_windows``, the 95 %
+    percentile-bootstrap interval's ends), in the values' unit. Each argument is a list of windows,
+    each window an array of values (a window's samples, or its one p50); a resample draws each arm's
+    windows with replacement as whole blocks (2,000 resamples, seed 1), so samples of one window,
+    which move together, are never taken as independent. A window of one value each: the median of
+    the windows' values, resampled over windows. nan each when an arm has no value."""
+    a = [np.asarray(w, float).ravel() for w in a_windows]
+    b = [np.asarray(w, float).ravel() for w in b_windows]
+    if not sum(w.size for w in a) or not sum(w.size for w in b):
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(1)
+    d = [np.median(np.concatenate([a[i] for i in rng.choice(len(a), len(a))]))
+         - np.median(np.concatenate([b[i] for i in rng.choice(len(b), len(b))])) for _ in range(n)]
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    return float(np.median(np.concatenate(a)) - np.median(np.concatenate(b))), float(lo), float(hi)
+
+
+def ab_verdict(ci: tuple[float, float], aa_ci: tuple[float, float], words: tuple[str, str],
+               what: str) -> tuple[str, str]:
+    """The A/B rule on the intervals (fixed 2026-12-07, issue #36; see ``ab_judged``): with m the A/A
+    interval's largest end in size (which half of the A/A control comes first is arbitrary, so its
+    interval counts both ways round: [-m, m]), ``words[0]`` when d's interval lies above m (so above
+    0 and clear of the A/A interval), ``words[1]`` when it lies below -m, else INCONCLUSIVE (it holds
+    0, or overlaps the A/A interval: the machine's own deviation is as large as the effect). An end
+    that is not a finite number: INCONCLUSIVE. Returns (verdict, why)."""
+    (lo, hi), (aa_lo, aa_hi) = ci, aa_ci
+    if not all(np.isfinite(x) for x in (lo, hi, aa_lo, aa_hi)):
+        return "INCONCLUSIVE", "an interval is not measured"
+    m = max(abs(aa_lo), abs(aa_hi))
+    if lo > m:
+        return words[0], f"the interval of {what} lies above 0 and the A/A interval (|A/A| <= {m:.2f})"
+    if hi < -m:
+        return words[1], f"the interval of {what} lies below 0 and the A/A interval (|A/A| <= {m:.2f})"
+    if lo <= 0 <= hi:
+        return "INCONCLUSIVE", "the interval holds 0"
+    return "INCONCLUSIVE", (f"the interval of {what} overlaps the A/A interval taken both ways round "
+                            f"([-{m:.2f}, {m:.2f}]): the machine's own deviation is as large as the effect")
+
+
+def ab_judged(a_windows, b_windows, aa: tuple, words: tuple[str, str], what: str) -> dict:
+    """The A/B benches' rule (fixed 2026-12-07, issue #36, before any report was re-judged by it; it
+    replaced one that bootstrapped over samples and only asked whether the A/A interval held 0):
+    d = p50(``a_windows``) - p50(``b_windows``) in µs (nanosecond values, each argument a list of
+    windows: ``window_diff_ci``), with a 95 % percentile-bootstrap interval over windows; the same for
+    the A/A pair ``aa`` (two lists of windows of one arm); the verdict is ``ab_verdict``'s: ``words[0]``
+    (a > b) or ``words[1]`` only when d's interval excludes 0 and the A/A interval taken both ways
+    round, else INCONCLUSIVE; fewer than ``AB_MIN_WINDOWS`` windows in an arm or an A/A half:
+    INCONCLUSIVE (one window's bootstrap has no spread). ``what`` names d in the reason. Returns
+    d_us, ci_us, aa_d_us, aa_ci_us, verdict, why."""
+    if min(len(a_windows), len(b_windows), *(len(h) for h in aa)) < AB_MIN_WINDOWS:
+        return {"verdict": "INCONCLUSIVE", "why": f"fewer than {AB_MIN_WINDOWS} windows in an arm or an A/A half"}
+    d, lo, hi = (x / 1e3 for x in window_diff_ci(a_windows, b_windows))
+    aa_d, aa_lo, aa_hi = (x / 1e3 for x in window_diff_ci(*aa))
     out = {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa_d, 2),
            "aa_ci_us": [round(aa_lo, 2), round(aa_hi, 2)]}
-    if aa_lo > 0 or aa_hi < 0:
-        return {**out, "verdict": "INCONCLUSIVE", "why": "the A/A interval excludes 0: the machine drifted more "
-                "than what is judged"}
-    if lo > 0:
-        return {**out, "verdict": words[0], "why": f"the interval of {what} is above 0"}
-    if hi < 0:
-        return {**out, "verdict": words[1], "why": f"the interval of {what} is below 0"}
-    return {**out, "verdict": "INCONCLUSIVE", "why": "the interval holds 0"}
+    verdict, why = ab_verdict((lo, hi), (aa_lo, aa_hi), words, what)
+    return {**out, "verdict": verdict, "why": why}
 
 
 def write(out_dir: Path, results: dict, md: list[str]) -> None:

@@ -41,16 +41,20 @@ smoke runs, INCONCLUSIVE by rule, came before):
 * per window, the p50 of the hop (µs); per arm, the median of its windows' p50s;
 * d(A, B) = median(A) - median(B) with a 95 % percentile-bootstrap interval over windows (each arm's
   windows resampled, 2,000 resamples, seed 1);
-* A/A control: the ``spin`` arm's windows split alternately in two halves, the same interval; when it
-  excludes 0 the machine drifted more than what is judged: INCONCLUSIVE;
-* feed (judged): d(spin, yield): YIELD FASTER when the interval is above 0, YIELD SLOWER when below,
-  else INCONCLUSIVE; d(park, yield) the same way, reported as a second verdict; the venue the same;
+* A/A control: the ``spin`` arm's windows split alternately in two halves, the same interval; which
+  half comes first is arbitrary, so it counts both ways round: [-m, m], m its largest end in size;
+* feed (judged): d(spin, yield): YIELD FASTER when the interval lies above m (so above 0 and clear of
+  the A/A interval), YIELD SLOWER when below -m, else INCONCLUSIVE (``bench.report.ab_verdict``);
+  d(park, yield) the same way, reported as a second verdict; the venue the same;
 * ring (judged): non-inferiority with a margin of 10 % of the spin arm's median: NOT WORSE when the
-  interval of d(spin, yield) lies above -margin, WORSE when it lies below -margin, else INCONCLUSIVE;
-  d(spin, always) the same way, reported;
+  interval of d(spin, yield) lies above -margin and m is under the margin (the machine resolves it),
+  WORSE when it lies below -margin and -m, else INCONCLUSIVE; d(spin, always) the same way, reported;
 * thread: d(spin, yield) per switch interval with the feed's three-valued rule;
 * fewer than ``MIN_WINDOWS`` windows an arm (a window with fewer than 20 samples is left out):
   INCONCLUSIVE. Quick mode (``--quick``) checks that everything runs and is always INCONCLUSIVE.
+
+The A/A clauses above were amended on 2026-12-07 (issue #36), before any report was re-judged by them:
+until then a verdict needed only the A/A interval to hold 0, however close it came to d's.
 
 Writes ``bench/results/<UTC stamp>-spin-ab/results.json`` and ``report.md``; exit status 0 when the feed
 verdict is YIELD FASTER, 1 YIELD SLOWER, 3 INCONCLUSIVE.
@@ -82,12 +86,9 @@ SWITCH_INTERVALS_S = (100e-6, 5e-3)
 
 # ------------------------------------------------------------------------------------- pure
 def median_diff_ci(a: list[float], b: list[float], n: int = BOOTSTRAP) -> tuple[float, float, float]:
-    """(median(a) - median(b), the 95 % percentile-bootstrap interval's ends), each list resampled."""
-    rng = np.random.default_rng(1)
-    av, bv = np.asarray(a, float), np.asarray(b, float)
-    d = [np.median(rng.choice(av, av.size)) - np.median(rng.choice(bv, bv.size)) for _ in range(n)]
-    lo, hi = np.percentile(d, [2.5, 97.5])
-    return float(np.median(av) - np.median(bv)), float(lo), float(hi)
+    """(median(a) - median(b), the 95 % percentile-bootstrap interval's ends) of windows' p50s, the
+    windows resampled (``bench.report.window_diff_ci``, each window one value)."""
+    return report.window_diff_ci([[v] for v in a], [[v] for v in b], n)
 
 
 def judge(p50s: dict[str, list[float]], a: str, b: str, *, margin_share: float | None = None) -> dict:
@@ -103,22 +104,28 @@ def judge(p50s: dict[str, list[float]], a: str, b: str, *, margin_share: float |
     aa_d, aa_lo, aa_hi = median_diff_ci(aa[0::2], aa[1::2])
     out |= {"d_us": round(d, 2), "ci_us": [round(lo, 2), round(hi, 2)], "aa_d_us": round(aa_d, 2),
             "aa_ci_us": [round(aa_lo, 2), round(aa_hi, 2)]}
-    if aa_lo > 0 or aa_hi < 0:
-        return {**out, "verdict": "INCONCLUSIVE", "why": "the A/A interval excludes 0: the machine drifted more "
-                "than what is judged"}
     if margin_share is not None:
         m = margin_share * float(np.median(p50s[a]))
         out["margin_us"] = round(m, 2)
-        if lo > -m:
-            return {**out, "verdict": "NOT WORSE", "why": f"the interval of d({a}, {b}) lies above -{m:.2f} µs"}
-        if hi < -m:
-            return {**out, "verdict": "WORSE", "why": f"the interval of d({a}, {b}) lies below -{m:.2f} µs"}
-        return {**out, "verdict": "INCONCLUSIVE", "why": f"the interval of d({a}, {b}) holds -{m:.2f} µs"}
-    if lo > 0:
-        return {**out, "verdict": f"{b.upper()} FASTER", "why": f"the interval of d({a}, {b}) is above 0"}
-    if hi < 0:
-        return {**out, "verdict": f"{b.upper()} SLOWER", "why": f"the interval of d({a}, {b}) is below 0"}
-    return {**out, "verdict": "INCONCLUSIVE", "why": "the interval holds 0"}
+        return {**out, **dict(zip(("verdict", "why"), non_inferior((lo, hi), (aa_lo, aa_hi), m, f"d({a}, {b})")))}
+    verdict, why = report.ab_verdict((lo, hi), (aa_lo, aa_hi), (f"{b.upper()} FASTER", f"{b.upper()} SLOWER"),
+                                     f"d({a}, {b})")
+    return {**out, "verdict": verdict, "why": why}
+
+
+def non_inferior(ci: tuple[float, float], aa_ci: tuple[float, float], margin: float, what: str) -> tuple[str, str]:
+    """The ring's non-inferiority rule (module docstring): with m the A/A interval's largest end in size,
+    NOT WORSE when ``ci`` lies above -``margin`` and m < ``margin``; WORSE when it lies below
+    -max(margin, m); else INCONCLUSIVE. Returns (verdict, why)."""
+    (lo, hi), (aa_lo, aa_hi) = ci, aa_ci
+    m = max(abs(aa_lo), abs(aa_hi))
+    if lo > -margin and m < margin:
+        return "NOT WORSE", f"the interval of {what} lies above -{margin:.2f} µs and |A/A| <= {m:.2f} µs within it"
+    if hi < -max(margin, m):
+        return "WORSE", f"the interval of {what} lies below -{margin:.2f} µs and the A/A interval"
+    if m >= margin:
+        return "INCONCLUSIVE", f"the A/A interval reaches {m:.2f} µs, past the margin of {margin:.2f} µs"
+    return "INCONCLUSIVE", f"the interval of {what} holds -{margin:.2f} µs"
 
 
 def match_sends(book_ts_ms: np.ndarray, origin_ns: np.ndarray, send_ts_ms: np.ndarray,

@@ -1,6 +1,6 @@
 """The SCHED_FIFO A/B of the pipeline bench (``bench.pipeline_sched``): interleaved windows and the rule
-fixed before any run (p50 difference with a bootstrap interval, an A/A control, INCONCLUSIVE unless
-resolved)."""
+fixed before any run (p50 difference with a bootstrap interval over windows, an A/A control the
+difference must clear, INCONCLUSIVE unless resolved)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ def test_windows_alternate_abba_after_a_warm_up():
     assert window_order(10).count("fifo") == window_order(10).count("other") == 10
 
 
-def _run(other_us: float, fifo_us: float, windows: int = 6, per: int = 100, drift_us: float = 0.0):
+def _run(other_us: float, fifo_us: float, windows: int = 6, per: int = 100, drift_us: float = 0.0,
+         offsets_us: tuple = (), sd_us: float = 5.0):
     """Latencies around each arm's level in ABBA windows of 1 s; ``drift_us`` added to every other
-    'other' window (a machine that changes under the A/A halves)."""
+    'other' window (a machine that changes under the A/A halves); ``offsets_us``: the k-th window of
+    each arm moved by the k-th offset (a machine whose state moves a whole window's samples)."""
     rng = np.random.default_rng(3)
     spans, at, lat = {"other": [], "fifo": []}, [], []
     for i, arm in enumerate(window_order(windows)[1:]):
@@ -33,8 +35,10 @@ def _run(other_us: float, fifo_us: float, windows: int = 6, per: int = 100, drif
         level = other_us if arm == "other" else fifo_us
         if arm == "other" and len(spans["other"]) % 2 == 0:
             level += drift_us
+        if offsets_us:
+            level += offsets_us[len(spans[arm]) - 1]
         at.append(t0 + np.sort(rng.integers(0, S, per)))
-        lat.append((rng.normal(level, 5.0, per).clip(1.0) * 1e3).astype(np.int64))
+        lat.append((rng.normal(level, sd_us, per).clip(1.0) * 1e3).astype(np.int64))
     return np.concatenate(lat), np.concatenate(at), spans
 
 
@@ -49,6 +53,24 @@ def test_the_verdict_follows_the_rule_fixed_before_the_run(other_us, fifo_us, dr
     f = judge(lat, at, spans)
     assert f["verdict"] == verdict, f
     assert f["arms"]["other"]["n"] == f["arms"]["fifo"]["n"] == 6 * 100
+
+
+def test_a_drift_the_effect_clears_is_judged_and_one_it_does_not_is_not():
+    # the rule amended on 2026-12-07: the A/A interval may exclude 0 if d's interval clears it both ways round
+    lat, at, spans = _run(100.0, 50.0, drift_us=4.0)
+    f = judge(lat, at, spans)
+    assert f["aa_ci_us"][0] > 0 or f["aa_ci_us"][1] < 0, f  # the A/A control excludes 0 ...
+    assert f["verdict"] == "FIFO FASTER", f  # ... and d (~50 µs) clears it
+    lat, at, spans = _run(100.0, 94.0, drift_us=-8.0)
+    assert judge(lat, at, spans)["verdict"] == "INCONCLUSIVE"  # d (~2 µs) within the A/A deviation (~8)
+
+
+def test_windows_whose_states_spread_more_than_the_effect_are_inconclusive():
+    # each arm's windows moved by the machine's state (-30 .. +30 µs), the same states in both A/A halves;
+    # fifo 5 µs faster: resampling the samples as independent resolved it, resampling windows does not
+    lat, at, spans = _run(100.0, 95.0, offsets_us=(-30.0, -30.0, 0.0, 0.0, 30.0, 30.0), sd_us=1.0)
+    f = judge(lat, at, spans)
+    assert f["verdict"] == "INCONCLUSIVE" and f["ci_us"][0] < 0 < f["ci_us"][1], f
 
 
 def test_too_few_windows_is_inconclusive_whatever_the_difference():

@@ -1,6 +1,6 @@
 """The busy-spin A/B bench (``bench.spin_ab``): windows that rotate through every order, the rule fixed
-before the run (median of window p50s, a bootstrap interval over windows, the A/A control, the ring's
-non-inferiority margin), each BOOK matched to the venue's send of its frame, and a quick run through the
+before the run (median of window p50s, a bootstrap interval over windows, the A/A control d must
+clear, the ring's non-inferiority margin), each BOOK matched to the venue's send of its frame, and a quick run through the
 real processes whose report has every section and which leaves no segment behind."""
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def _p50s(levels: dict[str, float], windows: int = 8, drift_us: float = 0.0) -> 
     (200.0, 50.0, 0.0, "YIELD FASTER"),
     (50.0, 200.0, 0.0, "YIELD SLOWER"),
     (100.0, 100.0, 0.0, "INCONCLUSIVE"),
-    (200.0, 50.0, 40.0, "INCONCLUSIVE"),  # the A/A halves differ: the machine cannot resolve it
+    (200.0, 50.0, 40.0, "YIELD FASTER"),  # the A/A halves differ by 40 µs, d (~170) clears that (amended 2026-12-07)
+    (200.0, 50.0, 300.0, "INCONCLUSIVE"),  # they differ by 300 µs: the machine cannot resolve it
 ])
 def test_the_feed_verdict_follows_the_rule_fixed_before_the_run(spin, yld, drift, verdict):
     j = judge(_p50s({"park": 150.0, "spin": spin, "yield": yld}, drift_us=drift), "spin", "yield")
@@ -58,6 +59,22 @@ def test_the_feed_verdict_follows_the_rule_fixed_before_the_run(spin, yld, drift
     assert j["windows"] == {"park": 8, "spin": 8, "yield": 8}
     if drift == 0.0:
         assert j["ci_us"][0] <= j["d_us"] <= j["ci_us"][1] and j["aa_ci_us"][0] <= 0 <= j["aa_ci_us"][1]
+
+
+def test_a_verdict_only_when_d_clears_the_a_a_interval_both_ways_round():
+    # (amended 2026-12-07) spin's windows 100 / 160 µs in turn: its A/A halves hold the same values, so
+    # the A/A interval holds 0 but spans about +-60 µs; d(spin, yield) ~40 µs lies above 0 yet within it
+    p50s = {"park": [150.0] * 8, "spin": [100.0, 160.0, 160.0, 100.0] * 2, "yield": [90.0 + 0.1 * i for i in range(8)]}
+    j = judge(p50s, "spin", "yield")
+    assert j["ci_us"][0] > 0 and j["aa_ci_us"][0] <= 0 <= j["aa_ci_us"][1], j
+    assert j["verdict"] == "INCONCLUSIVE" and "A/A" in j["why"], j
+
+
+def test_the_ring_is_not_judged_not_worse_when_the_a_a_interval_passes_the_margin():
+    # spin's windows 10 / 12 µs in turn (margin 1.1 µs, the A/A interval about +-2 µs): yield at 10.2 µs
+    p50s = {"spin": [10.0, 12.0, 12.0, 10.0] * 2, "yield": [10.2] * 8}
+    j = judge(p50s, "spin", "yield", margin_share=0.10)
+    assert j["ci_us"][0] > -j["margin_us"] and j["verdict"] == "INCONCLUSIVE" and "A/A" in j["why"], j
 
 
 def test_too_few_windows_is_inconclusive_whatever_the_difference():
