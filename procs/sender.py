@@ -38,8 +38,9 @@ ORDER is read: reconciliation (``pipeline.trading.sender.reconcile``), then the 
 
 Concurrency: place and cancel requests go out without waiting for answers, one in flight per order
 connection (``connections`` keep-alive connections); the sender goes on reading its ring and starting
-requests, and reads each answer when it arrives (a zero-timeout select; unanswered past
-``timeout_ms``: an unknown outcome). The lane runs the rest on its own connection, also without
+requests, and reads each answer as it arrives (a zero-timeout select, then non-blocking reads: an
+answer partway in is kept for the next cycle, so a peer that trickles stalls no other; unanswered past
+``timeout_ms``, or not whole 0.5 s after its first bytes: an unknown outcome). The lane runs the rest on its own connection, also without
 waiting; only reconciliation waits for its answers. While requests are in flight the idle wait on the
 ring is at most ``INFLIGHT_NAP_NS``. An ORDER's batch is committed on the ring once its requests have
 started: a crash after that finds the order through its journaled intent (reconciliation), not

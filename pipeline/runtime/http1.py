@@ -25,7 +25,14 @@ Wire layout of a request (ASCII; every line ends CR LF)::
                                                      empty line
     {"symbol":"BTCUSDT",...}                         body, UTF-8
 
-One request at a time: ``send`` then ``receive`` (no pipelining). Keep-alive: the connection is
+Readiness-driven reading (``Connection.receive_ready``): the caller that has several connections in
+flight (the sender) asks each one only for what has arrived, never waiting: every call takes what
+the socket holds (non-blocking reads, until it would block), parses the answer from all bytes
+received so far, and returns it once whole (None while it is not); the bounds and the failures are
+``receive``'s, the deadline is the caller's (``first_bytes_s`` says since when bytes of the answer
+have been arriving). So one peer that trickles its answer never holds the reads of the others.
+
+One request at a time: ``send`` then ``receive`` or ``receive_ready`` (no pipelining). Keep-alive: the connection is
 reused until the server says ``Connection: close``, an error occurs, or ``close`` is called. Before a
 request goes out on a reused connection, the connection is checked (a zero-timeout ``select``): one
 the server has closed while it sat idle (its idle timeout) is replaced by a fresh one first, so the
@@ -139,6 +146,9 @@ class Connection:
         self.host = ""
         self.reused = False
         self._method = "GET"
+        self._rx = bytearray()  # receive_ready: the bytes of the answer received so far
+        #: receive_ready: monotonic seconds when the answer's first bytes arrived (None: none yet)
+        self.first_bytes_s: float | None = None
 
     def close(self) -> None:
         if self.sock is not None:
@@ -187,6 +197,8 @@ class Connection:
         else:
             self.reused = True
         data = encode_request(method, target, self.host, headers, body)
+        self._rx.clear()
+        self.first_bytes_s = None
         try:
             self.sock.sendall(data)
         except OSError as exc:
@@ -251,6 +263,94 @@ class Connection:
         return status, body
 
 
+    def receive_ready(self) -> tuple[int, bytes] | None:
+        """The answer to the last ``send`` if it has arrived whole, else None; never waits: reads what
+        the socket holds (until a read would block, at most the answer's bounds), parses every byte of
+        the answer received so far. ``first_bytes_s`` is set when its first bytes arrive. Closes the
+        connection as ``receive`` does.
+
+        Raises:
+            ReceiveFailed: as ``receive`` (but "deadline", which is the caller's to decide: it closes
+                the connection itself).
+        """
+        sock = self.sock
+        if sock is None:
+            raise ReceiveFailed("not connected")
+        buf = self._rx
+        had = len(buf)
+        eof, failed = self._read_available(sock, buf, MAX_HEAD_BYTES + self.max_response_bytes + 1)
+        if failed is not None or (eof and not buf):
+            self.close()
+            if self.reused and not buf and (eof or isinstance(failed, ConnectionError)):
+                raise ReceiveFailed("stale", stale=True)
+            raise ReceiveFailed("closed" if failed is None else type(failed).__name__)
+        if len(buf) == had and not eof:
+            return None
+        if not had:
+            self.first_bytes_s = monotonic()
+        try:
+            status, body, will_close = _read_answer(_Received(buf, eof), self._method, self.max_response_bytes)
+        except _Incomplete:
+            return None
+        except ReceiveFailed:
+            self.close()
+            raise
+        self._rx = bytearray()
+        self.first_bytes_s = None
+        if will_close:
+            self.close()
+        return status, body
+
+    def _read_available(self, sock, buf: bytearray, limit: int) -> tuple[bool, OSError | None]:
+        """Read into ``buf`` what ``sock`` holds without waiting, until a read would block or ``buf``
+        is over ``limit`` (the parser then refuses it). Returns (end of file seen, the error a read
+        raised, or None); the socket's timeout is ``timeout_s`` again afterwards."""
+        sock.settimeout(0.0)
+        try:
+            while len(buf) <= limit:
+                try:
+                    data = sock.recv(_RECV_BYTES)
+                except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                    return False, None
+                except OSError as exc:  # ssl.SSLError included
+                    return False, exc
+                if not data:
+                    return True, None
+                buf += data
+            return False, None
+        finally:
+            if self.sock is not None:
+                sock.settimeout(self.timeout_s)
+
+
+class _Incomplete(Exception):
+    """``_Received``: the answer needs bytes that have not arrived yet."""
+
+
+class _Received:
+    """The reading side of ``receive_ready``: the bytes received so far (``buf``), nothing more to
+    wait for; ``more`` raises ``_Incomplete`` when the parser needs bytes not there yet."""
+
+    __slots__ = ("buf", "eof")
+
+    def __init__(self, buf: bytearray, eof: bool):
+        self.buf = buf
+        self.eof = eof
+
+    def more(self, want_bytes: int, eof_ok: bool = False) -> bool:
+        """As ``_Wire.more`` over the bytes received so far.
+
+        Raises:
+            _Incomplete: not at the end of file: more bytes may come.
+            ReceiveFailed: "closed" (the end of file, unless ``eof_ok``).
+        """
+        if not self.eof:
+            raise _Incomplete
+        if eof_ok:
+            return False
+        raise ReceiveFailed("closed")
+
+
 class _Wire:
     """The reading side of one ``receive``: every byte received so far (``buf``; an answer is parsed
     by index into it), under one deadline (``monotonic()`` seconds)."""
@@ -297,7 +397,7 @@ class _Wire:
         return True
 
 
-def _read_answer(w: _Wire, method: str, max_body_bytes: int) -> tuple[int, bytes, bool]:
+def _read_answer(w: _Wire | _Received, method: str, max_body_bytes: int) -> tuple[int, bytes, bool]:
     """(status, body, whether the connection must be closed after it), read through ``w``.
 
     Raises:
@@ -366,7 +466,7 @@ def _content_length(values: list[bytes]) -> int:
     return int(value)
 
 
-def _read_to_close(w: _Wire, start: int, max_body_bytes: int) -> bytes:
+def _read_to_close(w: _Wire | _Received, start: int, max_body_bytes: int) -> bytes:
     """The body from ``start`` to the end of the connection (at most ``max_body_bytes``).
 
     Raises:
@@ -381,7 +481,7 @@ def _read_to_close(w: _Wire, start: int, max_body_bytes: int) -> bytes:
             return bytes(buf[start:])
 
 
-def _read_chunked(w: _Wire, start: int, max_body_bytes: int) -> tuple[bytes, int]:
+def _read_chunked(w: _Wire | _Received, start: int, max_body_bytes: int) -> tuple[bytes, int]:
     """(the body, the index just past its end in ``w.buf``) of a chunked body from ``start``: chunks
     (size in hex, optional extensions, CR LF, data, CR LF) up to a zero-size one, then trailer lines up
     to an empty line, all of it at most ``max_body_bytes`` on the wire.

@@ -66,6 +66,10 @@ class VenueClient:
                 res = self.send(conn, req)
                 return res if res is not None else self.receive(conn, req, wait=True)
             return res
+        return self._answered(status, body, ack_mark, ts)
+
+    def _answered(self, status: int, body: bytes, ack_mark: int, ts: int) -> Result:
+        """An answer read: the latency mark stamped, classified, a 429 counted."""
         if ack_mark:
             self.mark(ack_mark, ts)
         res = rest.classify_response(status, body)
@@ -75,11 +79,25 @@ class VenueClient:
 
     def read_answer(self, conn: HttpTransport, req: rest.Request, deadline_ns: int, now: int, ready: bool, *,
                     ack_mark: int = 0, ts: int = 0) -> Result | None:
-        """The answer to ``req``, in flight on ``conn``: read once ``ready`` (its socket is readable or
-        gone); a transport failure ("timeout", the connection closed) once ``deadline_ns`` has passed;
-        None while still waiting."""
-        if ready:
-            return self.receive(conn, req, ack_mark=ack_mark, ts=ts)
+        """The answer to ``req``, in flight on ``conn``, never waiting: what has arrived is read once
+        ``ready`` (its socket is readable or gone) or while the answer is partway in
+        (``HttpTransport.receive_ready``, whose receive deadline cuts off a trickle); None while it is
+        not whole; a transport failure ("timeout", the connection closed) once ``deadline_ns`` has
+        passed before a byte of it came. A GET whose reused keep-alive the venue had closed is sent
+        once more on a fresh connection and stays in flight (None)."""
+        started = conn.answer_started
+        if ready or started:
+            try:
+                got = conn.receive_ready()
+            except Lost as exc:
+                res = self._failed(True, str(exc))
+                if str(exc) == "stale" and req.method == "GET":
+                    return self.send(conn, req)
+                return res
+            if got is not None:
+                return self._answered(got[0], got[1], ack_mark, ts)
+            if conn.answer_started:
+                return None
         if now < deadline_ns:
             return None
         conn.close()

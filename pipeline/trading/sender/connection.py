@@ -2,9 +2,11 @@
 
 ``HttpTransport`` is one keep-alive HTTP/1.1 connection (``pipeline.runtime.http1``: the request
 written in one ``sendall``), reopened when it drops; ``send`` raises ``NotSent`` (nothing left) or
-``Lost`` (it may have left). ``parse_base_url`` turns the ``base_url`` param into an address and a TLS
-context; ``readable`` is the zero-timeout select over connections in flight; ``loopback_pair`` is the
-private TCP pair ``SenderAgent.keep_warm`` sends a byte through.
+``Lost`` (it may have left); ``receive_ready`` takes what has arrived of the answer without waiting
+(the duty cycle's reads), ``receive`` waits for it (reconciliation). ``parse_base_url`` turns the
+``base_url`` param into an address and a TLS context; ``readable`` is the zero-timeout select over
+connections in flight; ``loopback_pair`` is the private TCP pair ``SenderAgent.keep_warm`` sends a
+byte through.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+from time import monotonic
 
 from pipeline.runtime import http1
 from pipeline.runtime.errors import ConfigError
@@ -88,10 +91,13 @@ def loopback_pair() -> tuple[socket.socket, socket.socket]:
 class HttpTransport:
     """A keep-alive connection to the venue (``pipeline.runtime.http1``: the request written in one
     ``sendall``), reopened when it drops. ``address()`` gives (host, port) at every (re)connection (the
-    port file may appear late)."""
+    port file may appear late). An answer whose first bytes have arrived must be whole within
+    ``receive_deadline_s`` (default ``RECEIVE_DEADLINE_S``) of them."""
 
-    def __init__(self, address, timeout_s: float, tls: "ssl.SSLContext | None" = None):
+    def __init__(self, address, timeout_s: float, tls: "ssl.SSLContext | None" = None, *,
+                 receive_deadline_s: float = RECEIVE_DEADLINE_S):
         self.conn = http1.Connection(address, timeout_s, tls)
+        self.receive_deadline_s = receive_deadline_s
 
     @property
     def sock(self):
@@ -115,8 +121,33 @@ class HttpTransport:
         except http1.SendFailed as exc:
             raise Lost(str(exc)) from None
 
+    @property
+    def answer_started(self) -> bool:
+        """Bytes of the answer to the last ``send`` have arrived, not all of it (``receive_ready``)."""
+        return self.conn.first_bytes_s is not None
+
+    def receive_ready(self) -> tuple[int, bytes] | None:
+        """The answer (status, body) to the last ``send`` once it has arrived whole, else None; never
+        waits: what has arrived is read and kept for the next call. An answer still not whole
+        ``receive_deadline_s`` after its first bytes is cut off (the connection closed).
+
+        Raises:
+            Lost: "deadline", "stale", "too large: ...", "closed", or the connection failed (as
+                ``receive``).
+        """
+        conn = self.conn
+        try:
+            got = conn.receive_ready()
+        except http1.ReceiveFailed as exc:
+            raise Lost(str(exc)) from None
+        started = conn.first_bytes_s
+        if got is None and started is not None and monotonic() - started > self.receive_deadline_s:
+            conn.close()
+            raise Lost("deadline")
+        return got
+
     def receive(self, wait: bool = False) -> tuple[int, bytes]:
-        """The answer (status, body) to the last ``send``, whole within ``RECEIVE_DEADLINE_S`` of its
+        """The answer (status, body) to the last ``send``, whole within ``receive_deadline_s`` of its
         first bytes (a venue that trickles or floods its answer cannot hold the sender past its
         heartbeat). Called once those bytes are there, or with ``wait`` (a caller that just sent:
         reconciliation), which first waits up to ``timeout_s`` for them.
@@ -132,6 +163,6 @@ class HttpTransport:
             except (OSError, ValueError):  # the receive below fails and says why
                 pass
         try:
-            return self.conn.receive(min(RECEIVE_DEADLINE_S, self.conn.timeout_s))
+            return self.conn.receive(min(self.receive_deadline_s, self.conn.timeout_s))
         except http1.ReceiveFailed as exc:
             raise Lost(str(exc)) from None

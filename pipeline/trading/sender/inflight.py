@@ -3,8 +3,9 @@
 ``InFlightRequests`` holds the order connections (``pool``), which of them have nothing in flight
 (``free``) and, per busy connection, the ``InFlight`` request (its outbox item, the request, when it
 times out). ``start`` signs the item's request and writes it without waiting for the answer;
-``read_answers`` reads the answers that have arrived (a zero-timeout select), in the order the
-requests were sent, and hands each to ``on_answer`` (``OrderAnswers.on_answer``, wired by the shell);
+``read_answers`` reads what has arrived on each connection (a zero-timeout select, non-blocking reads:
+an answer partway in is kept for the next pass, never waited for, so one slow peer holds no other),
+in the order the requests were sent, and hands each whole answer to ``on_answer`` (``OrderAnswers.on_answer``, wired by the shell);
 a request unanswered past ``timeout_ms`` is an unknown outcome (its connection is closed).
 ``must_wait`` says when a command must wait for a request in flight: a cancel never overtakes its
 order's NEW, an order of an instrument never its CANCEL_ALL, a CANCEL_ALL never that instrument's
@@ -118,8 +119,9 @@ class InFlightRequests:
         return self.api.place_with_body(inst, self.wall_ms(), body)
 
     def read_answers(self, now: int) -> int:
-        """Read the answers that have arrived (a zero-timeout select over the connections in flight)
-        and act on them, in the order their requests were sent; a request unanswered past
+        """Read what has arrived (a zero-timeout select over the connections in flight, then
+        non-blocking reads; ``VenueClient.read_answer``) and act on the answers that are whole, in the
+        order their requests were sent; a request unanswered past
         ``timeout_ms`` is an unknown outcome (its connection is closed). Returns how many."""
         inflight = self.inflight
         if not inflight:

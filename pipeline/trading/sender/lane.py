@@ -2,10 +2,10 @@
 
 Fill polls, the periodic poll, order queries and the running account check are request generators
 (they yield a ``rest.Request`` and are sent its ``Result``), queued as ``LaneJob``s and run one
-request at a time on a connection of their own, without waiting: ``Lane.run`` reads the answer once
-it has arrived (a zero-timeout select; unanswered past ``timeout_ms``: a transport failure), sends it
-into the generator and writes the request it yields; when the generator returns, the job's
-callbacks (``thens``) run. So a venue slow to answer a query holds no new order and no cancel. Only
+request at a time on a connection of their own, without waiting: ``Lane.run`` reads what has
+arrived of the answer (a zero-timeout select, non-blocking reads; unanswered past ``timeout_ms``: a
+transport failure), once it is whole sends it into the generator and writes the request it yields;
+when the generator returns, the job's callbacks (``thens``) run. So a venue slow to answer a query holds no new order and no cancel. Only
 reconciliation waits for its answers (``run_sync``), on the lane too: it runs before anything else,
 so the lane is idle.
 

@@ -26,11 +26,16 @@ class Conn:
         if self.send_error is not None:
             raise self.send_error
 
+    answer_started = False
+
     def receive(self, wait=False):
         a = self.answers.popleft()
         if isinstance(a, Exception):
             raise a
         return a
+
+    def receive_ready(self):
+        return self.receive()
 
     def close(self):
         self.closed = True
@@ -63,3 +68,32 @@ def test_a_get_on_a_stale_keep_alive_is_sent_once_more_a_post_is_not():
     assert client.receive(conn, GET).ok and conn.sent == 1 and stats["http_err"] == 1
     conn = Conn(answers=[Lost("stale")])
     assert client.receive(conn, POST).outcome is Outcome.UNKNOWN and conn.sent == 0
+
+
+class ReadyConn(Conn):
+    """``Conn`` whose ``receive_ready`` answers in turn (None: not whole yet; ``answer_started``: bytes
+    of it have come)."""
+
+    def receive_ready(self):
+        a = self.answers.popleft()
+        self.answer_started = a is None
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+
+def test_read_answer_never_waits_and_a_partial_answer_is_left_to_its_receive_deadline_not_the_request_one():
+    client, stats, marks, _ = client_of()
+    conn = ReadyConn(answers=[None, None, (200, b'{"code":"00000","msg":"success","data":{}}')])
+    assert client.read_answer(conn, POST, 100, 50, True) is None  # bytes came, not all of them
+    assert client.read_answer(conn, POST, 100, 150, False) is None and not conn.closed  # past the request's deadline
+    res = client.read_answer(conn, POST, 100, 160, False, ack_mark=9, ts=4)
+    assert res.ok and marks == [(9, 4)] and stats["http_err"] == 0
+
+
+def test_read_answer_resends_a_get_whose_keep_alive_was_stale_and_keeps_it_in_flight():
+    client, stats, _, _ = client_of()
+    conn = ReadyConn(answers=[Lost("stale")])
+    assert client.read_answer(conn, GET, 100, 50, True) is None and conn.sent == 1 and stats["http_err"] == 1
+    conn = ReadyConn(answers=[Lost("stale")])
+    assert client.read_answer(conn, POST, 100, 50, True).outcome is Outcome.UNKNOWN and conn.sent == 0
