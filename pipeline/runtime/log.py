@@ -1,7 +1,9 @@
 """Structured logging: one JSON object a line in ``<log_dir>/<process>.log``, rotated by size.
 
 Each line: ``ts`` (wall clock, ISO 8601 UTC), ``mono_ns`` (CLOCK_MONOTONIC), ``proc``, ``level``,
-``event`` and the event's fields. Secrets never go through here: callers pass no key material.
+``event`` and the event's fields. Callers pass no key material; as a second line of defence the value
+of every field whose name says it holds a secret (``redact.fields``: token, secret, passphrase,
+signature, ``*_key``...) is written as ``<redacted>``. Log files are created 0600 (in a 0700 folder).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from pathlib import Path
 
 import orjson
+
+from pipeline.runtime import redact
 
 
 class _JsonFormatter(logging.Formatter):
@@ -45,7 +49,7 @@ class EventLog:
         self._logger = logger
 
     def _emit(self, level: int, event: str, fields: dict, exc_info=None) -> None:
-        self._logger.log(level, event, extra={"fields": fields, "mono_ns": time.monotonic_ns()}, exc_info=exc_info)
+        self._logger.log(level, event, extra={"fields": redact.fields(fields), "mono_ns": time.monotonic_ns()}, exc_info=exc_info)
 
     def debug(self, event: str, **fields) -> None:
         self._emit(logging.DEBUG, event, fields)
@@ -60,8 +64,21 @@ class EventLog:
         self._emit(logging.ERROR, event, fields, exc_info=exc_info)
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log file created with mode 0600 (each file after a rotation too)."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # a file an older run left with a wider mode
+        except OSError:
+            pass
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
 def open_event_log(proc: str, log_dir: str | os.PathLike, max_bytes: int = 10_000_000, backups: int = 3, *, stderr: bool = False) -> EventLog:
-    """Log for ``proc`` into ``log_dir/proc.log`` (created 0700 if missing), rotating at ``max_bytes``."""
+    """Log for ``proc`` into ``log_dir/proc.log`` (0600; the folder created 0700 if missing), rotating at
+    ``max_bytes``."""
     d = Path(log_dir)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     logger = logging.getLogger(f"pipeline.{proc}")
@@ -70,7 +87,7 @@ def open_event_log(proc: str, log_dir: str | os.PathLike, max_bytes: int = 10_00
     for h in list(logger.handlers):
         logger.removeHandler(h)
         h.close()
-    fh = logging.handlers.RotatingFileHandler(d / f"{proc}.log", maxBytes=max_bytes, backupCount=backups)
+    fh = _PrivateRotatingFileHandler(d / f"{proc}.log", maxBytes=max_bytes, backupCount=backups)
     fh.setFormatter(_JsonFormatter(proc))
     logger.addHandler(fh)
     if stderr:

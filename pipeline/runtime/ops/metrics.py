@@ -314,10 +314,12 @@ def guard_families(guard: dict | None) -> Iterator[Metric]:
 def ops_families(snap: dict) -> Iterator[Metric]:
     """The ops server's own refusals (``snap["ops"]``, when the server added it)."""
     refused = CounterMetricFamily("shmpipe_ops_requests_refused", "Requests the ops server refused, by HTTP status "
-                                  "(401 no or wrong token, 403 not loopback / foreign Host or Origin, 404, 405, 503).",
-                                  labels=["code"])
-    for code in (401, 403, 404, 405, 503):
-        refused.add_metric([str(code)], snap.get("ops", {}).get("refused", {}).get(code, 0))
+                                  "(400 malformed, an unwanted body or half sent, 401 no or wrong token, 403 not "
+                                  "loopback / foreign Host or Origin, 404, 405, 408 too slow, 411, 413, 431, 503, "
+                                  "505).", labels=["code"])
+    counts = snap.get("ops", {}).get("refused", {})
+    for code in sorted({401, 403, 404, 405, 503} | set(counts)):
+        refused.add_metric([str(code)], counts.get(code, 0))
     yield refused
 
 

@@ -12,13 +12,24 @@ the supervisor's own control socket (``pipeline.runtime.control.request``, run i
 so the supervisor carries it out on its own thread with the same functions as ``python -m pipeline
 halt``; the ops thread never touches the supervisor's state or its control ring.
 
-Bad requests are refused (``web.WebRules``), counted (``shmpipe_ops_requests_refused_total``), and
-logged (the first ``LOG_FIRST`` refusals, then every 1000th); the token is never logged.
+Every request is answered or, when its client is gone before the answer, counted. Bad requests are
+refused (``web.WebRules``), counted (``shmpipe_ops_requests_refused_total``), and logged (the first
+``LOG_FIRST`` refusals, then every 1000th) with the path only: a query string is logged as
+``?<redacted>`` and the token, wherever a request put it, as ``<redacted>`` (``pipeline.runtime.redact``).
+
+Bytes come in through ``OpsConnection`` (websockets' connection, with a first look of its own,
+``wire.check_head``): a head websockets would drop without an answer is refused here (400, 411,
+413, 431, 505); a body (at most ``wire.MAX_BODY_BYTES``, announced by its Content-Length) is read
+before the request is judged, within ``BODY_TIMEOUT_S`` (else 408); a head not complete within
+``HEAD_TIMEOUT_S`` is answered 408; a connection closed with a request half sent is counted (400).
+A control request's body may be empty or ``{}`` (it takes no parameters; anything else: 400); a read
+(GET) takes no body (400); a WebSocket upgrade neither.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import http
 import importlib.resources
 import logging
@@ -30,6 +41,7 @@ from websockets.asyncio.server import ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from pipeline.runtime import redact
 from pipeline.runtime.config import Config
 from pipeline.runtime.control import request as control_request
 from pipeline.runtime.errors import ConfigError, ControlError, StartupError
@@ -41,9 +53,12 @@ from pipeline.runtime.ops.metrics import METRICS_CONTENT_TYPE, render_metrics
 from pipeline.runtime.ops.snapshot import take_snapshot
 from pipeline.runtime.ops.tokenfile import read_token
 from pipeline.runtime.ops.web import JSON, Control, Read, Reply, WebRules, control_reply, error, security_headers
+from pipeline.runtime.ops.wire import HEAD_END, BadHead, check_head, incomplete
 
 HOST = "127.0.0.1"
 LOG_FIRST = 20
+HEAD_TIMEOUT_S = 5.0  # from the connection to the end of the request's head
+BODY_TIMEOUT_S = 5.0  # from the end of the head to the end of the body
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 #: websockets' own log lines (a malformed handshake...) are not the supervisor's events
@@ -139,7 +154,8 @@ class OpsServer:
         self._stop = asyncio.Event()
         try:
             server = await serve(self._ws, HOST, self.port, process_request=self._http, server_header=None,
-                                 max_size=4_096, max_queue=4, close_timeout=1, logger=_WS_LOG)
+                                 max_size=4_096, max_queue=4, close_timeout=1, logger=_WS_LOG,
+                                 create_connection=functools.partial(OpsConnection, ops=self))
         except OSError as exc:
             self._start_error = (f"cannot listen on {HOST}:{self.port}: {exc.strerror or exc} "
                                  "(set [supervisor] ops_port to a free port, or 0 to turn the ops server off)")
@@ -204,9 +220,12 @@ class OpsServer:
 
     async def _http(self, conn: ServerConnection, req: Request) -> Response | None:
         """websockets' ``process_request``: every request but an allowed WebSocket upgrade is answered
-        here (None lets websockets accept the upgrade)."""
+        here (None lets websockets accept the upgrade); a body is read (``OpsConnection``) first."""
         peer = (conn.remote_address or ("",))[0]
-        decision = self.rules.decide(req.method, req.path, req.headers, peer)
+        body, refused = await self._body(conn)
+        decision = refused or self.rules.decide(req.method, req.path, req.headers, peer)
+        if not isinstance(decision, Reply) or decision.status < 400:
+            decision = self._body_refusal(decision, body) or decision
         if isinstance(decision, Read) and decision.what == "ws":
             return None
         if isinstance(decision, Read):
@@ -218,6 +237,40 @@ class OpsServer:
             if reply.status >= 400:
                 self._note_refusal(reply, req.path, peer)
         return self._response(reply)
+
+    async def _body(self, conn) -> tuple[bytes, Reply | None]:
+        """The request's body as ``OpsConnection`` read it, or the refusal (counted) when it did not
+        come whole within ``BODY_TIMEOUT_S`` (408) or the client closed first (400)."""
+        done = getattr(conn, "body_done", None)
+        if done is None:  # a plain ServerConnection (no body is ever let through)
+            return b"", None
+        try:
+            await asyncio.wait_for(done.wait(), BODY_TIMEOUT_S)
+        except TimeoutError:
+            return b"", self.rules.refuse(408, f"the body did not come within {BODY_TIMEOUT_S:g} s")
+        if conn.body_cut:
+            return b"", self.rules.refuse(400, "the connection was closed before the body was complete")
+        return bytes(conn.body), None
+
+    def _body_refusal(self, decision, body: bytes) -> Reply | None:
+        """The refusal (counted) of a body the decided request does not take; None when it is fine:
+        no body, or a control request's empty JSON object."""
+        if not body:
+            return None
+        if isinstance(decision, Control):
+            try:
+                if orjson.loads(body) == {}:
+                    return None
+            except orjson.JSONDecodeError:
+                pass
+            return self.rules.refuse(400, "a control request takes no parameters: send no body, or {}")
+        return self.rules.refuse(400, "this request takes no body")
+
+    def refuse_head(self, bad: BadHead, peer: str) -> bytes:
+        """Count and log a head refused before websockets parsed it; the answer's bytes."""
+        reply = self.rules.refuse(bad.status, bad.why)
+        self._note_refusal(reply, bad.target, peer)
+        return self._response(reply).serialize()
 
     def _read(self, what: str) -> Reply:
         try:
@@ -242,12 +295,120 @@ class OpsServer:
         self._refusals_logged += 1
         n = self._refusals_logged
         if n <= LOG_FIRST or n % 1000 == 0:
-            self.log.warning("ops_refused", status=reply.status, path=path[:80], peer=peer, count=n)
+            safe = redact.without(redact.target(path), [self.rules.token])
+            self.log.warning("ops_refused", status=reply.status, path=safe, peer=peer, count=n)
 
     def _response(self, reply: Reply) -> Response:
         headers = Headers([("Content-Type", reply.content_type), ("Content-Length", str(len(reply.body))),
                            ("Connection", "close"), *security_headers(self.port), *reply.headers])
         return Response(reply.status, http.HTTPStatus(reply.status).phrase, headers, reply.body)
+
+
+class OpsConnection(ServerConnection):
+    """websockets' server connection with a first look at the request (module docstring): the head
+    is checked (``wire.check_head``) before websockets parses it, without its Content-Length; the
+    body is kept in ``body`` (``body_done`` set when whole, ``body_cut`` when the client closed
+    first) for ``OpsServer._http``. After an upgrade, bytes go to websockets untouched."""
+
+    def __init__(self, *args, ops: OpsServer, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ops = ops
+        self.phase = "head"  # head -> body -> done (websockets has the head; a body is whole)
+        self.buf = bytearray()
+        self.body = bytearray()
+        self.body_bytes = 0
+        self.body_done = asyncio.Event()
+        self.body_cut = False
+        self._eof_held = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
+
+    def _peer(self) -> str:
+        return (self.remote_address or ("",))[0]
+
+    def _refuse_now(self, bad: BadHead) -> None:
+        """Answer a refused head ourselves and close (websockets never sees the request)."""
+        self.phase = "refused"
+        if self._timer is not None:
+            self._timer.cancel()
+        self.transport.write(self.ops.refuse_head(bad, self._peer()))
+        self.transport.close()
+
+    def _head_late(self) -> None:
+        if self.phase == "head":
+            self._refuse_now(BadHead(408, f"the request's head did not come within {HEAD_TIMEOUT_S:g} s"))
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase == "done":
+            super().data_received(data)
+        elif self.phase == "body":
+            self._take_body(data)
+        elif self.phase == "head":
+            self.buf += data
+            end = self.buf.find(HEAD_END)
+            if end < 0:
+                bad = incomplete(self.buf)
+                if bad is not None:
+                    self._refuse_now(bad)
+                return
+            self._timer.cancel()
+            verdict = check_head(bytes(self.buf[:end + len(HEAD_END)]))
+            rest, self.buf = bytes(self.buf[end + len(HEAD_END):]), bytearray()
+            if isinstance(verdict, BadHead):
+                self._refuse_now(verdict)
+                return
+            self.body_bytes = verdict.body_bytes
+            self.phase = "body" if self.body_bytes else "done"
+            if not self.body_bytes:
+                self.body_done.set()
+            super().data_received(verdict.head)
+            if rest:
+                self.data_received(rest)
+
+    def _take_body(self, data: bytes) -> None:
+        """Keep the body's bytes (what follows it is dropped: the answer closes the connection)."""
+        self.body += data[:self.body_bytes - len(self.body)]
+        if len(self.body) >= self.body_bytes:
+            self.phase = "drained"
+            self.body_done.set()
+
+    def eof_received(self):
+        if self.phase == "refused":
+            return None
+        if self.phase == "head":
+            if not self.buf:
+                return super().eof_received()
+            self._refuse_now(BadHead(400, "the connection was closed before the request's head was complete"))
+            return None
+        if self.phase == "body":  # the client stopped sending: the request is answered (400), then closed
+            self.body_cut = True
+            self.phase = "drained"
+            self.body_done.set()
+        if self.response is None and (self.phase == "drained" or self.request is not None):
+            self._eof_held = True  # a half-close before the answer: the answer still goes out (send_data)
+            return True
+        return super().eof_received()
+
+    def send_data(self) -> None:
+        super().send_data()
+        if self._eof_held and self.response is not None:  # the answer is out: now the client's end
+            self._eof_held = False
+            super().eof_received()
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.phase == "body":
+            self.body_cut = True
+            self.body_done.set()
+        elif (self.phase == "head" and self.buf) or (self.phase == "done" and self.request is None):
+            # a half-sent head, or one websockets refused without calling process_request: counted
+            self.ops.refuse_head(BadHead(400, "closed with no complete request"), self._peer())
+        super().connection_lost(exc)
 
 
 def start_ops_server(cfg: Config, log: EventLog, source, say=lambda text: None) -> OpsServer | None:
