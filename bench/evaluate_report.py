@@ -132,8 +132,8 @@ def _drawn(v: dict) -> str:
     d = v.get("order_latency_us") or {}
     if not d.get("n"):
         return ""
-    return (f"; order latency drawn for its {d['n']} orders: p50 {d['p50']:g} / p99 {d['p99']:g} µs (min {d['min']:g}, "
-            f"max {d['max']:g})")
+    return (f"; order latency drawn for {d['n']} order(s): p50 {d['p50']:.0f} / p99 {d['p99']:.0f} µs (min "
+            f"{d['min']:.0f}, max {d['max']:.0f})")
 
 
 def model_lines(results: dict, cards: dict | None = None) -> list[str]:

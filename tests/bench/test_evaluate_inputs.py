@@ -158,7 +158,7 @@ def test_the_report_names_the_latency_file_its_percentiles_and_the_judged_model(
     lat, (a, _b) = drawn_runs
     md = (a / "report.md").read_text()
     assert f"from {lat}, per-order samples (n 3)" in md and "p50 2000 µs, p99 9000 µs" in md and "seed 7" in md
-    assert re.search(r"^- imbalance: .*; order latency drawn for its \d+ orders: .*\(min 100, max 9000\)$", md, re.M)
+    assert re.search(r"^- imbalance: .*; order latency drawn for \d+ order\(s\): .*\(min 100, max 9000\)$", md, re.M)
     model = re.search(r'model_path = "([^"]+lean\.onnx)"', open(config).read()).group(1)
     sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
     m = re.search(r"^- Judged model (\S+) sha256 ([0-9a-f]{64}) \(variants ([^)]*)\); card (\S+), copied beside "
