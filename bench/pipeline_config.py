@@ -44,14 +44,15 @@ class Scenario:
 
 
 # ------------------------------------------------------------------------------------- models
-def write_bench_model(path: Path) -> Path:
+def write_bench_model(path: Path, bounds=None) -> Path:
     """The bench's classifier: the default model's architecture and size (MLP 128-32-4, the same ONNX
     graph), so inference costs the same, with weights set by hand so its labels follow the 5-level
     book imbalance whatever the market's time scale: LEAN_BUY above +0.3, LEAN_SELL below -0.3, else
     HOLD; never EMERGENCY. The trained default model, fed a venue stepping every millisecond (hundreds
     of times faster than the calibrated market it learnt from), meets inputs outside its card's bounds
     and says HOLD (out of range) on every update, which would leave no orders to time. Its model card (``pipeline.trading.model.card``, kind ``hand-set``) is in the ONNX
-    metadata and beside it, so the fast stage accepts it."""
+    metadata and beside it, so the fast stage accepts it. ``bounds`` (``InputBounds``): its card's input
+    bounds (default: every finite float32)."""
     from pipeline.trading.features import F_IMBALANCE_5
     from pipeline.trading.model import Model, to_onnx
     from pipeline.trading.model.card import hand_made_card, write_card
@@ -63,7 +64,8 @@ def write_bench_model(path: Path) -> Path:
     b1[0] = b1[1] = -6.0  # |imb| must pass 0.3 before a lean logit rises above HOLD's
     w2[0, 1], w2[1, 2] = 4.0, 4.0
     card = hand_made_card("hand-set", "bench only, not shipped: LEAN_BUY when F_IMBALANCE_5 > +0.3, LEAN_SELL "
-                          "below -0.3, else HOLD; never EMERGENCY (bench.pipeline_config.write_bench_model)")
+                          "below -0.3, else HOLD; never EMERGENCY (bench.pipeline_config.write_bench_model)",
+                          bounds=bounds)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = Model(w1, b1, w2, b2, {"bench_model": "imbalance-following"})
     path.write_bytes(to_onnx(model, card=card).SerializeToString())

@@ -13,6 +13,7 @@ import msgspec
 
 from bench import report
 from bench.chaos import __doc__ as chaos_doc
+from bench.chaos.flow import ledger_table
 from bench.chaos.harness import FAIL, INCONCLUSIVE, PASS, VERDICTS, ChaosPipeline, Row, exit_status
 from bench.chaos.registry import scenarios
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
           + (" (quick mode)" if args.quick else "") + ".",
           "", "| scenario | injected | what the pipeline did | measured | verdict |", "|---|---|---|---|---|"]
     md += [f"| {r.scenario} | {r.injected} | {r.did} | {r.figure} | {r.verdict} |" for r in rows]
+    md += ledger_table(rows)
     report.write(out_dir, {"machine": machine, "quick": args.quick, "verdicts": n,
                            "rows": [msgspec.to_builtins(r) for r in rows]}, md)
     return exit_status(rows)

@@ -2,7 +2,8 @@
 the config with orders and fills flowing (``orders_flow``, ``FLOW_MODEL``), the least flow a run must
 carry (``MIN_ORDERS``, ``MIN_FILLS``, ``flow_check``), ``quiesce`` (halt and wait until nothing is
 open or in flight), the sender's journal against the venue and the risk gateway (``reconcile``,
-positions in ``whole_lots``), and every ORDER counted at both ends (``order_counts_check``)."""
+positions in ``whole_lots``), every NEW order the risk gateway approved accounted for from its audit log
+(``new_orders_ledger``, ``ledger_problems``), and every ORDER counted at both ends (``order_counts_check``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 import re
 import time
 
-from bench.chaos.harness import soft_wait
+from bench.chaos.harness import read_audit, soft_wait
 from pipeline.trading.journal import PENDING, UNKNOWN, replay
 
 #: the least each pipeline run of sigkill_each and consumer_stall must carry, quick or full: NEW orders
@@ -135,23 +136,120 @@ def flow_check(orders: int, fills: int, min_orders: int, min_fills: int) -> tupl
     return ok, f"{orders} orders (min {min_orders}), {fills} fills (min {min_fills})"
 
 
+#: the reasons the sender refuses a NEW with before its journal holds it (``sender.admission``): HALTED (its
+#: journal could not take the intent, or its fsync stalled), MALFORMED (does not fit the instrument)
+NEW_REFUSALS = ("HALTED", "MALFORMED")
+
+
+def new_orders_ledger(audit: list[dict], journal_oids) -> dict:
+    """Every NEW order the risk gateway approved, accounted for by id: ``audit`` is its audit log (one
+    dict an event, ``harness.read_audit``: appended to by every life of the risk stage, so it spans its
+    restarts; an ``OrderApproved`` is written before its ORDER leaves), ``journal_oids`` the order ids of
+    the sender's journal (every life of the sender: it replays and appends to the same file).
+
+    Returns ``risk_approved`` (OrderApproved events), ``journal_new`` (orders in the journal),
+    ``sender_refused`` (approved, not journaled, answered REJECTED with a reason the sender refuses a NEW
+    with before its journal takes it, ``NEW_REFUSALS``: the audit's ``RejectReceived``; a cancel of an
+    order the sender does not know is answered NOT_FOUND, which says nothing of the NEW) with
+    ``refused_by_reason`` (code -> count), ``lost`` (approved, neither journaled nor refused) and
+    ``unapproved`` (journaled with no approval on record), with up to 10 ids of each of the last two
+    (``lost_ids``, ``unapproved_ids``). Every approved NEW is journaled or refused exactly when ``lost`` and
+    ``unapproved`` are 0 (then ``risk_approved == journal_new + sender_refused``). A risk stage killed
+    between its audit write and the ORDER's write, or a refusal read by a risk stage killed before its
+    end-of-batch audit write, counts as lost: a false alarm, never a hidden loss."""
+    approved = {int(e["order_id"]) for e in audit if e.get("ev") == "OrderApproved" and "order_id" in e}
+    journaled = {int(o) for o in journal_oids}
+    refused: dict[int, str] = {}
+    for e in audit:
+        if (e.get("ev") == "RejectReceived" and e.get("code") in NEW_REFUSALS and e.get("order_id") in approved
+                and e["order_id"] not in journaled):
+            refused.setdefault(int(e["order_id"]), str(e.get("code", "?")))
+    lost = sorted(approved - journaled - refused.keys())
+    unapproved = sorted(journaled - approved)
+    by_reason: dict[str, int] = {}
+    for code in refused.values():
+        by_reason[code] = by_reason.get(code, 0) + 1
+    return {"risk_approved": len(approved), "journal_new": len(journaled), "sender_refused": len(refused),
+            "refused_by_reason": by_reason, "lost": len(lost), "unapproved": len(unapproved),
+            "lost_ids": lost[:10], "unapproved_ids": unapproved[:10]}
+
+
+def ledger_problems(c: dict) -> list[str]:
+    """What does not hold of ``new_orders_ledger``'s counts ``c``: every NEW approved is journaled or
+    refused with a reason (none lost), and nothing journaled without an approval (counts without
+    ``lost`` / ``unapproved``: judged on ``risk_approved == journal_new + sender_refused``)."""
+    bad = []
+    refused, unapproved = c.get("sender_refused", 0), c.get("unapproved", 0)
+    lost = c.get("lost", c["risk_approved"] - c["journal_new"] - refused + unapproved)
+    if lost or c["risk_approved"] != c["journal_new"] + refused - unapproved:
+        why = ", ".join(f"{k} {n}" for k, n in sorted(c.get("refused_by_reason", {}).items()))
+        bad.append(f"NEW orders approved by risk {c['risk_approved']}, journaled by the sender {c['journal_new']}, "
+                   f"refused by it {refused}" + (f" ({why})" if why else "") + f": {lost} lost"
+                   + (f" {c['lost_ids']}" if c.get("lost_ids") else ""))
+    if unapproved:
+        bad.append(f"NEW orders journaled with no approval in risk's audit log: {unapproved} "
+                   f"{c.get('unapproved_ids', [])}")
+    return bad
+
+
+#: the check of ``ledger_problems``, by name, in every scenario that judges it
+LOST_CHECK = "0 lost: every NEW risk approved (its audit log) journaled or refused with a reason"
+#: the counts of ``new_orders_ledger`` a report shows, per scenario and run
+LEDGER_KEYS = ("risk_approved", "journal_new", "sender_refused", "refused_by_reason", "lost", "unapproved")
+
+
+def ledger_entry(run: str, c: dict) -> dict:
+    """The report's line of one pipeline run's ledger (``LEDGER_KEYS`` of ``c``, named ``run``)."""
+    return {"run": run, **{k: c.get(k) for k in LEDGER_KEYS}}
+
+
+def ledger_text(c: dict) -> str:
+    """The ledger in words: approved (risk's audit log) = journaled + refused (reasons) + lost."""
+    why = ", ".join(f"{k} {n}" for k, n in sorted((c.get("refused_by_reason") or {}).items()))
+    return (f"NEW orders approved by risk (audit log) {c['risk_approved']} = journaled by the sender "
+            f"{c['journal_new']} + refused {c['sender_refused']}{f' ({why})' if why else ''}; lost {c['lost']}, "
+            f"journaled unapproved {c['unapproved']}")
+
+
+def ledger_table(rows) -> list[str]:
+    """The report's orders ledger (markdown lines): for each row (``harness.Row``) with
+    ``details["orders_ledger"]`` (``ledger_entry`` lines), one line a pipeline run; none: no lines."""
+    lines = [(r.scenario, e) for r in rows for e in r.details.get("orders_ledger", [])]
+    if not lines:
+        return []
+    md = ["", "## Orders ledger", "",
+          "NEW orders approved by the risk gateway (its audit log, across its restarts) = journaled by the sender "
+          "+ refused by the sender (reason) + lost; unapproved: journaled with no approval on record.", "",
+          "| scenario | run | approved (risk audit) | journaled (sender) | refused (reason) | lost | unapproved |",
+          "|---|---|---|---|---|---|---|"]
+    for scenario, e in lines:
+        why = ", ".join(f"{k} {n}" for k, n in sorted((e.get("refused_by_reason") or {}).items()))
+        md.append(f"| {scenario} | {e.get('run') or '-'} | {e.get('risk_approved')} | {e.get('journal_new')} | "
+                  f"{e.get('sender_refused')}{f' ({why})' if why else ''} | {e.get('lost')} | {e.get('unapproved')} |")
+    return md
+
+
+def order_ledger(p) -> dict:
+    """``new_orders_ledger`` of pipeline ``p`` (after ``quiesce``): its risk audit log against its sender's
+    journal."""
+    st, _ = replay((p.tmp / "run" / "sender.journal").read_bytes())
+    return new_orders_ledger(read_audit(p), st.orders.keys())
+
+
 def order_counts_check(c: dict) -> tuple[bool, list[str]]:
     """Every ORDER the risk gateway wrote arrived at the sender, none twice, counted from both ends
     (after ``quiesce``, in a run without restarts): ``risk_out`` (risk's own msgs_out) ==
     ``ring_written`` (the orders ring's write cursor) == ``ring_read`` (its read cursor) == ``sender_in``
-    (the sender's msgs_in); ``risk_approved`` (NEW orders risk wrote) == ``journal_new`` (distinct
-    NEW orders in the sender's journal) + ``sender_refused`` (NEWs the sender answered REJECTED HALTED
-    without an intent while its journal's fsync was stalled: ``jstalled``; a stopped sender's fsync,
-    resumed, counts as stalled until it returns); ``sender_dups`` (a NEW read again) == 0 and
-    ``sender_malformed`` == 0. Returns (ok, what did not hold)."""
-    bad = []
+    (the sender's msgs_in); every NEW approved in risk's audit log journaled by the sender or refused by
+    it with a reason (``ledger_problems`` of ``new_orders_ledger``'s counts: ``risk_approved`` ==
+    ``journal_new`` + ``sender_refused``, e.g. NEWs answered REJECTED HALTED without an intent while the
+    journal's fsync was stalled: a stopped sender's fsync, resumed, counts as stalled until it returns;
+    none ``lost``, none ``unapproved``); ``sender_dups`` (a NEW read again) == 0 and ``sender_malformed``
+    == 0. Returns (ok, what did not hold)."""
     ends = {k: c[k] for k in ("risk_out", "ring_written", "ring_read", "sender_in")}
-    if len(set(ends.values())) != 1:
-        bad.append("ORDERs written != read: " + ", ".join(f"{k} {v}" for k, v in ends.items()))
-    refused = c.get("sender_refused", 0)
-    if c["risk_approved"] != c["journal_new"] + refused:
-        bad.append(f"NEW orders approved by risk {c['risk_approved']} != journaled by the sender {c['journal_new']}"
-                   + (f" + refused unjournaled {refused}" if refused else ""))
+    bad = [] if len(set(ends.values())) == 1 else [
+        "ORDERs written != read: " + ", ".join(f"{k} {v}" for k, v in ends.items())]
+    bad += ledger_problems(c)
     if c["sender_dups"]:
         bad.append(f"NEW orders read twice by the sender: {c['sender_dups']}")
     if c["sender_malformed"]:
@@ -164,8 +262,7 @@ def order_ends(p) -> dict:
     st, _ = replay((p.tmp / "run" / "sender.journal").read_bytes())
     risk, sender, ring = p.proc("risk"), p.proc("sender"), p.ring("orders")
     return {"risk_out": risk["msgs_out"], "ring_written": ring["write_cursor"], "ring_read": ring["read_cursor"],
-            "sender_in": sender["msgs_in"], "risk_approved": risk["stage"].get("approved", -1),
-            "journal_new": len(st.orders), "sender_refused": sender["stage"].get("jstalled", 0),
-            "sender_dups": sender["stage"].get("dups", -1),
+            "sender_in": sender["msgs_in"], **new_orders_ledger(read_audit(p), st.orders.keys()),
+            "sender_jstalled": sender["stage"].get("jstalled", 0), "sender_dups": sender["stage"].get("dups", -1),
             "sender_malformed": sender["stage"].get("malformed", -1), "journal_fills": len(st.trade_ids),
             "venue_fills": int(p.stage("venue").get("fills", -1)), "risk_cancels": risk["stage"].get("cancels", -1)}

@@ -9,7 +9,7 @@ the mid, repriced and cancelled by the gateway as the mid moves).
 - ``perp_flow``: orders flowing (at least ``MIN_ORDERS`` sent and ``MIN_FILLS`` filled, within
   ``FLOW_WAIT_S``), then a ``halt`` and settling: orders placed at the venue on a perpetual, filled,
   cancelled (the sender's ``cancels``), every venue fill journaled, none unresolved, no clientOid used
-  twice, and the venue's (all-position), the journal's and the gateway's positions equal in whole
+  twice, every NEW order the risk gateway approved journaled or refused (``flow.order_ledger``), and the venue's (all-position), the journal's and the gateway's positions equal in whole
   contracts.
 - ``machine_crash_sender_perp``: ``bench.chaos.position.machine_crash_sender`` (the sender SIGKILLed at
   a place with its journal cut to the last fsync'd length, restarted, the venue's orders adopted; 0
@@ -22,7 +22,8 @@ import re
 import time
 from pathlib import Path
 
-from bench.chaos.flow import FLOW_MODEL, FLOW_WAIT_S, MIN_FILLS, MIN_ORDERS, flowing, orders_flow, quiesce, reconcile
+from bench.chaos.flow import (FLOW_MODEL, FLOW_WAIT_S, LOST_CHECK, MIN_FILLS, MIN_ORDERS, flowing, ledger_entry,
+                              ledger_problems, ledger_text, order_ledger, orders_flow, quiesce, reconcile)
 from bench.chaos.harness import Row, judged_row
 from bench.chaos.position import machine_crash_sender
 from pipeline.runtime.config import load_config
@@ -75,12 +76,14 @@ def perp_flow(P, quick: bool) -> Row:
         perps = [i.symbol for i in p.cfg.instruments if i.perpetual]
         settled = quiesce(p)
         led = reconcile(p)
+        news = order_ledger(p)
     checks = {"the instruments are perpetuals": bool(perps) and len(perps) == len(p.cfg.instruments),
               f"orders placed at the venue (>= {MIN_ORDERS})": led["venue_placed"] >= MIN_ORDERS,
               f"fills (>= {MIN_FILLS}), every venue fill journaled":
                   led["journal_fills"] >= MIN_FILLS and led["journal_fills"] == led["venue_fills"],
               "orders cancelled": sender.get("cancels", 0) >= 1,
               "settled after halt": settled,
+              LOST_CHECK: not ledger_problems(news),
               "0 duplicated (no clientOid refused), 0 unresolved": led["dup_coid"] == 0 and led["unresolved"] == 0
               and led["coids_unique"],
               "positions equal in whole contracts (venue, journal, risk)": led["position_diff_lots"] == 0}
@@ -89,9 +92,10 @@ def perp_flow(P, quick: bool) -> Row:
     return judged_row(
         "perp_flow", checks, injected=f"orders flowing on the perpetuals {perps} (configs/perp.toml)",
         did=(f"venue placed {led['venue_placed']}, fills {led['venue_fills']} (journaled {led['journal_fills']}), "
-             f"cancels {sender.get('cancels', 0)}, unresolved {led['unresolved']}; {pos}"),
+             f"cancels {sender.get('cancels', 0)}, unresolved {led['unresolved']}; {ledger_text(news)}; {pos}"),
         figure=f"{led['venue_placed']} placed, {led['venue_fills']} fills; position diff {led['position_diff_lots']} lots",
-        details={"ledger": led, "sender": {k: sender.get(k) for k in ("sent", "acked", "fills", "cancels")},
+        details={"ledger": led, "news": news, "orders_ledger": [ledger_entry("", news)],
+                 "sender": {k: sender.get(k) for k in ("sent", "acked", "fills", "cancels")},
                  "prefix": p.prefix})
 
 

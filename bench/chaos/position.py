@@ -34,7 +34,8 @@ mid). Positions are compared in whole lots (``whole_lots``): the venue's from it
   43118, counted as a duplicate). After 2 s more flow, a
   ``halt`` and settling: every crash cut a non-empty window, the restarted sender adopted at least one
   order from the venue, no clientOid was refused as a duplicate, no order lost (every order the venue
-  placed is in the journal with its venue id, none unresolved), every venue fill journaled, and the
+  placed is in the journal with its venue id, none unresolved; every NEW order the risk gateway approved
+  in the journal or refused with a reason: ``flow.order_ledger``), every venue fill journaled, and the
   venue's, the journal's and the gateway's positions equal in whole lots.
 
 Each takes ``account_check_ms`` (the sender's; None = its default, 1000): 0 turns the running sender's
@@ -58,7 +59,8 @@ from pathlib import Path
 
 import orjson
 
-from bench.chaos.flow import FLOW_MODEL, FLOW_WAIT_S, orders_flow, quiesce, reconcile, whole_lots
+from bench.chaos.flow import (FLOW_MODEL, FLOW_WAIT_S, LOST_CHECK, ledger_entry, ledger_problems, ledger_text,
+                              order_ledger, orders_flow, quiesce, reconcile, whole_lots)
 from bench.chaos.harness import INCONCLUSIVE, Row, judged_row, soft_wait
 from bench.chaos.rewrite import sender_params
 from bench.pipeline_config import KEY
@@ -411,6 +413,7 @@ def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_m
             time.sleep(2.0)
             settled = quiesce(p)
             led = reconcile(p)
+            news = order_ledger(p)
             log = p.logs() / "sender.log"
             adopted = log.read_text(errors="replace").count("sender_order_adopted") if log.exists() else 0
             restarts = p.proc("sender")["restarts"]
@@ -426,6 +429,7 @@ def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_m
               "settled after halt": settled,
               "0 duplicated (no clientOid refused by the venue), 0 lost, 0 unresolved":
                   led["dup_coid"] == 0 and lost == 0 and led["coids_unique"],
+              LOST_CHECK: not ledger_problems(news),
               "every venue fill journaled": led["journal_fills"] == led["venue_fills"],
               "positions equal in whole lots (venue, journal, risk)": led["position_diff_lots"] == 0}
     pos = "; ".join(f"{s}: venue {v['venue']:g} journal {v['journal']:g} risk {v['risk']:g}"
@@ -438,10 +442,12 @@ def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_m
         did=(f"windows cut {cuts} bytes; sender restarts {restarts}; orders adopted from the venue {adopted}; "
              f"{led['journal_orders']} orders journaled, {led['journal_acked']} with a venue id, venue placed "
              f"{led['venue_placed']}; fills {led['journal_fills']} journaled, {led['venue_fills']} at the venue; "
-             f"duplicate clientOids refused {led['dup_coid']}; unresolved {led['unresolved']}; {pos}"),
-        figure=(f"adopted {adopted}; duplicated {led['dup_coid']}, lost {lost}; position diff "
+             f"duplicate clientOids refused {led['dup_coid']}; unresolved {led['unresolved']}; {ledger_text(news)}; {pos}"),
+        figure=(f"adopted {adopted}; duplicated {led['dup_coid']}, lost {lost} (venue vs journal) / {news['lost']} (risk "
+                f"audit); position diff "
                 f"{led['position_diff_lots']} lots"),
-        details={"ledger": led, "cuts": cuts, "restarts": restarts, "prefix": p.prefix},
+        details={"ledger": led, "news": news, "orders_ledger": [ledger_entry("", news)], "cuts": cuts,
+                 "restarts": restarts, "prefix": p.prefix},
     )
 
 

@@ -13,10 +13,14 @@ outages (what the tests run); full mode is the issue's numbers. The stalled cons
   mode (``make chaos``: a time limit is a benchmark's; quick mode, what the tests run, reports the times
   and judges that every stage came back), the others keep their pids;
   then, after a ``halt``, the run must settle (nothing open at the sender or the gateway, the orders and
-  exec rings empty) and the sender's journal and the venue agree: no clientOid refused as a duplicate
-  (``dup_coid``), no order left pending or unknown, as many orders placed at the venue as the journal
-  has venue-acknowledged, every venue fill journaled, and the same position at the venue, in the
-  journal and in the risk gateway, in whole lots, exactly. Minimum flow: at least ``MIN_ORDERS`` (20)
+  exec rings empty) and: 0 lost, every NEW order the risk gateway approved (its audit log, appended to
+  by each of its lives) in the sender's journal or refused by it with a reason (``flow.order_ledger``;
+  risk re-syncs from the sender after each restart, so an order dropped between them shows nowhere
+  else); the sender's journal and the venue agree: as many orders placed at the venue as the journal has
+  venue-acknowledged, no order left pending or unknown; 0 duplicated: no clientOid refused by the venue
+  as a duplicate (``dup_coid``), none twice in the journal; every venue fill journaled; and the same
+  position at the venue, in the journal and in the risk gateway, in whole lots, exactly (each its own
+  check). Minimum flow: at least ``MIN_ORDERS`` (20)
   NEW orders and ``MIN_FILLS`` (5) fills in the journal (``flow_check``), else FAIL.
 - ``sigstop_10s``: SIGSTOP ``features`` for 10 s (quick: 3 s): the supervisor sees the heartbeat stop,
   replaces it (new pid, RUNNING), the others keep their pids and BOOKs keep flowing.
@@ -36,13 +40,18 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.chaos.flow import FLOW_MODEL, MIN_FILLS, MIN_ORDERS, flow_check, flowing, orders_flow, quiesce, reconcile
+from bench.chaos.flow import (FLOW_MODEL, LOST_CHECK, MIN_FILLS, MIN_ORDERS, flow_check, flowing, ledger_entry,
+                              ledger_problems, ledger_text, order_ledger, orders_flow, quiesce, reconcile)
 from bench.chaos.harness import Row, judged_row, wait_stopped
 from ringbuf import layout as L
 
 RECOVERY_LIMIT_MS = 500.0
 #: stages SIGKILLed by sigkill_each (not the venue: see the module docstring)
 KILL_TARGETS = ("feed", "features", "fast", "llm", "risk", "sender")
+#: sigkill_each's money checks, by name (the sabotaged runs of ``make chaos-sabotage`` require each to fail;
+#: LOST_CHECK is ``flow``'s)
+DUP_CHECK = "0 duplicated: no clientOid refused by the venue, none twice in the journal"
+POSITIONS_CHECK = "positions equal in whole lots (venue, journal, risk)"
 
 
 def _cont(pid: int) -> None:
@@ -129,6 +138,7 @@ def sigkill_each(P, quick: bool) -> Row:
         sent_before_halt = p.stage("sender").get("sent", 0)
         settled = quiesce(p)
         led = reconcile(p)
+        news = order_ledger(p)
         restarts = {n: p.proc(n)["restarts"] for n in KILL_TARGETS}
     allrec = [x for v in rec.values() for x in v]
     p50, mx = (statistics.median(allrec), max(allrec)) if allrec else (float("nan"), float("nan"))
@@ -136,14 +146,16 @@ def sigkill_each(P, quick: bool) -> Row:
     ok_rec = len(allrec) == kills * len(KILL_TARGETS) and (quick or mx <= RECOVERY_LIMIT_MS)
     rec_check = ("every stage RUNNING again (quick: the 500 ms limit is judged by make chaos, full mode)" if quick
                  else f"every stage RUNNING again within {RECOVERY_LIMIT_MS:.0f} ms")
-    ok_orders = (led["dup_coid"] == 0 and led["unresolved"] == 0 and led["coids_unique"]
-                 and led["venue_placed"] == led["journal_acked"] and led["position_diff_lots"] == 0)
     ok_flow, flow_fig = flow_check(led["journal_orders"], led["journal_fills"], min_orders, min_fills)
     ok_fills = led["journal_fills"] == led["venue_fills"]
     checks = {rec_check: ok_rec and not timeouts,
               "no other stage's pid moved": not pid_moves,
               "settled after halt (nothing open, nothing in the orders / exec rings)": settled,
-              "0 duplicated, 0 lost, 0 unresolved, positions equal in whole lots": ok_orders,
+              LOST_CHECK: not ledger_problems(news),
+              "the venue and the journal agree: placed = acknowledged, 0 unresolved":
+                  led["venue_placed"] == led["journal_acked"] and led["unresolved"] == 0,
+              DUP_CHECK: led["dup_coid"] == 0 and led["coids_unique"],
+              POSITIONS_CHECK: led["position_diff_lots"] == 0,
               "every venue fill journaled": ok_fills,
               f"enough flow (>= {min_orders} orders, >= {min_fills} fills)": ok_flow}
     per = ", ".join(f"{n} p50 {statistics.median(v):.0f} / max {max(v):.0f}" for n, v in rec.items() if v)
@@ -154,7 +166,7 @@ def sigkill_each(P, quick: bool) -> Row:
                  f"{min_orders} orders and {min_fills} fills required",
         did=(f"{len(allrec)} of {kills * len(KILL_TARGETS)} restarts RUNNING again ({per} ms); other pids moved: "
              f"{pid_moves or 'none'}; {led['journal_orders']} orders journaled ({sent_before_halt} sent since the sender's last restart), "
-             f"{led['journal_acked']} acknowledged by the venue, venue placed {led['venue_placed']}; fills "
+             f"{led['journal_acked']} acknowledged by the venue, venue placed {led['venue_placed']}; {ledger_text(news)}; fills "
              f"{led['journal_fills']} journaled, {led['venue_fills']} at the venue; "
              f"duplicate clientOids refused {led['dup_coid']}; unresolved {led['unresolved']}; positions "
              + "; ".join(f"{s}: venue {v['venue']:g} journal {v['journal']:g} risk {v['risk']:g}"
@@ -162,9 +174,11 @@ def sigkill_each(P, quick: bool) -> Row:
              + (f"; timeouts: {timeouts}" if timeouts else "")),
         figure=(f"recovery p50 {p50:.0f} ms, max {mx:.0f} ms ({worst}; limit {RECOVERY_LIMIT_MS:.0f}"
                 f"{', judged in full mode' if quick else ''}); "
-                f"duplicated {led['dup_coid']}, lost {abs(led['venue_placed'] - led['journal_acked']) + led['unresolved']}, "
+                f"duplicated {led['dup_coid']}, lost {news['lost']} (risk audit) / "
+                f"{abs(led['venue_placed'] - led['journal_acked']) + led['unresolved']} (venue vs journal), "
                 f"position diff {led['position_diff_lots']} lots; flow {flow_fig}"),
-        details={"recoveries_ms": rec, "ledger": led, "pid_moves": pid_moves, "restarts": restarts,
+        details={"recoveries_ms": rec, "ledger": led, "news": news, "orders_ledger": [ledger_entry("", news)],
+                 "pid_moves": pid_moves, "restarts": restarts,
                  "timeouts": timeouts, "prefix": p.prefix},
     )
 

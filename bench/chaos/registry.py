@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from bench.chaos.input_guard import input_range_guard
 from bench.chaos.kill_switch import kill_switch
 from bench.chaos.latency_guard import latency_guard
 from bench.chaos.llm_faults import llm_faults
@@ -26,9 +27,11 @@ PROCESS: list[tuple[str, Callable]] = [
     ("venue_outage", venue_outage),
 ]
 
-#: bad input, the LLM, risk limits, the kill switch, key and permission scans (issue #9)
+#: bad input, the model's input-range guard (issue #36), the LLM, risk limits, the kill switch, key and permission
+#: scans (issue #9)
 INPUT: list[tuple[str, Callable]] = [
     ("malformed_frames", malformed_frames),
+    ("input_range_guard", input_range_guard),
     ("llm_faults", llm_faults),
     ("risk_limits", risk_limits),
     ("kill_switch", kill_switch),

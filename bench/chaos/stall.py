@@ -5,16 +5,19 @@ heartbeat timeouts.
 Run 1 (md 1,024 slots, orders 2 slots, exec 4,096): SIGSTOP ``features`` 10 s (quick: 3 s; md, drop):
 drops counted, the same number by the ring and by the feed (``out_drops``), and the feed goes on making
 BOOKs at at least half its rate before; then SIGSTOP ``sender`` 5 s (quick: 2 s; orders, backpressure):
-the risk gateway must find the ring full (``full_events`` > 0). Run 2 (exec 2 slots, orders 4,096):
+the risk gateway must find the ring full (``full_events`` > 0) and wait for room (the ring's ``dropped``
+unchanged: no ORDER refused). Run 2 (exec 2 slots, orders 4,096):
 SIGSTOP ``sender`` for 1 s and until ``QUEUED_ORDERS`` (3) ORDERs wait in its ring, SIGSTOP ``risk``,
-SIGCONT ``sender``, held 5 s (quick: 2 s; exec, backpressure): the sender must find the ring full.
+SIGCONT ``sender``, held 5 s (quick: 2 s; exec, backpressure): the sender must find the ring full
+(and wait: nothing dropped).
 (Each backpressure stall is held on past its time, ``HOLD_EXTRA_S`` (10 s) at most, until the writer
 finds the ring full: the order rate varies with the market.) (One ring small at a time: with both
 orders and exec at 2 slots, the gateway waiting for room in orders and the sender for room in exec
 wait for each other, a deadlock seen on 2026-12-01.) After SIGCONT, each run drains, settles after
 a ``halt``, and every ORDER the gateway wrote arrived at the sender, none twice, counted at both ends
 (``order_counts_check``: risk's msgs_out == the ring's write and read cursors == the sender's
-msgs_in; NEW orders approved == NEW orders journaled; the sender's dups == 0), every venue fill is
+msgs_in; every NEW order approved in risk's audit log journaled or refused with a reason; the sender's
+dups == 0), every venue fill is
 journaled, each run carries at least ``MIN_ORDERS`` (20) orders and ``MIN_FILLS`` (5) fills, the
 same pids throughout, no restart. (The feed's p99 is reported, not judged: its latency window holds
 written BOOKs only, so it does not move while md is full.)
@@ -27,11 +30,14 @@ import signal
 import statistics
 import time
 
-from bench.chaos.flow import (FLOW_MODEL, MIN_FILLS, MIN_ORDERS, flow_check, flowing, order_counts_check, order_ends,
-                              orders_flow, quiesce)
+from bench.chaos.flow import (FLOW_MODEL, MIN_FILLS, MIN_ORDERS, flow_check, flowing, ledger_entry, ledger_text,
+                              order_counts_check, order_ends, orders_flow, quiesce)
 from bench.chaos.harness import Row, judged_row, soft_wait, wait_stopped
 from bench.chaos.rewrite import with_process_lines, with_ring_capacity
 
+#: the backpressure checks (``full_events``), by name: the writer met the full ring and waited for room
+ORDERS_FULL_CHECK = "orders ring: the risk gateway found it full while the sender was stopped, and waited (0 dropped)"
+EXEC_FULL_CHECK = "exec ring: the sender found it full while the risk gateway was stopped, and waited (0 dropped)"
 #: ORDERs left waiting in the orders ring (the sender stopped) before consumer_stall's run 2 stops the
 #: risk gateway: each is answered by at least one report, so three must find the 2-slot exec ring full
 QUEUED_ORDERS = 3
@@ -77,9 +83,11 @@ def consumer_stall(P, quick: bool) -> Row:
     ends1, ends2 = r1["ends"], r2["ends"]
     md_drops = md1["dropped"] - md0["dropped"]
     bp = {"orders": {"full_events": o1["full_events"] - o0["full_events"], "written": o1["write_cursor"] - o0["write_cursor"],
-                     "depth_at_end": o1["depth"], "consumed_after_cont": r1["drained"]},
+                     "dropped": o1["dropped"] - o0["dropped"], "depth_at_end": o1["depth"],
+                     "consumed_after_cont": r1["drained"]},
           "exec": {"full_events": e1["full_events"] - e0["full_events"], "written": e1["write_cursor"] - e0["write_cursor"],
-                   "depth_at_end": e1["depth"], "consumed_after_cont": r2["drained"], "orders_queued": r2["queued"]}}
+                   "dropped": e1["dropped"] - e0["dropped"], "depth_at_end": e1["depth"],
+                   "consumed_after_cont": r2["drained"], "orders_queued": r2["queued"]}}
     counts = {}
     for run, ends in (("run 1", ends1), ("run 2", ends2)):
         ok, bad = order_counts_check(ends)
@@ -90,8 +98,8 @@ def consumer_stall(P, quick: bool) -> Row:
         "md drops counted (ring and feed agree)": md_drops > 0 and md_end["dropped"] == feed_end.get("out_drops", -1),
         "the feed went on making BOOKs while md was full (>= half its rate before)":
             r1["rate_during"] >= 0.5 * r1["rate_before"] > 0,
-        "orders ring: the risk gateway found it full while the sender was stopped": bp["orders"]["full_events"] > 0,
-        "exec ring: the sender found it full while the risk gateway was stopped": bp["exec"]["full_events"] > 0,
+        ORDERS_FULL_CHECK: bp["orders"]["full_events"] > 0 and bp["orders"]["dropped"] == 0,
+        EXEC_FULL_CHECK: bp["exec"]["full_events"] > 0 and bp["exec"]["dropped"] == 0,
         "both rings drained after SIGCONT": r1["drained"] and r2["drained"],
         "settled after halt (nothing open, nothing in the orders / exec rings; both runs)": r1["settled"] and r2["settled"],
         "every ORDER written arrived at the sender, none twice (both runs)": all(ok for ok, _ in counts.values()),
@@ -104,7 +112,7 @@ def consumer_stall(P, quick: bool) -> Row:
     base = statistics.median(r1["lat_before"])
     worst = max(r1["lat_during"]) if r1["lat_during"] else float("nan")
     fmt = lambda e: (f"risk wrote {e['risk_out']} ORDERs (ring {e['ring_written']}), the sender read {e['sender_in']} "  # noqa: E731
-                     f"(ring {e['ring_read']}); {e['risk_approved']} NEW approved, {e['journal_new']} journaled, "
+                     f"(ring {e['ring_read']}); {ledger_text(e)}; "
                      f"dups {e['sender_dups']}; fills {e['journal_fills']} journaled / {e['venue_fills']} at the venue")
     restarts, restarts2 = r1["restarts"], r2["restarts"]
     return judged_row(
@@ -126,7 +134,9 @@ def consumer_stall(P, quick: bool) -> Row:
                 f"flow {flow['run 1'][1]} / {flow['run 2'][1]}; feed BOOK p99 {base:.0f} us before, {worst:.0f} us "
                 f"during (not judged: the feed's latency window holds written BOOKs only)"),
         details={"lat_before_us": r1["lat_before"], "lat_during_us": r1["lat_during"], "backpressure": bp,
-                 "ends": {"run 1": ends1, "run 2": ends2}, "rate_before": r1["rate_before"],
+                 "ends": {"run 1": ends1, "run 2": ends2},
+                 "orders_ledger": [ledger_entry("run 1", ends1), ledger_entry("run 2", ends2)],
+                 "rate_before": r1["rate_before"],
                  "rate_during": r1["rate_during"], "prefix": r1["prefix"], "prefix_exec": r2["prefix"],
                  "restarts": [restarts, restarts2]},
     )

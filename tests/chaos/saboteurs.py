@@ -10,24 +10,44 @@ report FAIL.
 - ``StallFastUnderFaults``: a ``bench.chaos.harness.ChaosPipeline`` that, while the llm stage is in a fault
   phase, stops the fast stage for 20 ms every ~40 ms (SIGSTOP / SIGCONT from the harness): a fast path
   that stalls under the LLM's faults.
-- ``LeakyRisk``: the real ``procs.risk.RiskAgent`` whose gateway says REDUCING (event, audit line,
-  stats) but goes on approving as if ACTIVE: the latency guard's REDUCING effect broken.
+- ``DoubleSendingSender``: sends the ``NTH`` NEW order it reads to the venue twice (the second place
+  request bypasses its journal's duplicate check): the same clientOid at the venue twice.
+- ``LeakyRisk``: the real ``procs.risk.RiskAgent`` whose gateway says REDUCING or HALTED (event, audit
+  line, stats) but goes on approving as if ACTIVE: the latency guard's REDUCING and HALTED effects broken.
+- ``SkewedRisk``: the real ``procs.risk.RiskAgent`` whose gateway takes every state report one lot off
+  (each instrument's position one lot above the sender's): the gateway's position apart from the venue's.
+- ``GarbageGateLlm``: ``bench.chaos.llm_faults.FaultyLlmAgent`` whose validation gate lets garbage through
+  under the garbage fault (every answer that did not validate becomes a BUY or SELL of a few lots, a
+  success for the breaker): INSTRUCTIONs out of a faulty model, and a breaker that does not open.
+- ``NoRangeGuardFast``: the real ``procs.fast.FastAgent`` with its input-range guard off (bounds
+  widened to the whole float range): rows outside the model card's bounds classified as any other.
 - ``with_hook(extra)``: a ``ChaosPipeline`` whose config text is also rewritten by ``extra`` (after the
-  scenario's own hook).
+  scenario's own hook); ``module_swap``, ``ring_policy``, ``sender_module``, ``risk_module``: such
+  rewrites (a stage's module replaced, a ring's full policy changed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
 from types import SimpleNamespace
 
+import msgspec
+import numpy as np
+
 from bench.chaos.harness import ChaosPipeline
-from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd
+from bench.chaos.llm_faults import FaultyLlmAgent
+from pipeline.trading.llm.schema import Decision
+from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd, decode_order
+from pipeline.trading.model.decide import InputBounds
 from pipeline.trading.risk.checks import TradingState
+from pipeline.trading.risk.events import Synced
+from pipeline.trading.sender.outbox import OutboxItem
+from procs.fast import FastAgent
 from procs.risk import RiskAgent
 from procs.sender import SenderAgent
 
@@ -67,8 +87,22 @@ class DuplicatingSender(SenderAgent):
                 super()._on_order(seq, ts, kind, payload)
 
 
+class DoubleSendingSender(SenderAgent):
+    """Sends the ``NTH`` NEW order it reads to the venue twice (see the module docstring)."""
+
+    _news = 0
+
+    def _on_order(self, seq, ts, kind, payload) -> None:
+        super()._on_order(seq, ts, kind, payload)
+        if _is_new(kind, payload):
+            self._news += 1
+            if self._news == NTH and decode_order(payload).order_id in self.ledger.orders:
+                self.stats["sabotage_doubled"] = 1
+                self._queue(OutboxItem(OrderCmd.NEW, decode_order(payload), ts))  # a second place request
+
+
 class LeakyRisk(RiskAgent):
-    """Says REDUCING but approves as if ACTIVE (see the module docstring)."""
+    """Says REDUCING or HALTED but approves as if ACTIVE (see the module docstring)."""
 
     def on_start(self, ctx) -> None:
         super().on_start(ctx)
@@ -76,12 +110,54 @@ class LeakyRisk(RiskAgent):
 
         def leaky(payload):
             out = orig(payload)
-            if gw.state == TradingState.REDUCING:
+            if gw.state in (TradingState.REDUCING, TradingState.HALTED):
                 gw.state = TradingState.ACTIVE  # the transition is on record; its effect is not
-                self.stats["sabotage_leaky"] = 1
+                self.stats["sabotage_leaky"] = self.stats.get("sabotage_leaky", 0) + 1
             return out
 
         gw.on_control = leaky
+
+
+class SkewedRisk(RiskAgent):
+    """Takes every state report one lot off (see the module docstring)."""
+
+    def on_start(self, ctx) -> None:
+        super().on_start(ctx)  # (its first state report comes later, through the exec ring)
+        gw, orig = self.gw, self.gw.on_exec
+
+        def skewed(payload):
+            out = orig(payload)
+            if any(isinstance(ev, Synced) for ev in out):
+                for bk in gw.books.values():
+                    bk.position += bk.spec.lot  # before the stage publishes pos_lots_<id> from it
+                self.stats["sabotage_skewed"] = self.stats.get("sabotage_skewed", 0) + 1
+            return out
+
+        gw.on_exec = skewed
+
+
+class GarbageGateLlm(FaultyLlmAgent):
+    """Lets garbage through as valid instructions under the garbage fault (see the module docstring)."""
+
+    def _finish(self, job, out) -> None:
+        if self.mode == "garbage" and not out.ok and not self.hung:
+            n = self.stats["sabotage_leaked"] = self.stats.get("sabotage_leaked", 0) + 1
+            act, lots = ("BUY", 2) if n % 2 else ("SELL", -2)
+            decision = Decision(inst=int(job.sig["instrument_id"]), act=act, lots=lots, off=0, conf=90,
+                                ttl=self.hub.p.ttl_ms)
+            out = msgspec.structs.replace(out, decision=decision, reason="", finish="stop")
+        super()._finish(job, out)
+
+
+class NoRangeGuardFast(FastAgent):
+    """The fast stage with its input-range guard off (see the module docstring)."""
+
+    def on_start(self, ctx) -> None:
+        super().on_start(ctx)
+        n = len(self._lo)
+        self.bounds = InputBounds(np.full(n, -np.inf, np.float32), np.full(n, np.inf, np.float32))
+        self._lo, self._hi = self.bounds.lo, self.bounds.hi
+        self.stats["sabotage_unguarded"] = 1
 
 
 def with_hook(extra):
@@ -104,6 +180,27 @@ def sender_module(module: str):
         if text.count(old) != 1:
             raise ValueError("no sender stage in the config text")
         return text.replace(old, f'module = "{module}"')
+    return extra
+
+
+def module_swap(old: str, module: str):
+    """Config rewrite: the stage whose module is ``old`` (once in the text) runs ``module`` instead."""
+    def extra(text: str) -> str:
+        line = f'module = "{old}"'
+        if text.count(line) != 1:
+            raise ValueError(f"no stage running {old} in the config text")
+        return text.replace(line, f'module = "{module}"')
+    return extra
+
+
+def ring_policy(ring: str, policy: str):
+    """Config rewrite: ring ``ring``'s ``full_policy`` set to ``policy``."""
+    def extra(text: str) -> str:
+        pat = re.compile(r'(\[\[rings\]\]\nname = "' + re.escape(ring) + r'"\n(?:[^\[\n][^\n]*\n)*?full_policy = )"\w+"')
+        new, n = pat.subn(lambda m: f'{m.group(1)}"{policy}"', text)
+        if n != 1:
+            raise ValueError(f"ring {ring!r} not found once in the config text")
+        return new
     return extra
 
 
@@ -165,3 +262,4 @@ class NoRecoverySender(SenderAgent):
             yield  # a request generator that makes no request
 
         self.reconciler.recovery = SimpleNamespace(adopt_gen=nothing)
+

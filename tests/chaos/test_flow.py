@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos.flow import MIN_FILLS, MIN_ORDERS, flow_check, order_counts_check, orders_flow, whole_lots
+from bench.chaos.flow import (MIN_FILLS, MIN_ORDERS, flow_check, ledger_problems, new_orders_ledger, order_counts_check,
+                              orders_flow, whole_lots)
 
 
 def test_a_position_reconciles_in_whole_lots_or_not_at_all():
@@ -36,13 +37,57 @@ def test_a_dropped_order_fails_the_count_check():
     assert not ok and "written != read" in bad[0]
     # dropped by the sender: read, never journaled (nor sent)
     ok, bad = order_counts_check(_ends(journal_new=69))
-    assert not ok and bad == ["NEW orders approved by risk 70 != journaled by the sender 69"]
+    assert not ok and bad == ["NEW orders approved by risk 70, journaled by the sender 69, refused by it 0: 1 lost"]
     # answered REJECTED HALTED without an intent (a stalled fsync) is accounted for; one more is not
     assert order_counts_check(_ends(journal_new=67, sender_refused=3)) == (True, [])
     ok, bad = order_counts_check(_ends(journal_new=67, sender_refused=2))
-    assert not ok and bad == ["NEW orders approved by risk 70 != journaled by the sender 67 + refused unjournaled 2"]
+    assert not ok and bad == ["NEW orders approved by risk 70, journaled by the sender 67, refused by it 2: 1 lost"]
     # the two ends of one side disagree (risk's own count against the ring's)
     assert not order_counts_check(_ends(risk_out=121))[0]
+
+
+def _approved(*oids) -> list[dict]:
+    return [{"ev": "OrderApproved", "order_id": o, "side": 1, "size": 1.0} for o in oids]
+
+
+def _rejected(oid, code) -> dict:
+    return {"ev": "RejectReceived", "order_id": oid, "reason": 7, "code": code}
+
+
+def test_every_new_order_risk_approved_is_journaled_or_refused_with_its_reason():
+    # the audit log of two lives of the risk stage (appended to), the journal of the sender's lives
+    audit = (_approved(1, 2, 3) + [{"ev": "Synced"}, _rejected(3, "HALTED"), _rejected(1, "VENUE_REJECTED")]
+             + [{"ev": "SyncRequested"}] + _approved(4, 5) + [_rejected(5, "MALFORMED")])
+    led = new_orders_ledger(audit, [1, 2, 4])
+    assert {k: led[k] for k in ("risk_approved", "journal_new", "sender_refused", "lost", "unapproved")} == {
+        "risk_approved": 5, "journal_new": 3, "sender_refused": 2, "lost": 0, "unapproved": 0}
+    assert led["refused_by_reason"] == {"HALTED": 1, "MALFORMED": 1}  # 1 was journaled: the venue refused it
+    assert ledger_problems(led) == [] and order_counts_check(_ends(**led))[0]
+    # an order approved, then neither journaled nor refused: lost, by id
+    led = new_orders_ledger(audit + _approved(6), [1, 2, 4])
+    assert (led["lost"], led["lost_ids"]) == (1, [6])
+    assert ledger_problems(led) == ["NEW orders approved by risk 6, journaled by the sender 3, refused by it 2 "
+                                    "(HALTED 1, MALFORMED 1): 1 lost [6]"]
+    # a lost order and a journaled one that risk never approved balance the counts: caught by id all the same
+    led = new_orders_ledger(audit + _approved(6), [1, 2, 4, 9])
+    assert led["risk_approved"] == led["journal_new"] + led["sender_refused"] and len(ledger_problems(led)) == 2
+    # a refusal of an id risk never approved is not a refusal of an approved NEW
+    assert new_orders_ledger(_approved(1) + [_rejected(8, "HALTED")], [])["lost"] == 1
+    # nor is the answer to a cancel of an order the sender never journaled (NOT_FOUND): still lost
+    assert new_orders_ledger(_approved(1) + [_rejected(1, "NOT_FOUND")], [])["lost"] == 1
+
+
+def test_the_report_shows_each_runs_ledger_and_nothing_for_scenarios_without_orders():
+    from bench.chaos.flow import ledger_entry, ledger_table
+    from bench.chaos.harness import Row
+
+    led = new_orders_ledger(_approved(1, 2, 3, 4) + [_rejected(3, "HALTED")], [1, 2])
+    rows = [Row(scenario="a", injected="", did="", figure="", passed=True,
+                details={"orders_ledger": [ledger_entry("run 1", led), ledger_entry("run 2", led)]}),
+            Row(scenario="b", injected="", did="", figure="", passed=True)]
+    md = ledger_table(rows)
+    assert md[-2:] == ["| a | run 1 | 4 | 2 | 1 (HALTED 1) | 1 | 0 |", "| a | run 2 | 4 | 2 | 1 (HALTED 1) | 1 | 0 |"]
+    assert "## Orders ledger" in md and ledger_table(rows[1:]) == []
 
 
 def test_a_duplicated_order_fails_the_count_check():

@@ -40,9 +40,9 @@ def instr(clock, *, iid=1, action=Action.BUY, target=5, seq=7, ttl_ms=1000, offs
     return r.tobytes()
 
 
-def ex(et, *, iid=1, oid=0, side=0, price=0.0, size=0.0, leaves=0.0) -> bytes:
+def ex(et, *, iid=1, oid=0, side=0, price=0.0, size=0.0, leaves=0.0, reason=0) -> bytes:
     r = np.zeros(1, EXEC_DTYPE)
-    r["instrument_id"], r["exec_type"], r["side"], r["order_id"] = iid, et, side, oid
+    r["instrument_id"], r["exec_type"], r["side"], r["order_id"], r["reason"] = iid, et, side, oid, reason
     r["price"], r["size"], r["leaves"] = price, size, leaves
     return r.tobytes()
 

@@ -22,13 +22,14 @@ The names below are the package's public API (``procs.risk``, ``bench.risk`` and
 from pipeline.trading.risk.checks import DenyReason, TradingState
 from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, Event, FillApplied,
                                           InstructionExpired, InstructionPlanned, MessageRejected, OrderApproved,
-                                          OrderDenied, PositionMismatch, StateChanged, Synced, SyncRequested,
-                                          SyncStarted, VenueAccountChanged, encode_order)
+                                          OrderDenied, PositionMismatch, RejectReceived, StateChanged, Synced,
+                                          SyncRequested, SyncStarted, VenueAccountChanged, encode_order)
 from pipeline.trading.risk.gateway import RiskGateway
 from pipeline.trading.risk.ledger import Book
 from pipeline.trading.risk.limits import InstrumentSpec, RiskLimits, decode_limits, resolve_limits
 
 __all__ = ["Book", "CancelAllSent", "CancelSent", "DenyReason", "EmergencyReceived", "Event", "FillApplied",
            "InstructionExpired", "InstructionPlanned", "InstrumentSpec", "MessageRejected", "OrderApproved",
-           "OrderDenied", "PositionMismatch", "RiskGateway", "RiskLimits", "StateChanged", "Synced", "SyncRequested",
-           "SyncStarted", "TradingState", "VenueAccountChanged", "decode_limits", "encode_order", "resolve_limits"]
+           "OrderDenied", "PositionMismatch", "RejectReceived", "RiskGateway", "RiskLimits", "StateChanged", "Synced",
+           "SyncRequested", "SyncStarted", "TradingState", "VenueAccountChanged", "decode_limits", "encode_order",
+           "resolve_limits"]

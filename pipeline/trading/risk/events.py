@@ -156,6 +156,19 @@ class ParentChanged(Event, frozen=True, kw_only=True):
     left: float = 0.0
 
 
+class RejectReceived(Event, frozen=True, kw_only=True):
+    """The sender answered an order REJECTED (``code``: the ``ExecReason`` name): a NEW it refused
+    without sending (HALTED: its journal could not take the intent or its fsync stalled; MALFORMED), one
+    the venue refused, or a cancel refused. On record so that the audit log accounts for every NEW it
+    approved: sent (in the sender's journal) or refused with a reason."""
+
+    instrument_id: int
+    order_id: int
+    reason: int  # ExecReason
+    code: str
+    leaves: float
+
+
 class MessageRejected(Event, frozen=True, kw_only=True):
     kind: str
     why: str

@@ -35,6 +35,10 @@ only its first 56. With ``execution.planner == "depth"`` each SIGNAL also feeds 
 ``RealizedVol`` (at its ``ts_origin_ns``) and keeps its depth block for the liquidity gate (a 56-byte
 one leaves the gate closed), and the parent orders run ``depth.DepthPlanner``'s machine.
 
+Every REJECTED report is on record as a ``RejectReceived`` event (order id, reason and its name), whether
+or not the order still works here: with the ``OrderApproved`` events, the audit log accounts for every
+NEW order approved (in the sender's journal, or refused by it with a reason).
+
 Bad input (wrong size, unknown codes, non-finite numbers) is a ``MessageRejected`` event, never an
 exception. Nothing here raises after construction; ``RiskGateway.__init__`` raises ``ConfigError`` for
 bad limits.
@@ -51,8 +55,8 @@ from pipeline.trading.messages import (EXEC_STRUCT, SIGNAL_DEPTH_BYTES, SIGNAL_F
                                        SIGNAL_STRUCT, ExecReason, ExecType, Label, OrderCmd, OrderOrigin, Side)
 from pipeline.trading.risk.checks import REF_STALE_BOOK, TradingState
 from pipeline.trading.risk.events import (CancelAllSent, CancelSent, EmergencyReceived, Event, FillApplied,
-                                          MessageRejected, PositionMismatch, Synced, SyncRequested, SyncStarted,
-                                          VenueAccountChanged)
+                                          MessageRejected, PositionMismatch, RejectReceived, Synced, SyncRequested,
+                                          SyncStarted, VenueAccountChanged)
 from pipeline.trading.risk.depth import DepthPlanner
 from pipeline.trading.risk.execution import ExecutionParams
 from pipeline.trading.risk.ledger import StateReport, Working
@@ -67,6 +71,8 @@ _DEPTH_BYTES = SIGNAL_DEPTH_BYTES
 _SIDE_BITS = SIGNAL_FLAG_AT_RISK_BID | SIGNAL_FLAG_AT_RISK_ASK
 #: a SIGNAL's side bits -> the side of our orders at risk (exactly one bit; else both sides: CANCEL_ALL)
 _AT_RISK = {SIGNAL_FLAG_AT_RISK_BID: Side.BUY, SIGNAL_FLAG_AT_RISK_ASK: Side.SELL}
+#: an EXEC_REPORT's reason -> its name, for the audit log's RejectReceived
+_REASON_NAMES = {int(r): r.name for r in ExecReason}
 
 
 class RiskGateway(DepthPlanner):
@@ -163,6 +169,9 @@ class RiskGateway(DepthPlanner):
             self._check_daily_loss(out)
             return out
         if et == ExecType.REJECTED or et == ExecType.CANCELLED:
+            if et == ExecType.REJECTED:  # on record: a NEW approved is sent, or refused with its reason
+                out.append(RejectReceived(ts_ns=now, instrument_id=iid, order_id=oid, reason=reason,
+                                          code=_REASON_NAMES.get(reason, str(reason)), leaves=leaves))
             if w is not None:
                 self.remove_working(bk, oid)
                 if self.depth_mode:

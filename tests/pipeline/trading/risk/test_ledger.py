@@ -73,3 +73,17 @@ def test_a_state_report_replaces_positions_and_open_orders_and_keeps_realized_pn
     assert led.realized_pnl == 7.0
     led.forget_order(2, 31)
     assert led.open_count == 0 and not b2.working
+
+
+def test_every_rejected_report_is_on_record_with_its_reason_whether_or_not_the_order_works_here():
+    # the audit log's account of every NEW approved: sent (journaled by the sender) or refused with a reason
+    from pipeline.trading.messages import ExecReason
+    from pipeline.trading.risk import RejectReceived
+
+    gw, clock = gateway()
+    a = of(gw.on_instruction(instr(clock, target=7)), OrderApproved)[0].order_id
+    [rej] = of(gw.on_exec(ex(ExecType.REJECTED, oid=a, reason=ExecReason.HALTED)), RejectReceived)
+    assert (rej.order_id, rej.reason, rej.code) == (a, ExecReason.HALTED, "HALTED") and a not in gw.books[1].working
+    [again] = of(gw.on_exec(ex(ExecType.REJECTED, oid=a + 999, reason=ExecReason.MALFORMED)), RejectReceived)
+    assert (again.order_id, again.code) == (a + 999, "MALFORMED")  # not working here: on record all the same
+    assert not of(gw.on_exec(ex(ExecType.CANCELLED, oid=a)), RejectReceived)
