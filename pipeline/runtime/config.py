@@ -87,7 +87,11 @@ class ProcessConfig(_Strict):
     # fallback). A fifo process that busy-spins holds its core but for the kernel's RT throttle.
     sched: Literal["other", "fifo"] = "other"
     sched_priority: Annotated[int, msgspec.Meta(ge=1, le=99)] = 10
+    # no heartbeat for heartbeat_timeout_ms: hung if stopped or idle (no CPU time, no thread running);
+    # a busy process (its threads seen running in /proc) is hung only after busy_timeout_ms
+    # (pipeline/runtime/supervisor/liveness.py); busy_timeout_ms <= heartbeat_timeout_ms: the beat alone
     heartbeat_timeout_ms: PositiveMs = 2_000
+    busy_timeout_ms: PositiveMs = 10_000
     ready_timeout_ms: PositiveMs = 30_000
     batch: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 256
     restart: RestartPolicy = RestartPolicy()

@@ -4,8 +4,9 @@ One ``tick`` every ``poll_interval_ms`` observes each process and feeds what it 
 state machine (``states.transition``), then carries out the actions it returns:
 
 - death is seen through ``waitpid``; a hang (e.g. SIGSTOP) through the heartbeat age in the process
-  table, after which the process is SIGKILLed and treated as dead; a process that does not report
-  ready within ``ready_timeout_ms`` likewise;
+  table, with the process's threads read from /proc once it is late (``liveness``: a stopped or idle
+  one is hung, a busy one is not, up to ``busy_timeout_ms``), after which the process is SIGKILLed
+  and treated as dead; a process that does not report ready within ``ready_timeout_ms`` likewise;
 - restarts follow the process's declarative ``RestartPolicy`` (back-off with a cap, a flapping
   limit); a FATAL process makes the supervisor write CONTROL HALT to the ``control_ring``;
 - a stage whose start fails with ``ConfigError`` or ``StartupError`` (runner exit code 78) is not
@@ -44,6 +45,7 @@ from pipeline.runtime.runepoch import EPOCH_FILE, write_run_epoch
 from pipeline.runtime.supervisor.cleanup import clean_stale
 from pipeline.runtime.supervisor.controlplane import ControlServer
 from pipeline.runtime.supervisor.launcher import Launcher
+from pipeline.runtime.supervisor.liveness import HUNG, Liveness
 from pipeline.runtime.supervisor.preflight import check_gpu_budget, check_stage_params
 from pipeline.runtime.supervisor.runlock import PID_FILE, RunLock
 from pipeline.runtime.supervisor.states import (
@@ -98,6 +100,7 @@ class Supervisor:
         self.clock = clock
         self.view = make_view(out) if out is not None else None  # the status view of `up` (None: none)
         self.guard = LatencyGuard(cfg.latency_guard)  # the latency-budget guard (budget.py)
+        self.liveness = Liveness()  # late heartbeats: hung or busy (liveness.py)
         sup = cfg.supervisor
         self.run_dir = Path(sup.run_dir)
         self.log_dir = Path(sup.log_dir)
@@ -326,11 +329,17 @@ class Supervisor:
                     self._kill_and_reap(p)
                     self._on_death(p, "did not report ready in time")
             elif p.state is State.RUNNING:
-                age = now - rec.get(PT.OFF_HEARTBEAT_NS)
-                if age > p.cfg.heartbeat_timeout_ms * 1_000_000:
-                    self.log.warning("heartbeat_lost", stage=p.name, pid=p.pid, age_ms=age // 1_000_000)
+                beat = rec.get(PT.OFF_HEARTBEAT_NS)
+                verdict, why = self.liveness.judge(p.pid, beat, now, p.cfg.heartbeat_timeout_ms * 1_000_000,
+                                                   p.cfg.busy_timeout_ms * 1_000_000)
+                if verdict == HUNG:
+                    age_ms = (now - beat) // 1_000_000
+                    self.log.warning("heartbeat_lost", stage=p.name, pid=p.pid, age_ms=age_ms, why=why)
+                    self.liveness.forget(p.pid)
                     self._kill_and_reap(p)
-                    self._on_death(p, f"no heartbeat for {age // 1_000_000} ms")
+                    self._on_death(p, f"no heartbeat for {age_ms} ms")
+                elif why:
+                    self.log.warning("heartbeat_late", stage=p.name, pid=p.pid, why=why)
             elif p.state is State.BACKOFF:
                 if now >= p.life.backoff_until_ns:
                     self._apply(p, Event.BACKOFF_ELAPSED)
