@@ -85,14 +85,13 @@ def test_a_run_without_orders_fails_sigkill_each_and_consumer_stall():
     assert flow and row.details["checks"][flow[0]] is False, _report(row)
 
 
-@pytest.mark.timeout(900)
 def test_a_fast_path_that_stalls_under_the_llm_faults_fails_llm_faults():
-    # full mode (~8 min): only a run of thirty rounds judges the p99 (bench.chaos.p99_rule's rule: fewer
-    # than ten windows per condition is INCONCLUSIVE whatever the figures)
-    row = llm_faults(StallFastUnderFaults, False)
+    # quick mode: judged at the gross limit (bench.chaos.p99_rule: FAIL above 2x of idle with the A/A
+    # control within 1.25x), which its two windows per condition resolve; the fine 1.10x is not judged here
+    row = llm_faults(StallFastUnderFaults, True)
     _report(row)
     assert all(row.details["checks"].values()), _report(row)  # the safety checks still hold
-    assert row.details["p99_verdict"] == FAIL and row.verdict == FAIL, row.details["p99_why"]
+    assert row.details["p99_gross_verdict"] == FAIL and row.verdict == FAIL, row.details["p99_gross_why"]
 
 
 def test_a_gateway_that_lets_risk_increasing_orders_through_while_reducing_fails_latency_guard():
