@@ -66,7 +66,7 @@ Config (one process entry; every param optional, unknown params fail the start):
     jump_ticks = 3               # >= 1
     disconnect_every_s = 0.0     # cut every WebSocket connection every N s of market time (disconnects)
     gap_every_s = 0.0            # every N s of market time: the next books update of every instrument
-                                 # jumps its seq by 5 more (gaps)
+                                 # steps its seq back by 4: a sequence gap (gaps)
     bad_checksum_every_s = 0.0   # every N s of market time: the next books update of every instrument
                                  # carries a wrong checksum (bad_checksums)
                                  # (market time: real time x speed while the venue publishes)

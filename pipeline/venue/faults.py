@@ -19,7 +19,8 @@ Switches (``FaultParams`` at construction; the injector's setters while running)
   ``set_timed_faults`` changes them while running): every that many seconds of MARKET time
   (``timed_due(market_ms)``, asked before each published unit, so the unit due at the fault's time
   already sees it) a ``TimedFault`` flag says: cut every connection, make the next books update of
-  every instrument jump its seq by ``GAP_SEQ`` more, or make it carry a wrong checksum. When several
+  every instrument step its seq back (``GAP_SEQ``: a sequence fault a client must detect), or make it
+  carry a wrong checksum. When several
   periods passed at once (a late loop) the fault fires once and the missed periods are skipped
   (``FaultTimer``). A source clock that goes back (a looping replay starting again) keeps the fault
   clock counting forward.
@@ -39,8 +40,11 @@ import msgspec
 
 from pipeline.venue.errors import VenueError
 
-#: seq jump of the ``gap_every_s`` fault (a forward jump: legal in v2, seen as a hole by a client)
-GAP_SEQ = 5
+#: seq jump of the ``gap_every_s`` fault: the update's seq is the previous one + 1 + ``GAP_SEQ``, i.e. 4 below
+#: it. Backwards, because v2's ``books`` pushes carry ``seq`` without ``pseq``: a forward jump is legal
+#: there (the venue only promises that seq increases) and no client can tell it from a normal push; a seq
+#: that goes back is the sequence fault a client must detect (``BitgetBooks``: SEQ_GAP, then a resync)
+GAP_SEQ = -5
 #: the range a jittered delay is clipped to
 MAX_JITTER_DELAY_MS = 50.0
 
@@ -63,7 +67,7 @@ class TimedFault(enum.IntFlag):
 
     NONE = 0
     DISCONNECT = 1  # cut every connection (as ``drop_connections()``)
-    GAP = 2  # the next books update of every instrument jumps its seq by ``GAP_SEQ`` more
+    GAP = 2  # the next books update of every instrument steps its seq back (``GAP_SEQ``)
     BAD_CHECKSUM = 4  # the next books update of every instrument carries a wrong checksum
 
 

@@ -26,7 +26,7 @@ def arg_parser() -> argparse.ArgumentParser:
     ap.add_argument("--jump-ticks", type=int, default=3, help="synthetic: a jump moves the book 1..N ticks")
     ap.add_argument("--disconnect-every-s", type=float, default=0.0,
                     help="cut every connection every N s (market time)")
-    ap.add_argument("--gap-every-s", type=float, default=0.0, help="seq gap (+5) every N s (market time)")
+    ap.add_argument("--gap-every-s", type=float, default=0.0, help="seq gap (seq steps back by 4) every N s (market time)")
     ap.add_argument("--bad-checksum-every-s", type=float, default=0.0,
                     help="a wrong checksum every N s (market time)")
     ap.add_argument("--itch-port", type=int, default=0,

@@ -27,11 +27,12 @@ from bench.chaos.harness import FAIL
 from bench.chaos.input_guard import NO_LEAN_CHECK, NO_ORDER_CHECK, input_range_guard
 from bench.chaos.latency_guard import GUARD, latency_guard
 from bench.chaos.llm_faults import llm_faults
+from bench.chaos.outage import GAP_CHECK, venue_outage
 from bench.chaos.position import disk_full_journal, machine_crash_sender, position_behind_back, venue_fresh_state
 from bench.chaos.process import DUP_CHECK, LOST_CHECK, POSITIONS_CHECK, sigkill_each
 from bench.chaos.stall import EXEC_FULL_CHECK, ORDERS_FULL_CHECK, consumer_stall
 from tests.chaos._support import TrackingPipeline, left_nothing
-from tests.chaos.saboteurs import StallFastUnderFaults, risk_module, sender_module, with_hook
+from tests.chaos.saboteurs import StallFastUnderFaults, feed_module, risk_module, sender_module, with_hook
 from tests.chaos.saboteurs import module_swap, ring_policy
 
 pytestmark = [pytest.mark.chaos, pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -132,6 +133,17 @@ def test_a_machine_crash_of_a_sender_that_does_not_recover_the_window_fails():
     failed = [k for k, ok in row.details["checks"].items() if not ok]
     assert "the restarted sender adopted orders the venue holds" in failed, failed
     left_nothing()
+
+
+def test_a_feed_that_does_not_see_sequence_gaps_fails_venue_outage_on_the_gap_check():
+    TrackingPipeline.runs = []
+    row = venue_outage(with_hook(feed_module("tests.chaos.saboteurs:GapBlindFeed")), True)
+    _report(row)
+    assert row.verdict == FAIL
+    failed = [k for k, ok in row.details["checks"].items() if not ok]
+    assert failed == [GAP_CHECK], _report(row)  # the injected gaps happened, only their detection is missing
+    start, end = row.details["counts"]["start"], row.details["counts"]["end"]
+    assert end["gaps"] > start["gaps"] and end["seq_gaps"] == start["seq_gaps"], row.details["counts"]
 
 
 # ------------------------------------------------------------------ sigkill_each's money checks (issue #36)

@@ -21,6 +21,8 @@ report FAIL.
   success for the breaker): INSTRUCTIONs out of a faulty model, and a breaker that does not open.
 - ``NoRangeGuardFast``: the real ``procs.fast.FastAgent`` with its input-range guard off (bounds
   widened to the whole float range): rows outside the model card's bounds classified as any other.
+- ``GapBlindFeed``: the real ``procs.feed.BitgetFeedAgent`` whose books skip the sequence check: a
+  sequence gap goes undetected (``feed_module`` puts it in the config).
 - ``with_hook(extra)``: a ``ChaosPipeline`` whose config text is also rewritten by ``extra`` (after the
   scenario's own hook); ``module_swap``, ``ring_policy``, ``sender_module``, ``risk_module``: such
   rewrites (a stage's module replaced, a ring's full policy changed).
@@ -41,6 +43,7 @@ import numpy as np
 
 from bench.chaos.harness import ChaosPipeline
 from bench.chaos.llm_faults import FaultyLlmAgent
+from pipeline.trading.bitget.book import IncrementalBook
 from pipeline.trading.llm.schema import Decision
 from pipeline.trading.messages import ORDER_DTYPE, Kind, OrderCmd, decode_order
 from pipeline.trading.model.decide import InputBounds
@@ -48,6 +51,7 @@ from pipeline.trading.risk.checks import TradingState
 from pipeline.trading.risk.events import Synced
 from pipeline.trading.sender.outbox import OutboxItem
 from procs.fast import FastAgent
+from procs.feed import BitgetFeedAgent
 from procs.risk import RiskAgent
 from procs.sender import SenderAgent
 
@@ -263,3 +267,32 @@ class NoRecoverySender(SenderAgent):
 
         self.reconciler.recovery = SimpleNamespace(adopt_gen=nothing)
 
+
+_REAL_INCREMENTAL_APPLY = IncrementalBook.apply
+
+
+def _apply_without_seq_check(book: IncrementalBook, lv, snapshot: bool):
+    """``IncrementalBook.apply`` that takes every update's seq as the next one (no sequence check)."""
+    if not snapshot:
+        book.last_seq = -1  # the seq check runs only when a last seq is known
+    return _REAL_INCREMENTAL_APPLY(book, lv, snapshot)
+
+
+class GapBlindFeed(BitgetFeedAgent):
+    """The real Bitget feed whose ``books`` books do not check the sequence: an update whose seq steps
+    back (the venue's gap fault) is merged and emitted, not counted in ``seq_gaps``, not resynced (the
+    sabotage of venue_outage's gap check). Patches ``IncrementalBook`` in its own process only."""
+
+    def on_start(self, ctx) -> None:
+        IncrementalBook.apply = _apply_without_seq_check
+        super().on_start(ctx)
+
+
+def feed_module(module: str):
+    """Config rewrite: the feed stage's module replaced by ``module``."""
+    def extra(text: str) -> str:
+        old = 'module = "procs.feed:BitgetFeedAgent"'
+        if text.count(old) != 1:
+            raise ValueError("no Bitget feed stage in the config text")
+        return text.replace(old, f'module = "{module}"')
+    return extra
