@@ -67,6 +67,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from pipeline.runtime import redact
 from pipeline.trading.bitget.protocol import QUOTE_COIN, base_coin
 from pipeline.trading.bitget.signing import Credentials, verify
 from pipeline.venue import mix_api
@@ -201,8 +202,14 @@ class RestApi:
         self.stats["http_errors"] += 1
         if self.log is not None:
             self.log.warning("rest_rejected", code=code, msg=msg, method=req.method if req else "",
-                             path=(req.path[:100] if req else ""))
+                             path=self._loggable(req.path) if req else "")
         return (status or HTTP_STATUS.get(code, 400)), envelope(code, msg, now)
+
+    def _loggable(self, path: str) -> str:
+        """A request's path as it may be logged: no query, and none of the key's three secrets, should
+        a client have put one there (``pipeline.runtime.redact``)."""
+        c = self._creds
+        return redact.without(redact.target(path, 100), (c.api_key, c.secret, c.passphrase))
 
     def handle(self, req: HttpRequest) -> tuple[int, bytes]:
         """The answer to one request: (HTTP status, JSON body). Never raises (an engine bug is a 500)."""
@@ -212,7 +219,7 @@ class RestApi:
             return self._route(req, now)
         except Exception as exc:  # a bug: answered, logged, never a crash of the server
             if self.log is not None:
-                self.log.error("rest_internal_error", error=type(exc).__name__, path=req.path[:100])
+                self.log.error("rest_internal_error", error=type(exc).__name__, path=self._loggable(req.path))
             self.stats["http_errors"] += 1
             return 500, envelope(CODE_INTERNAL, "internal error", now)
 
