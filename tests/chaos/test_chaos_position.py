@@ -1,10 +1,12 @@
 """The position and account fault scenarios of ``bench.chaos.position`` (issues #20, #24: the sender's
 machine crash among them), each run once in quick mode against the whole real pipeline: the scenario's
-criterion must hold (disk_full_journal may be INCONCLUSIVE only where tmpfs cannot be mounted: skipped
-then), the run must leave no process and no /dev/shm entry. Each of them sabotaged must FAIL:
-``tests/chaos/sabotage.py`` (``make chaos-sabotage``)."""
+criterion must hold (disk_full_journal may be INCONCLUSIVE only where tmpfs cannot be mounted: reported
+then as a warning with its figures and why, never a pass or a skip), the run must leave no process and
+no /dev/shm entry. Each of them sabotaged must FAIL: ``tests/chaos/sabotage.py`` (``make chaos-sabotage``)."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 
@@ -33,8 +35,12 @@ def test_position_fault_scenario_passes_and_leaves_nothing_behind(name, fn):
     row = fn(TrackingPipeline, True)
     assert isinstance(row, Row) and row.scenario == name
     if row.verdict == INCONCLUSIVE:
-        assert name == "disk_full_journal" and not TrackingPipeline.runs
-        pytest.skip(f"not resolvable here: {row.did}")
+        # only the tmpfs the scenario needs may be missing: then nothing was started, nothing is judged
+        assert name == "disk_full_journal" and not TrackingPipeline.runs and row.details.get("mount_error"), \
+            _describe(row)
+        assert _no_chaos_mounts() == mounts0, "a tmpfs of the scenario left mounted"
+        warnings.warn(f"{name} INCONCLUSIVE (tmpfs cannot be mounted here): {_describe(row)}")
+        return
     assert row.verdict == PASS, _describe(row) + f"; checks: {row.details.get('checks')}"
     left_nothing()
     assert _no_chaos_mounts() == mounts0, "a tmpfs of the scenario left mounted"
