@@ -21,7 +21,8 @@ Bytes come in through ``OpsConnection`` (websockets' connection, with a first lo
 ``wire.check_head``): a head websockets would drop without an answer is refused here (400, 411,
 413, 431, 505); a body (at most ``wire.MAX_BODY_BYTES``, announced by its Content-Length) is read
 before the request is judged, within ``BODY_TIMEOUT_S`` (else 408); a head not complete within
-``HEAD_TIMEOUT_S`` is answered 408; a connection closed with a request half sent is counted (400).
+``HEAD_TIMEOUT_S`` is answered 408 (a connection that sent nothing is closed then, uncounted: no
+request); a connection closed with a request half sent is counted (400).
 A control request's body may be empty or ``{}`` (it takes no parameters; anything else: 400); a read
 (GET) takes no body (400); a WebSocket upgrade neither.
 """
@@ -338,8 +339,13 @@ class OpsConnection(ServerConnection):
         self.transport.close()
 
     def _head_late(self) -> None:
-        if self.phase == "head":
-            self._refuse_now(BadHead(408, f"the request's head did not come within {HEAD_TIMEOUT_S:g} s"))
+        if self.phase != "head":
+            return
+        if not self.buf:  # no request at all (a browser's spare connection): closed, not a refusal
+            self.phase = "refused"
+            self.transport.close()
+            return
+        self._refuse_now(BadHead(408, f"the request's head did not come within {HEAD_TIMEOUT_S:g} s"))
 
     def data_received(self, data: bytes) -> None:
         if self.phase == "done":

@@ -124,6 +124,7 @@ def test_a_slow_head_or_body_is_answered_408(served, monkeypatch):
     assert exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1")[0] == 408
     full = request(srv.port, "POST", "/api/halt", token=token, body=b"{}    ")
     assert exchange(srv.port, full[:-3])[0] == 408  # 3 bytes of the body never come
+    assert exchange(srv.port, b"")[0] == 0  # no request at all: closed at the deadline, not counted
     assert srv.rules.refused == {408: 2}
     assert ctl.requests == []
 
