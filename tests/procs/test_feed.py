@@ -630,9 +630,7 @@ def test_idle_feed_parks_until_a_frame_arrives(start_feed):
         assert agent.wait_for_work(100_000_000) is False, "an empty inbox waits out the timeout"
         assert time.monotonic() - t0 >= 0.09
         threading.Timer(0.05, lambda: srv.send([depth(ladder(100.0, -0.1, 5), ladder(100.5, 0.1, 5), seq=1)])).start()
-        t0 = time.monotonic()
-        assert agent.wait_for_work(5_000_000_000) is True
-        assert time.monotonic() - t0 < 2.0, "woken by the frame, not by the 5 s timeout"
+        assert agent.wait_for_work(5_000_000_000) is True, "woken by the frame (a time-out returns False)"
         assert agent.do_work() >= 1
 
 

@@ -1113,19 +1113,25 @@ def test_a_lost_answer_is_unknown_then_queried_never_resent(tmp_path, venue):
 def test_a_venue_that_trickles_its_answer_cannot_hold_the_sender_past_its_heartbeat(tmp_path, venue):
     """The issue's frozen sender: the place answer's body arrives a byte every 50 ms. The answer is cut
     off at the receive deadline (an unknown outcome, then queried: the order is found, never resent),
-    and no duty cycle of the sender lasts anywhere near the 2 s heartbeat."""
+    and the sender goes on working meanwhile: an order sent while the answer trickles is placed and
+    ACKED before the trickled one is cut off (its duty cycles do not wait on the trickle; the longest
+    is printed: a time, for the benches to judge)."""
     h = start(tmp_path, venue, timeout_ms=2000)
     venue.fault("place-order", ("trickle",))
     h.send(order(oid=93))
+    h.pump(lambda: client_oid(93) in venue.placed, what="93 placed (its answer trickling)")
+    h.send(order(oid=94))
     longest, deadline = 0.0, time.monotonic() + 8.0
-    while not h.reports(ExecType.ACKED, 93) and time.monotonic() < deadline:
+    while not (h.reports(ExecType.ACKED, 93) and h.reports(ExecType.ACKED, 94)) and time.monotonic() < deadline:
         t0 = time.monotonic()
         h.agent.do_work()
         longest = max(longest, time.monotonic() - t0)
         time.sleep(0.0005)
+    print(f"\nlongest duty cycle while the answer trickled: {longest * 1e3:.1f} ms")
     (u, _), = h.reports(ExecType.UNKNOWN, 93)
-    assert h.reports(ExecType.ACKED, 93) and venue.placed == [client_oid(93)]
-    assert longest < 1.0, longest  # the receive deadline is 0.5 s; the heartbeat 2 s
+    assert h.reports(ExecType.ACKED, 93) and venue.placed == [client_oid(93), client_oid(94)]
+    order_of = [(int(r["exec_type"]), int(r["order_id"])) for r, _ in h.reports()]
+    assert order_of.index((ExecType.ACKED, 94)) < order_of.index((ExecType.UNKNOWN, 93)), order_of
     assert h.agent.last_http_error == "deadline" or h.ctx.stats["http_err"] >= 1
 
 

@@ -183,11 +183,12 @@ def test_wait_all_is_the_transports_own_wait_over_every_input(tmp_path):
         park, idle = choose_wait("back-off", None, [reader, *qins], BEAT_NS)
         assert park is None and isinstance(idle, BackOff), "back-off stays back-off"
 
-        # a wait that times out returns False after about its timeout; a ready input returns True
+        # a wait that times out returns False, not before its timeout (one that ignored it would hang:
+        # the test's timeout); a ready input returns True
         for w in (wait_all([reader, *zins]), wait_all([reader, *qins])):
             t0 = time.monotonic_ns()
             assert w(12_000_000) is False
-            assert 10_000_000 <= time.monotonic_ns() - t0 < 200_000_000
+            assert time.monotonic_ns() - t0 >= 10_000_000
         ring.writer().write(1, b"x", 0)
         assert isinstance(reader, Reader) and wait_all([reader, *zins])(BEAT_NS) is True
         out = MpQueueOut(qins[1]._q, drop=True, max_payload=PAYLOAD)
