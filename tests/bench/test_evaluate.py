@@ -100,6 +100,19 @@ def test_quick_run_hold_is_flat_and_imbalance_trades(quick_runs):
     assert "| quote-off | quoting |" in md and "avoided, through" in md
 
 
+def _ruled(c: dict) -> str:
+    """The outcome judgement's rule gives a paired comparison, worked out here from its differences: the
+    95 % t interval of their mean (two pairs: t = 12.706), A_BETTER above 0, B_BETTER below, else (or
+    when every difference is 0) INCONCLUSIVE; the interval the verdict reports must be that one."""
+    d = c["diffs"]
+    mean = sum(d) / len(d)
+    half = 12.706 * (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5 / len(d) ** 0.5
+    assert len(d) == 2 and c["ci95"] == pytest.approx([mean - half, mean + half], rel=1e-3, abs=1e-9), c
+    if all(x == 0 for x in d):
+        return "INCONCLUSIVE"
+    return "A_BETTER" if mean - half > 0 else "B_BETTER" if mean + half < 0 else "INCONCLUSIVE"
+
+
 def test_several_seeds_give_the_fast_path_on_against_off_and_the_verdicts(tmp_path, config, quick_runs):
     """Two seeds: one market each (seed 5's the same as a run of seed 5 alone), the quoting scenario with
     the fast path on and off side by side per seed; the hand-set model's EMERGENCYs pull quotes, so on
@@ -120,7 +133,10 @@ def test_several_seeds_give_the_fast_path_on_against_off_and_the_verdicts(tmp_pa
         assert on["avoided"]["cancelled"] == on["emergency_cancelled"]
     vd = res["verdicts"]
     assert (vd["on"], vd["off"]) == ("quote-model", "quote-off") and vd["net_pnl"]["n"] == 2
-    assert vd["net_pnl"]["outcome"] in ("A_BETTER", "B_BETTER", "INCONCLUSIVE")
+    on_off = [next(x["net_pnl"] for x in m["variants"] if x["name"] == "quote-model")
+              - next(x["net_pnl"] for x in m["variants"] if x["name"] == "quote-off") for m in res["markets"]]
+    assert vd["net_pnl"]["diffs"] == pytest.approx(on_off)  # on minus off, per seed
+    assert vd["net_pnl"]["outcome"] == _ruled(vd["net_pnl"]), vd["net_pnl"]
     assert [c["b"] for c in vd["controls"]] == ["quote-imbalance", "quote-random"]
     assert [c["b"] for c in vd["directional"]] == ["hold", "imbalance", "random"]
     md = (tmp_path / "report.md").read_text()
@@ -128,7 +144,7 @@ def test_several_seeds_give_the_fast_path_on_against_off_and_the_verdicts(tmp_pa
     assert vd["statement"] in md and "Judged on:" in md and "| seed 5 | seed 4 | mean |" in md
     pv = res["planner_verdicts"]  # the depth-aware planner against the simple one, the same rule
     assert [(c["a"], c["b"]) for c in pv] == [("model-depth", "model")] * 3 + [("imbalance-depth", "imbalance")] * 3
-    assert all(c["n"] == 2 and c["outcome"] in ("A_BETTER", "B_BETTER", "INCONCLUSIVE") for c in pv)
+    assert all(c["n"] == 2 and c["outcome"] == _ruled(c) for c in pv), pv
     assert "## The depth-aware planner against the simple one, over the seeds" in md
 
 
