@@ -1,13 +1,18 @@
 """The paper venue's order REST server: the ``RestApi`` (``pipeline.venue.rest_api``) over HTTP/1.1
 on 127.0.0.1 (``pipeline.venue.http_wire`` parses the requests and encodes the answers).
 
-``RestServer``: ``asyncio.start_server`` on 127.0.0.1 (never another interface), one task per
-connection, requests answered in order. Per-connection deadlines (slowloris): a request's head
-must be complete ``header_timeout_s`` after its first byte, its body ``body_timeout_s`` after its
-head (else 408 and close), an answer must be taken by the peer within ``write_timeout_s``, and a
-connection idle between requests is closed after ``idle_timeout_s``. At most ``max_connections``
-at once: a new one beyond that evicts the most suspect existing one (see ``RestServer``), and is
-refused (503) only when every connection is processing a request. ``latency_ms`` > 0 delays each
+``RestServer``: a listening socket on 127.0.0.1 (never another interface) whose accepts are bounded
+per pass of the loop (``accepts_per_pass``; the rest wait in the kernel's queue for the next pass, so
+a flood of connections takes turns with the established connections, the market's publishing and
+the stage's heartbeat), one task per admitted connection, requests answered in order.
+Per-connection deadlines (slowloris): a request's head must be complete ``header_timeout_s`` after
+its first byte, its body ``body_timeout_s`` after its head (else 408 and close), an answer must be
+taken by the peer within ``write_timeout_s``, and a connection idle between requests is closed after
+``idle_timeout_s``. At most ``max_connections`` at once, of which at most ``max_untrusted`` not yet
+trusted (no request signed with the venue's key on it): a new one beyond either evicts the most
+suspect existing one (see ``RestServer``; never a trusted one for an untrusted pool that is full),
+and is refused (503) when none can go. Every connection accepted is counted (``accepted`` =
+``connections_total`` + ``connections_refused`` + ``closed_at_accept``). ``latency_ms`` > 0 delays each
 place / cancel request's processing (an artificial venue latency; requests of one connection
 stay in order). Malformed HTTP (``HttpError``) is answered with its status and code "40001", then
 the connection is closed. Runs as a ``VenueThread`` ``extra`` service (``start`` / ``stop`` /
@@ -20,6 +25,8 @@ server's clients.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from contextlib import suppress
 
 from pipeline.venue.errors import VenueError
@@ -47,21 +54,37 @@ __all__ = ["ACCOUNT_INFO", "ADJUST_POSITION", "ASSETS", "CANCEL", "CANCEL_SYMBOL
 
 HOST = "127.0.0.1"
 READ_CHUNK_BYTES = 64 * 1024
+#: connections accepted per pass of the loop at most (asyncio's own server takes up to 100)
+ACCEPTS_PER_PASS = 16
+#: the kernel's queue of connections not accepted yet (the OS caps it at its somaxconn)
+ACCEPT_BACKLOG = 1024
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset (nothing more is sent, nothing waits in the kernel)."""
+    with suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+    sock.close()
 
 
 class _Conn:
     """One connection's state, for the deadlines and the choice of whom to evict at the cap."""
 
-    __slots__ = ("writer", "since_s", "proven", "partial", "busy", "writing", "evicted")
+    __slots__ = ("sock", "writer", "since_s", "proven", "trusted", "partial", "busy", "writing", "evicted",
+                 "started")
 
-    def __init__(self, writer: asyncio.StreamWriter, now_s: float) -> None:
-        self.writer = writer
+    def __init__(self, sock: socket.socket, now_s: float) -> None:
+        self.sock = sock
+        self.writer: asyncio.StreamWriter | None = None  # once its task has made the stream
         self.since_s = now_s  # loop time the current phase began: idle wait, head, or body
         self.proven = False  # at least one complete request was answered
+        self.trusted = False  # a request signed with the venue's key was answered on it
         self.partial = False  # bytes of an incomplete request are buffered
         self.busy = False  # complete requests are being processed (never evicted then)
         self.writing = False  # waiting for the peer to take an answer (drain)
         self.evicted = False
+        self.started = False  # its task has begun (until then the task owns no stream: the socket is ours)
 
     @property
     def suspect(self) -> bool:
@@ -81,22 +104,37 @@ class RestServer:
     once (``bad_requests``). A complete request resets the clock, so a client sending whole requests
     is never cut off; only one that dribbles a request or sits idle is.
 
-    The cap (``max_connections``): a connection accepted beyond it evicts one existing connection
-    that is not processing a request, choosing first among the *suspect* ones (never completed a
-    request, partway through one, or not reading its answers) the one whose current phase began
-    earliest, and only when there is none, the proven idle one idle the longest (``evicted``; the
-    evicted socket is reset). So a slowloris holding every slot only ever displaces its own
-    connections, while a well-behaved client (a complete request at once, like the order sender's)
-    is accepted at once and its keep-alive connection is kept. A new connection is refused (503,
-    ``connections_refused``) only when every connection is processing a request (``latency_ms``).
+    The accept path: each pass of the loop over a readable listening socket accepts at most
+    ``accepts_per_pass`` connections (``accept_passes_full`` counts the passes that took that many).
+    A new connection's first bytes are read at once when they are there (a client's whole request
+    usually is: the connection is then processing a request from its accept, never evicted before it
+    is answered); one already closed by its peer is closed at once, no task made (``closed_at_accept``).
+
+    The caps: at most ``max_connections`` connections, of which at most ``max_untrusted`` (default
+    three quarters of ``max_connections``) not *trusted*: a connection is trusted once a request
+    signed with the venue's key was answered on it (the order sender's), which a flood without the
+    key cannot make. A connection accepted beyond a cap evicts one existing connection that is not
+    processing a request: for a full untrusted pool an untrusted one, else any, choosing untrusted
+    before trusted, then among the *suspect* ones (never completed a request, partway through one,
+    or not reading its answers) the one whose current phase began earliest, and only when there is
+    none, the proven idle one idle the longest (``evicted``; the evicted socket is reset). So a
+    slowloris or a reconnect flood only ever displaces connections of its own kind, never the
+    key holder's established ones, while a well-behaved client (a complete request at once, like the
+    order sender's) is accepted at once and its keep-alive connection is kept. A new connection is
+    refused (503, then closed: ``connections_refused``) only when no connection can go (all
+    processing a request, ``latency_ms``). Peers are not told apart by address: the server binds
+    127.0.0.1 only, so every peer has that one; what sets the key holder's connections apart is
+    what they proved.
     """
 
     def __init__(self, api: RestApi, *, port: int = 0, latency_ms: float = 0.0, idle_timeout_s: float = 15.0,
                  header_timeout_s: float = 2.0, body_timeout_s: float = 2.0, write_timeout_s: float = 5.0,
-                 max_connections: int = 64, log=None) -> None:
+                 max_connections: int = 64, max_untrusted: int | None = None,
+                 accepts_per_pass: int = ACCEPTS_PER_PASS, log=None) -> None:
         """Raises:
-        VenueError: a port outside 0..65535, a latency outside 0..60000 ms, max_connections < 1, an
-            idle, header, body or write timeout that is not a positive finite number of seconds.
+        VenueError: a port outside 0..65535, a latency outside 0..60000 ms, max_connections < 1,
+            max_untrusted outside 1..max_connections, accepts_per_pass < 1, an idle, header, body or
+            write timeout that is not a positive finite number of seconds.
         """
         if not 0 <= int(port) <= 65535:
             raise VenueError(f"rest_port must be in 0..65535, got {port}")
@@ -104,6 +142,13 @@ class RestServer:
             raise VenueError(f"latency_ms must be in 0..60000, got {latency_ms}")
         if max_connections < 1:
             raise VenueError(f"max_connections must be >= 1, got {max_connections}")
+        if max_untrusted is None:
+            max_untrusted = max(1, max_connections * 3 // 4)
+        if not 1 <= max_untrusted <= max_connections:
+            raise VenueError(f"max_untrusted must be in 1..max_connections ({max_connections}), "
+                             f"got {max_untrusted}")
+        if accepts_per_pass < 1:
+            raise VenueError(f"accepts_per_pass must be >= 1, got {accepts_per_pass}")
         for name, value in (("idle_timeout_s", idle_timeout_s), ("header_timeout_s", header_timeout_s),
                             ("body_timeout_s", body_timeout_s), ("write_timeout_s", write_timeout_s)):
             if not 0.0 < float(value) < float("inf"):
@@ -117,11 +162,14 @@ class RestServer:
         self.body_timeout_s = float(body_timeout_s)
         self.write_timeout_s = float(write_timeout_s)
         self.max_connections = int(max_connections)
+        self.max_untrusted = int(max_untrusted)
+        self.accepts_per_pass = int(accepts_per_pass)
         self.log = log
-        self._server: asyncio.base_events.Server | None = None
+        self._sock: socket.socket | None = None  # the listening socket
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pump_task: asyncio.Task | None = None
-        self._conn_tasks: set[asyncio.Task] = set()  # every live connection task (stop awaits them)
-        self._conns: dict[asyncio.Task, _Conn] = {}  # the connections counted against the cap
+        self._conn_tasks: dict[asyncio.Task, _Conn] = {}  # every live connection task (stop awaits them)
+        self._conns: dict[asyncio.Task, _Conn] = {}  # the connections counted against the caps
 
     async def start(self) -> int:
         """Bind 127.0.0.1:``port``; returns the bound port.
@@ -129,15 +177,32 @@ class RestServer:
         Raises:
             OSError: the port cannot be bound.
         """
-        self._server = await asyncio.start_server(self._handle, HOST, self.requested_port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._pump_task = asyncio.create_task(self._server.serve_forever(), name="venue-rest")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((HOST, self.requested_port))
+            sock.listen(ACCEPT_BACKLOG)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock, self._loop = sock, asyncio.get_running_loop()
+        self.port = sock.getsockname()[1]
+        self._loop.add_reader(sock.fileno(), self._accept_pass)
+        self._pump_task = asyncio.create_task(self._listening(), name="venue-rest")
         return self.port
+
+    @staticmethod
+    async def _listening() -> None:
+        """The service's task: runs until ``stop`` (the accepts run from the loop's reader callback)."""
+        await asyncio.get_running_loop().create_future()
 
     async def stop(self) -> None:
         """Close the listening socket and every connection."""
-        if self._server is not None:
-            self._server.close()
+        if self._sock is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
         for t in list(self._conn_tasks):
             t.cancel()
         for t in list(self._conn_tasks):
@@ -150,6 +215,11 @@ class RestServer:
         return self._pump_task
 
     @property
+    def address(self) -> tuple[str, int] | None:
+        """The listening socket's (host, port); None when not listening."""
+        return None if self._sock is None else self._sock.getsockname()[:2]
+
+    @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
@@ -157,21 +227,26 @@ class RestServer:
         """The API's and the engine's counters (a copy)."""
         return self.api.counters()
 
-    def _evict_one(self) -> bool:
-        """Reset the connection the class docstring says goes first; False when every one is busy."""
+    def _evict_one(self, untrusted_only: bool) -> bool:
+        """Reset the connection the class docstring says goes first (an untrusted one when
+        ``untrusted_only``); False when none may go."""
         victim_task, victim = None, None
         for t, c in self._conns.items():
-            if c.busy:
+            if c.busy or (untrusted_only and c.trusted):
                 continue
-            if victim is None or (not c.suspect, c.since_s) < (not victim.suspect, victim.since_s):
+            if victim is None or (c.trusted, not c.suspect, c.since_s) < (victim.trusted, not victim.suspect,
+                                                                          victim.since_s):
                 victim_task, victim = t, c
         if victim is None:
             return False
         del self._conns[victim_task]
         victim.evicted = True
         self.api.stats["evicted"] += 1
-        with suppress(Exception):
-            victim.writer.transport.abort()
+        if victim.writer is not None:
+            with suppress(Exception):
+                victim.writer.transport.abort()
+        else:  # its task has not made its stream yet: cancelled, it ends at once, the socket closed
+            victim_task.cancel()
         return True
 
     def _write_error(self, writer: asyncio.StreamWriter, status: int, msg: str) -> None:
@@ -187,7 +262,10 @@ class RestServer:
 
     async def _drain(self, writer: asyncio.StreamWriter, conn: _Conn) -> bool:
         """Wait until the peer has taken what was written; False (counted ``slow_closed``) when it
-        did not within ``write_timeout_s``."""
+        did not within ``write_timeout_s``. Taken at once (no wait, not counted as writing) when the
+        kernel took it all."""
+        if not writer.transport.get_write_buffer_size():
+            return True
         conn.writing = True
         try:
             await asyncio.wait_for(writer.drain(), self.write_timeout_s)
@@ -198,43 +276,95 @@ class RestServer:
             conn.writing = False
         return True
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one connection (``asyncio.start_server``'s callback) until it closes."""
-        if not self._admit(writer):
-            return
+    def _accept_pass(self) -> None:
+        """The listening socket is readable: accept at most ``accepts_per_pass`` connections, each
+        taken in (``_take``); the rest wait in the kernel's queue for the next pass."""
+        st, lsock = self.api.stats, self._sock
+        for _ in range(self.accepts_per_pass):
+            try:
+                sock, _ = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of file descriptors, or the like: the connection stays queued
+                st["accept_errors"] += 1
+                return
+            st["accepted"] += 1
+            self._take(sock)
+        st["accept_passes_full"] += 1
+
+    def _take(self, sock: socket.socket) -> None:
+        """A connection just accepted: its first bytes read if they are there (none and closed: closed
+        now), then admitted (a task serves it) or refused."""
         st = self.api.stats
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        conn = _Conn(writer, loop.time())
-        self._conn_tasks.add(task)
-        self._conns[task] = conn
+        sock.setblocking(False)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            first = sock.recv(READ_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
+            first = None
+        except OSError:  # reset by its peer already
+            first = b""
+        if first == b"":
+            st["closed_at_accept"] += 1
+            sock.close()
+            return
+        conn, parser, reqs = _Conn(sock, self._loop.time()), HttpParser(), None
+        if first is not None:
+            try:
+                reqs = parser.feed(first)
+            except HttpError:  # parser.failed: answered by the connection's task
+                reqs = []
+            conn.busy = bool(reqs) or parser.failed is not None  # to be answered: not evicted before
+            conn.partial = not parser.idle
+        if not self._admit(conn):
+            return
+        task = self._loop.create_task(self._serve(conn, parser, reqs))
+        self._conn_tasks[task] = self._conns[task] = conn
+        task.add_done_callback(self._ended)
         st["connections"] += 1
         st["connections_total"] += 1
-        abort = False
-        try:
-            abort = await self._serve_connection(reader, writer, conn, loop)
-        except (ConnectionError, OSError):
-            pass
-        except asyncio.CancelledError:
-            # stop(): this task is a leaf and ends here; ending it normally keeps asyncio's (3.11)
-            # client_connected_cb done-callback from logging the CancelledError as an error
-            abort = True
-        finally:
-            self._conn_tasks.discard(task)
-            self._conns.pop(task, None)
-            st["connections"] -= 1
-            await self._close(writer, reset=abort or conn.evicted)
 
-    def _admit(self, writer: asyncio.StreamWriter) -> bool:
-        """Whether a new connection gets a slot (evicting one at the cap); else it is answered 503
-        and closed (``connections_refused``)."""
-        if len(self._conns) < self.max_connections or self._evict_one():
+    def _admit(self, conn: _Conn) -> bool:
+        """Whether a new (untrusted) connection gets a slot, evicting one at a cap; else it is
+        answered 503 and closed (``connections_refused``)."""
+        pool_full = sum(not c.trusted for c in self._conns.values()) >= self.max_untrusted
+        if (not pool_full and len(self._conns) < self.max_connections) or self._evict_one(pool_full):
             return True
         self.api.stats["connections_refused"] += 1
-        with suppress(Exception):
-            writer.write(http_response(503, envelope("50000", "too many connections", self.api.now_ms()), False))
-            writer.close()
+        with suppress(OSError):
+            conn.sock.send(http_response(503, envelope("50000", "too many connections", self.api.now_ms()), False))
+        conn.sock.close()
         return False
+
+    def _ended(self, task: asyncio.Task) -> None:
+        """A connection's task is done (its end, an eviction, ``stop``): its slot and count go; a task
+        cancelled before it began leaves its socket to close here."""
+        conn = self._conn_tasks.pop(task)
+        self._conns.pop(task, None)
+        self.api.stats["connections"] -= 1
+        if not conn.started:
+            _reset(conn.sock)
+
+    async def _serve(self, conn: _Conn, parser: HttpParser, reqs: list[HttpRequest] | None) -> None:
+        """Serve one admitted connection until it closes (``reqs``: the requests of its first bytes,
+        read at accept; None when none had come)."""
+        conn.started = True
+        loop = self._loop
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn.sock, limit=2 * READ_CHUNK_BYTES)
+        except Exception:  # noqa: BLE001 - the socket failed before it was served: reset, nothing to answer
+            _reset(conn.sock)
+            return
+        conn.writer = writer
+        abort = False
+        try:
+            abort = await self._serve_connection(reader, writer, conn, loop, parser, reqs)
+        except (ConnectionError, OSError):
+            pass
+        except asyncio.CancelledError:  # stop(): the connection is reset, the task ends normally
+            abort = True
+        finally:
+            await self._close(writer, reset=abort or conn.evicted)
 
     def _phase(self, parser: HttpParser) -> tuple[str, float]:
         """The connection's phase ("idle", "body" or "head") and that phase's deadline in s."""
@@ -245,32 +375,35 @@ class RestServer:
         return "head", self.header_timeout_s
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn,
-                                loop: asyncio.AbstractEventLoop) -> bool:
-        """Read, answer and enforce the deadlines until the connection is to end; returns whether
-        it must be reset (True) rather than closed.
+                                loop: asyncio.AbstractEventLoop, parser: HttpParser,
+                                first: list[HttpRequest] | None) -> bool:
+        """Read, answer and enforce the deadlines until the connection is to end (``first``: the
+        requests of the bytes read at accept, answered first; None when none had come); returns
+        whether it must be reset (True) rather than closed.
 
         Raises:
             ConnectionError, OSError: the peer reset the connection.
         """
-        parser = HttpParser()
         while True:
-            phase, limit_s = self._phase(parser)
-            try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES),
-                                              max(0.0, conn.since_s + limit_s - loop.time()))
-            except TimeoutError:
-                return await self._end_overdue(writer, conn, phase, limit_s)
-            if conn.evicted:
-                return False
-            if not data:  # end of file: a partial request can never complete
-                return await self._end_at_eof(writer, conn, parser)
-            try:
-                reqs = parser.feed(data)
-            except HttpError:
-                reqs = []
-            now = loop.time()
-            if reqs or phase != self._phase(parser)[0]:
-                conn.since_s = now  # a new phase (the first byte of a request, a head done) starts its clock
+            if first is not None:
+                reqs, first = first, None
+            else:
+                phase, limit_s = self._phase(parser)
+                try:
+                    data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES),
+                                                  max(0.0, conn.since_s + limit_s - loop.time()))
+                except TimeoutError:
+                    return await self._end_overdue(writer, conn, phase, limit_s)
+                if conn.evicted:
+                    return False
+                if not data:  # end of file: a partial request can never complete
+                    return await self._end_at_eof(writer, conn, parser)
+                try:
+                    reqs = parser.feed(data)
+                except HttpError:
+                    reqs = []
+                if reqs or phase != self._phase(parser)[0]:
+                    conn.since_s = loop.time()  # a new phase (a request's first byte, a head done) starts its clock
             conn.partial = not parser.idle
             close = await self._process(writer, conn, reqs)
             exc = parser.failed
@@ -294,6 +427,7 @@ class RestServer:
             if self.latency_s and req.path in RATE_LIMITED:
                 await asyncio.sleep(self.latency_s)
             status, body = self.api.handle(req)
+            conn.trusted = conn.trusted or self.api.authenticated
             writer.write(http_response(status, body, req.keep_alive))
             if not req.keep_alive:
                 close = True

@@ -120,7 +120,9 @@ HTTP_STATUS = {CODE_BAD_KEY: 401, CODE_BAD_SIGN: 401, CODE_RATE: 429, CODE_NOT_F
 #: Counter names of ``RestApi.stats`` / ``RestServer.stats()``
 STAT_NAMES = ("requests", "orders_placed", "orders_rejected", "fills", "cancels", "bad_signatures",
               "stale_timestamps", "rate_limited", "bad_requests", "http_errors", "connections", "connections_total",
-              "connections_refused", "slow_closed", "idle_closed", "evicted")
+              "connections_refused", "slow_closed", "idle_closed", "evicted",
+              # the REST server's accept path (pipeline.venue.rest)
+              "accepted", "closed_at_accept", "accept_passes_full", "accept_errors")
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,6 +180,8 @@ class RestApi:
             with suppress(ValueError):
                 self._coins.append((base_coin(sym), sym))
         self.stats = dict.fromkeys(STAT_NAMES, 0)
+        #: whether the last request ``handle`` answered was signed with the venue's key
+        self.authenticated = False
         #: path -> the route's handler: the body (POST) or the query (GET) in, the answer's data out
         #: (raises OrderRejected)
         self._handlers: dict[str, Callable[[dict], object]] = {
@@ -215,6 +219,7 @@ class RestApi:
         """The answer to one request: (HTTP status, JSON body). Never raises (an engine bug is a 500)."""
         now = int(self._now_ms())
         self.stats["requests"] += 1
+        self.authenticated = False
         try:
             return self._route(req, now)
         except Exception as exc:  # a bug: answered, logged, never a crash of the server
@@ -234,6 +239,7 @@ class RestApi:
             refused = self._check_auth(req, now)
             if refused is not None:
                 return refused
+            self.authenticated = True
         if not self.limits.allow(req.path, PUBLIC_KEY if public else req.headers["access-key"], self._mono_ns()):
             self.stats["rate_limited"] += 1
             return self._error(CODE_RATE, "Too Many Requests", now, req)
