@@ -5,8 +5,9 @@
 times out). ``start`` signs the item's request and writes it without waiting for the answer;
 ``read_answers`` reads what has arrived on each connection (a zero-timeout select, non-blocking reads:
 an answer partway in is kept for the next pass, never waited for, so one slow peer holds no other),
-in the order the requests were sent, and hands each whole answer to ``on_answer`` (``OrderAnswers.on_answer``, wired by the shell);
-a request unanswered past ``timeout_ms`` is an unknown outcome (its connection is closed).
+in the order the requests were sent, and hands each whole answer to ``on_answer``
+(``OrderAnswers.on_answer``, wired by the shell); a request unanswered past ``timeout_ms`` is an
+unknown outcome (its connection is closed).
 ``must_wait`` says when a command must wait for a request in flight: a cancel never overtakes its
 order's NEW, an order of an instrument never its CANCEL_ALL, a CANCEL_ALL never that instrument's
 orders.

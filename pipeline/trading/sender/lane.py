@@ -5,9 +5,9 @@ Fill polls, the periodic poll, order queries and the running account check are r
 request at a time on a connection of their own, without waiting: ``Lane.run`` reads what has
 arrived of the answer (a zero-timeout select, non-blocking reads; unanswered past ``timeout_ms``: a
 transport failure), once it is whole sends it into the generator and writes the request it yields;
-when the generator returns, the job's callbacks (``thens``) run. So a venue slow to answer a query holds no new order and no cancel. Only
-reconciliation waits for its answers (``run_sync``), on the lane too: it runs before anything else,
-so the lane is idle.
+when the generator returns, the job's callbacks (``thens``) run. So a venue slow to answer a query
+holds no new order and no cancel. Only reconciliation waits for its answers (``run_sync``), on the
+lane too: it runs before anything else, so the lane is idle.
 
 Every request the lane writes first takes a token of its endpoint's budget (``budget``:
 ``ratelimit.EndpointBudget``, the venue's documented per-endpoint limits): without one it is held
