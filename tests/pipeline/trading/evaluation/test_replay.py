@@ -232,8 +232,7 @@ def test_synthetic_parts_is_the_tape_with_each_instrument_s_work_done_where_it_w
         mine = [k for k, e in enumerate(one.events) if e.instrument_id == ins.id]
         assert part.positions.tolist() == mine  # 41 BOOKs and the trades, in the tape's order
         pid, symbol, n, ids = part.result
-        assert (symbol, n, ids) == (ins.symbol, len(mine), [ins.id])
-        assert part.replay_s > 0 and part.result_s >= 0
+        assert (symbol, n, ids) == (ins.symbol, len(mine), [ins.id])  # (replay_s, result_s: wall times, not results)
     pids = [p.result[0] for p in sp.parts]
     assert pids[0] == os.getpid()  # the first instrument in this process, the other in a forked one
     assert (pids[1] == os.getpid()) == (workers == 1)
