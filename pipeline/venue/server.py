@@ -31,6 +31,8 @@ units now, whatever the clock (deterministic tests).
 
 Per connection, outgoing frames wait in a queue of at most ``max_queue`` frames, sent in order by
 one writer task; in paced mode a client that lets it fill is disconnected (``slow_disconnects``).
+Accepts are bounded per pass of the loop and at most ``max_connections`` are open at once, one beyond
+that reset as it is accepted (``connections_refused``; ``pipeline.venue.ws_accept``).
 
 Fault switches (construction arguments, the fields of ``faults.FaultParams``, and thread-safe
 methods; each counts in ``faults_injected``; decided by ``faults.FaultInjector``, which says what each
@@ -75,8 +77,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
-from websockets.asyncio.server import serve
-
 from pipeline.runtime.portfile import write_port_file
 from pipeline.trading.bitget.protocol import CHANNEL_BOOKS, CHANNEL_TRADE
 from pipeline.venue.clients import Clients
@@ -86,13 +86,13 @@ from pipeline.venue.market import DEPTH_CHANNELS, RECENT_TRADES, BookEvent, Venu
 from pipeline.venue.server_cli import arg_parser
 from pipeline.venue.service import VenueThread, call_on_loop, cancel_task  # VenueThread: re-exported
 from pipeline.venue.sources import instrument_specs, make_source
+from pipeline.venue.ws_accept import listen
 
 __all__ = ["HOST", "PATH", "STAT_NAMES", "VenueServer", "VenueThread", "main"]
 
 HOST = "127.0.0.1"
 PATH = "/v2/ws/public"
 PRIVATE_PATH = "/v2/ws/private"
-MAX_REQUEST_BYTES = 64 * 1024
 CONTROL_TIMEOUT_S = 10.0
 
 #: Counter names of ``VenueServer.stats()``.
@@ -118,6 +118,7 @@ STAT_NAMES = (
     "disconnects",  # connection cuts: drop_connections, by hand or every disconnect_every_s
     "gaps",  # seq jumps: skip_seq, by hand or every gap_every_s
     "bad_checksums",  # corrupted checksums: corrupt_checksum, by hand or every bad_checksum_every_s
+    "connections_refused",  # reset as accepted: max_connections were open (ws_accept)
 )
 
 
@@ -129,17 +130,20 @@ class VenueServer:
                  max_queue: int = 10_000, max_units_per_push: int = 1_000, recent_trades: int = RECENT_TRADES,
                  clock: Callable[[], float] | None = None, delay_jitter_ms: float = 0.0,
                  disconnect_every_s: float = 0.0, gap_every_s: float = 0.0,
-                 bad_checksum_every_s: float = 0.0, inst_types: Mapping[str, str] | None = None) -> None:
+                 bad_checksum_every_s: float = 0.0, inst_types: Mapping[str, str] | None = None,
+                 max_connections: int = 64) -> None:
         """``source``: a ``SyntheticSource`` or ``ReplaySource``; ``clock``: monotonic seconds for the
         market clock (default: the event loop's); the faults: ``faults.FaultParams`` (``fault_seed``
         is its ``seed``; see the module docstring); ``inst_types``: instId -> the instType it is
         published and subscribed under (``VenueMarket``; default, and any instrument missing: SPOT).
 
         Raises:
-            VenueError: a port outside 0..65535, a bad fault value, ``max_queue`` < 2, an unknown instType.
+            VenueError: a port outside 0..65535, a bad fault value, ``max_queue`` or ``max_connections``
+                too small, an unknown instType.
         """
-        if not 0 <= int(port) <= 65535:
-            raise VenueError(f"port must be in 0..65535, got {port}")
+        if not 0 <= int(port) <= 65535 or max_connections < 1:
+            raise VenueError(f"port must be in 0..65535 and max_connections >= 1, got {port}, {max_connections}")
+        self.max_connections, self.open_connections = int(max_connections), 0  # ws_accept.Limits
         if max_queue < 2:
             raise VenueError(f"max_queue must be >= 2, got {max_queue}")
         self.source = source
@@ -197,8 +201,7 @@ class VenueServer:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._clients.loop = self._loop
-        self._server = await serve(self._route, HOST, self.requested_port, compression=None,
-                                   max_size=MAX_REQUEST_BYTES, ping_interval=None)
+        self._server = await listen(self._route, HOST, self.requested_port, self)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._stalled and self._stall_handle is None:  # stall() called before start
             self._stall_handle = self._loop.call_later(self._stall_s, self._end_stall)
@@ -213,6 +216,10 @@ class VenueServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+    def refused(self) -> None:
+        """A connection was reset as it was accepted (``ws_accept.Limits``)."""
+        self._stats["connections_refused"] += 1
 
     def set_private(self, handler) -> None:
         """Serve ``/v2/ws/private`` connections with ``handler(ws)`` (call before ``start``)."""
