@@ -448,7 +448,7 @@ class VenueAgent(Agent):
         self._publish_stats()
         ctx.log.info("venue_listening", url=self.server.url, rest_url=self.rest.url, source=p.source,
                      instruments=self.server.inst_ids, port_file=str(self.port_file),
-                     rest_port_file=str(self.rest_port_file), key=f"#{creds.fingerprint}")
+                     rest_port_file=str(self.rest_port_file), key_fingerprint=f"#{creds.fingerprint}")
 
     def _publish_stats(self) -> None:
         s = self.server.stats()
