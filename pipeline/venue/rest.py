@@ -72,7 +72,7 @@ class _Conn:
     """One connection's state, for the deadlines and the choice of whom to evict at the cap."""
 
     __slots__ = ("sock", "writer", "since_s", "proven", "trusted", "partial", "busy", "writing", "evicted",
-                 "started")
+                 "started", "unread")
 
     def __init__(self, sock: socket.socket, now_s: float) -> None:
         self.sock = sock
@@ -85,11 +85,38 @@ class _Conn:
         self.writing = False  # waiting for the peer to take an answer (drain)
         self.evicted = False
         self.started = False  # its task has begun (until then the task owns no stream: the socket is ours)
+        self.unread = False  # bytes handed to its stream that its task has not read yet
+
+    @property
+    def fresh(self) -> bool:
+        """Not a byte of a request taken from it yet (none has come, or it has not been read)."""
+        return not (self.proven or self.partial or self.busy)
+
+    def arriving(self) -> bool:
+        """Bytes have come that are not read yet (in its stream, or in the kernel's buffer)."""
+        if self.unread:
+            return True
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except OSError:  # nothing there (would block), or the socket is gone
+            return False
 
     @property
     def suspect(self) -> bool:
         """Never completed a request, is in the middle of one, or is not reading its answers."""
         return not self.proven or self.partial or self.writing
+
+
+class _Reader(asyncio.StreamReader):
+    """A connection's stream that notes bytes handed to it and not read yet (``_Conn.unread``)."""
+
+    def __init__(self, conn: _Conn, limit: int) -> None:
+        super().__init__(limit=limit)
+        self._conn = conn
+
+    def feed_data(self, data: bytes) -> None:
+        self._conn.unread = True
+        super().feed_data(data)
 
 
 class RestServer:
@@ -117,8 +144,10 @@ class RestServer:
     processing a request: for a full untrusted pool an untrusted one, else any, choosing untrusted
     before trusted, then among the *suspect* ones (never completed a request, partway through one,
     or not reading its answers) the one whose current phase began earliest, and only when there is
-    none, the proven idle one idle the longest (``evicted``; the evicted socket is reset). So a
-    slowloris or a reconnect flood only ever displaces connections of its own kind, never the
+    none, the proven idle one idle the longest (``evicted``; the evicted socket is reset); a
+    connection none of whose bytes were read yet is passed over while bytes have come on it (its
+    first request on its way in: a client that connects and sends at once, as the order sender
+    reconnecting, is not reset for a newcomer). So a slowloris or a reconnect flood only ever displaces connections of its own kind, never the
     key holder's established ones, while a well-behaved client (a complete request at once, like the
     order sender's) is accepted at once and its keep-alive connection is kept. A new connection is
     refused (503, then closed: ``connections_refused``) only when no connection can go (all
@@ -230,14 +259,13 @@ class RestServer:
     def _evict_one(self, untrusted_only: bool) -> bool:
         """Reset the connection the class docstring says goes first (an untrusted one when
         ``untrusted_only``); False when none may go."""
-        victim_task, victim = None, None
-        for t, c in self._conns.items():
-            if c.busy or (untrusted_only and c.trusted):
-                continue
-            if victim is None or (c.trusted, not c.suspect, c.since_s) < (victim.trusted, not victim.suspect,
-                                                                          victim.since_s):
-                victim_task, victim = t, c
-        if victim is None:
+        order = sorted(((c.trusted, not c.suspect, c.since_s), i, t) for i, (t, c) in enumerate(self._conns.items())
+                       if not (c.busy or (untrusted_only and c.trusted)))
+        for _, _, victim_task in order:
+            victim = self._conns[victim_task]
+            if not (victim.fresh and victim.arriving()):  # a first request on its way in is left to come
+                break
+        else:
             return False
         del self._conns[victim_task]
         victim.evicted = True
@@ -351,7 +379,10 @@ class RestServer:
         conn.started = True
         loop = self._loop
         try:
-            reader, writer = await asyncio.open_connection(sock=conn.sock, limit=2 * READ_CHUNK_BYTES)
+            reader = _Reader(conn, 2 * READ_CHUNK_BYTES)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            transport, _ = await loop.create_connection(lambda: protocol, sock=conn.sock)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         except Exception:  # noqa: BLE001 - the socket failed before it was served: reset, nothing to answer
             _reset(conn.sock)
             return
@@ -394,6 +425,7 @@ class RestServer:
                                                   max(0.0, conn.since_s + limit_s - loop.time()))
                 except TimeoutError:
                     return await self._end_overdue(writer, conn, phase, limit_s)
+                conn.unread = False
                 if conn.evicted:
                     return False
                 if not data:  # end of file: a partial request can never complete

@@ -197,3 +197,34 @@ def test_accepts_are_bounded_per_pass_so_an_established_request_is_answered_befo
     assert st["accepted"] == 51 and st["accept_passes_full"] == 12
     assert st["connections_total"] == 1 and st["connections_refused"] == 0 and st["accept_errors"] == 0
     assert accepted_at_answers[0] == 1 and 1 < accepted_at_answers[1] < 51  # answered with the queue partly accepted
+
+
+def test_a_fresh_connection_whose_request_has_come_is_not_reset_for_newcomers(tmp_path):
+    """A client connects, and its signed request arrives while the venue's loop is held, with six
+    newcomers queued behind it over an untrusted pool of 2: the newcomers displace each other, never
+    the fresh connection whose first request is on its way in, which is answered."""
+    v = Venue(tmp_path, max_connections=4, max_untrusted=2, header_timeout_s=30.0, idle_timeout_s=30.0)
+    entered, gate = threading.Event(), threading.Event()
+    fresh = socket.create_connection(("127.0.0.1", v.rest.port), timeout=WAIT_S)
+    crowd: list[socket.socket] = []
+    try:
+        wait_until(lambda: v.stats()["connections"] == 1, WAIT_S, what="the fresh connection accepted")
+        time.sleep(0.1)  # its task reads it: accepted before its request, nothing was there then
+        v.rest._loop.call_soon_threadsafe(lambda: (entered.set(), gate.wait(WAIT_S)))  # hold the venue's loop
+        assert entered.wait(WAIT_S)
+        fresh.sendall(f"GET {UNFILLED} HTTP/1.1\r\nHost: x\r\n".encode()
+                      + "".join(f"{k}: {val}\r\n" for k, val in v.headers().items()).encode() + b"\r\n")
+        for _ in range(6):
+            crowd.append(socket.create_connection(("127.0.0.1", v.rest.port), timeout=WAIT_S))
+        gate.set()
+        fresh.settimeout(WAIT_S)
+        answer = fresh.recv(65536)
+        wait_until(lambda: v.stats()["accepted"] == 7, WAIT_S, what="the newcomers accepted")
+    finally:
+        gate.set()
+        for s in (fresh, *crowd):
+            s.close()
+        v.stop()
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    st = v.stats()
+    assert st["evicted"] + st["connections_refused"] >= 5  # 7 on a pool of 2: the newcomers displaced
