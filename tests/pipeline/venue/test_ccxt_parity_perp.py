@@ -19,7 +19,7 @@ D = Decimal
 SYMBOL, MARKET = "BTC/USDT:USDT", "BTCUSDT"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def venue():
     v = ParityVenue(perps=True)
     try:
@@ -28,7 +28,7 @@ def venue():
         v.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ex(venue):
     client = point_at(ccxt.bitget(), venue)
     client.load_markets()
