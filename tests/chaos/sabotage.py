@@ -100,8 +100,12 @@ def test_a_gateway_that_lets_risk_increasing_orders_through_while_reducing_fails
     _report(row)
     assert row.verdict == FAIL
     checks = row.details["checks"]
-    assert checks["no risk-increasing order approved while REDUCING"] is False, _report(row)
-    assert row.details["audit"]["increasing"], _report(row)
+    # REDUCING without its effect: no risk-increasing order is ever refused with REDUCING (always), and
+    # any that came in the REDUCING window was approved (there are some in most runs, not all: the flow in
+    # a quick run's ~3 s window is the hand-set model's)
+    assert checks["risk-increasing orders refused with REDUCING (there were some)"] is False, _report(row)
+    if row.details["audit"]["increasing"]:
+        assert checks["no risk-increasing order approved while REDUCING"] is False, _report(row)
     # and HALTED that goes on approving (the guard's halt without its effect)
     assert checks["no order approved after HALTED"] is False, _report(row)
     assert row.details["audit"]["approved_after_halt"] > 0, _report(row)
