@@ -259,3 +259,13 @@ def test_the_dashboard_in_a_real_browser_shows_live_numbers_and_a_confirmed_halt
         assert page.console == [], page.console
     finally:
         browser.close()
+        _resume(live)  # the module's pipeline is shared: the tests after this one (in any order) see it trading
+
+
+def _resume(live: Live) -> None:
+    """RESUME through the ops API (the operator's token) and wait until risk has left HALTED."""
+    req = urllib.request.Request(f"http://127.0.0.1:{live.port}/api/resume", method="POST",
+                                 headers={"Authorization": f"Bearer {live.token}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200, resp.status
+    live.p.wait(lambda: live.p.stage("risk")["state"] != "HALTED", 15, "risk resumed after the dashboard's halt")
