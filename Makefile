@@ -117,7 +117,7 @@ evaluate: setup
 	$(PY) -m bench.evaluate
 
 # The chaos checks made to fail on purpose (each scenario with what one check guards broken): every one
-# must report FAIL. Outside `make test` for their length (~12 min).
+# must report FAIL. Outside `make test` for their length (~11 min); .ci/run runs it after `make test`.
 chaos-sabotage: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/chaos/sabotage.py
 
