@@ -49,6 +49,7 @@ import traceback
 import orjson
 
 from pipeline.runtime.linux import PR_SET_CHILD_SUBREAPER, PR_SET_NAME, die_with_parent, prctl
+from pipeline.runtime.log import open_private_append
 
 #: where the stage processes' BLAS would start worker threads at import (numpy's OpenBLAS does so
 #: unless told otherwise); each stage is one pinned core, and the fork server must stay single-threaded
@@ -116,7 +117,7 @@ def _stage(req: dict, supervisor_pid: int, fds: tuple[int, int]) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        out = os.open(req["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        out = open_private_append(req["out"])
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
@@ -304,7 +305,7 @@ class ForkServer:
         env = dict(os.environ)
         for k, v in SINGLE_THREAD_ENV.items():
             env.setdefault(k, v)
-        out = open(out_path, "ab")
+        out = open(open_private_append(out_path), "ab")
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "pipeline.runtime.forkserver", "--config", config_path, "--supervisor-pid", str(os.getpid()),

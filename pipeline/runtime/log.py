@@ -76,6 +76,21 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
         return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
 
+def open_private_append(path: str | os.PathLike) -> int:
+    """A file descriptor appending to ``path``, created 0600 (a file an older run left with a wider
+    mode is narrowed): a stage's or the fork server's ``.out`` (its stdout and stderr).
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        pass
+    return fd
+
+
 def open_event_log(proc: str, log_dir: str | os.PathLike, max_bytes: int = 10_000_000, backups: int = 3, *, stderr: bool = False) -> EventLog:
     """Log for ``proc`` into ``log_dir/proc.log`` (0600; the folder created 0700 if missing), rotating at
     ``max_bytes``."""

@@ -50,7 +50,7 @@ from pipeline.runtime.agent import LATENCY_DIR_ENV, Agent, AgentContext, Latency
 from pipeline.runtime.config import Config, ProcessConfig, load_config, parse_stage_params
 from pipeline.runtime.errors import ConfigError, StartupError
 from pipeline.runtime.linux import die_with_parent, set_fifo
-from pipeline.runtime.log import EventLog, open_event_log
+from pipeline.runtime.log import EventLog, open_event_log, open_private_append
 from pipeline.runtime.transport import open_ports, wait_all
 from ringbuf import BackOff, IdleStrategy, YieldSpin
 from ringbuf.ring import Ring
@@ -409,7 +409,7 @@ def run_spawned(argv: list[str], queues: dict, out_path: str) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = open_private_append(out_path)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.runtime.config import Config, ProcessConfig
+from pipeline.runtime.log import open_private_append
 from pipeline.runtime.forkserver import SINGLE_THREAD_ENV, ForkedProcess, ForkServer, ForkServerError, become_subreaper
 from pipeline.runtime.log import EventLog
 from pipeline.runtime.transport import port_transport
@@ -150,7 +151,7 @@ class Launcher:
                 return self.forkserver.spawn(argv, str(out_path), proc.name)
             except ForkServerError as exc:
                 self._drop_forkserver(str(exc))
-        out = open(out_path, "ab")
+        out = open(open_private_append(out_path), "ab")
         try:
             return subprocess.Popen([sys.executable, "-m", "pipeline.runtime.runner", *argv],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, close_fds=True)

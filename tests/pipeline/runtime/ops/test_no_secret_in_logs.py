@@ -114,4 +114,7 @@ def test_no_log_of_a_run_holds_the_ops_token_or_the_paper_key(tmp_path):
         refused = (Path(p.cfg.supervisor.log_dir) / "supervisor.log").read_text().count('"ops_refused"')
         assert refused == 7, f"{refused} ops refusals logged: the requests did not reach the log being searched"
         hits = _hits(p.tmp, secrets)
+        wide = {f.name: oct(f.stat().st_mode & 0o777) for f in Path(p.cfg.supervisor.log_dir).iterdir()
+                if f.is_file() and f.stat().st_mode & 0o077}
+    assert wide == {}, f"log files readable beyond their owner: {wide}"
     assert hits == [], "secrets in the run's files:\n" + "\n".join(hits[:20])
