@@ -116,18 +116,11 @@ def test_no_candidate_report_is_an_error_not_a_fallback(tmp_path):
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory) -> str:
-    """configs/default.toml with the fast process's model a hand-set one that leans with the imbalance
-    (``tests.support.handmodels``), so these runs send orders whatever model setup built."""
-    from tests.support.handmodels import imbalance_model
+    """configs/default.toml with the hand-set model (``tests.support.handmodels.hand_set_eval_config``),
+    so these runs send orders whatever model setup built."""
+    from tests.support.handmodels import hand_set_eval_config
 
-    d = tmp_path_factory.mktemp("cfg")
-    imbalance_model(d / "lean.onnx", lean=4.0, emergency=(20.0, 12.0), side=6.0)
-    text = (REPO / "configs" / "default.toml").read_text()
-    line = re.search(r'^params = \{ model_path = "models/generated/fast.onnx".*$', text, re.M)
-    assert line, "the fast process's params line"
-    (d / "eval.toml").write_text(text.replace(line.group(0), f'params = {{ model_path = "{d / "lean.onnx"}", '
-                                              'thresholds = { buy = 0.6, sell = 0.6, emergency = 0.5, side = 0.6 } }'))
-    return str(d / "eval.toml")
+    return hand_set_eval_config(tmp_path_factory.mktemp("cfg"))
 
 
 @pytest.fixture(scope="module")

@@ -48,3 +48,21 @@ def imbalance_model(path: str | Path, *, lean: float = 4.0, emergency: tuple[flo
     onnx.save(model, str(path))
     write_card(path, hand_made_card("hand-set", "tests.support.handmodels.imbalance_model"))
     return path
+
+
+def hand_set_eval_config(folder: Path) -> str:
+    """configs/default.toml written into ``folder`` with the fast process's model the hand-set one of
+    ``imbalance_model`` (leaning with the 5-level imbalance, EMERGENCY when it is beyond about 0.75 in
+    size, the side it threatens at risk) and thresholds that use all of it, so an evaluation run sends
+    orders whatever model setup built; returns the config's path."""
+    import re
+
+    from tests.support.paths import REPO_ROOT
+
+    imbalance_model(folder / "lean.onnx", lean=4.0, emergency=(20.0, 12.0), side=6.0)
+    text = (REPO_ROOT / "configs" / "default.toml").read_text()
+    line = re.search(r'^params = \{ model_path = "models/generated/fast.onnx".*$', text, re.M)
+    assert line, "the fast process's params line"
+    (folder / "eval.toml").write_text(text.replace(line.group(0), f'params = {{ model_path = "{folder / "lean.onnx"}", '
+                                                   'thresholds = { buy = 0.6, sell = 0.6, emergency = 0.5, side = 0.6 } }'))
+    return str(folder / "eval.toml")
