@@ -447,12 +447,13 @@ class SenderAgent(Agent):
     def _crash(self, point: str) -> None:
         """SIGKILL this process at ``point`` of a place, once (``crash_after``; tests only); with
         ``crash_mode = "machine"`` the journal is first cut back to its last fsync'd length, which is
-        what a machine crash at that point leaves on the disk."""
+        what a machine crash at that point leaves on the disk (the marker then holds the point, the synced and
+        written lengths and the crash's CLOCK_MONOTONIC ns)."""
         if self.crash_armed and self.p.crash_after == point and not self.crash_marker.exists():
             if self.p.crash_mode == "machine":
                 journal = self.ledger.journal
                 os.truncate(journal.path, journal.synced_bytes)
-                self.crash_marker.write_text(f"{point} {journal.synced_bytes} {journal.bytes}")
+                self.crash_marker.write_text(f"{point} {journal.synced_bytes} {journal.bytes} {time.monotonic_ns()}")
             else:
                 self.crash_marker.write_text(point)
             os.kill(os.getpid(), signal.SIGKILL)

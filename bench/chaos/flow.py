@@ -141,7 +141,13 @@ def flow_check(orders: int, fills: int, min_orders: int, min_fills: int) -> tupl
 NEW_REFUSALS = ("HALTED", "MALFORMED")
 
 
-def new_orders_ledger(audit: list[dict], journal_oids) -> dict:
+#: how long before a machine crash of the sender an approved NEW may have been approved and still be the
+#: crash's (read from the ring, not yet journaled nor sent when the machine went: its memory went with it);
+#: a healthy sender sends an order within milliseconds of its approval
+CRASH_WINDOW_NS = 1_000_000_000
+
+
+def new_orders_ledger(audit: list[dict], journal_oids, crash_ns=(), crash_window_ns: int = CRASH_WINDOW_NS) -> dict:
     """Every NEW order the risk gateway approved, accounted for by id: ``audit`` is its audit log (one
     dict an event, ``harness.read_audit``: appended to by every life of the risk stage, so it spans its
     restarts; an ``OrderApproved`` is written before its ORDER leaves), ``journal_oids`` the order ids of
@@ -156,22 +162,34 @@ def new_orders_ledger(audit: list[dict], journal_oids) -> dict:
     (``lost_ids``, ``unapproved_ids``). Every approved NEW is journaled or refused exactly when ``lost`` and
     ``unapproved`` are 0 (then ``risk_approved == journal_new + sender_refused``). A risk stage killed
     between its audit write and the ORDER's write, or a refusal read by a risk stage killed before its
-    end-of-batch audit write, counts as lost: a false alarm, never a hidden loss."""
+    end-of-batch audit write, counts as lost: a false alarm, never a hidden loss.
+
+    ``crash_ns``: the CLOCK_MONOTONIC times of machine crashes of the sender (``position.machine_crash_sender``).
+    An approved NEW neither journaled nor refused whose approval (its audit ``ts_ns``) came at most
+    ``crash_window_ns`` before one of them is ``crash_dropped`` (ids in ``crash_dropped_ids``), not lost: the
+    sender held it in memory, unsent, when the machine went (a machine crash takes the risk stage's
+    approval with it; here risk lives on and re-syncs from the restarted sender, which never saw it). Any
+    other is lost, as without crashes."""
     approved = {int(e["order_id"]) for e in audit if e.get("ev") == "OrderApproved" and "order_id" in e}
+    approved_ns = {int(e["order_id"]): int(e.get("ts_ns", -1)) for e in audit
+                   if e.get("ev") == "OrderApproved" and "order_id" in e}
     journaled = {int(o) for o in journal_oids}
     refused: dict[int, str] = {}
     for e in audit:
         if (e.get("ev") == "RejectReceived" and e.get("code") in NEW_REFUSALS and e.get("order_id") in approved
                 and e["order_id"] not in journaled):
             refused.setdefault(int(e["order_id"]), str(e.get("code", "?")))
-    lost = sorted(approved - journaled - refused.keys())
+    unsent = sorted(approved - journaled - refused.keys())
+    dropped = [o for o in unsent if any(0 <= c - approved_ns[o] <= crash_window_ns for c in crash_ns)]
+    lost = [o for o in unsent if o not in set(dropped)]
     unapproved = sorted(journaled - approved)
     by_reason: dict[str, int] = {}
     for code in refused.values():
         by_reason[code] = by_reason.get(code, 0) + 1
     return {"risk_approved": len(approved), "journal_new": len(journaled), "sender_refused": len(refused),
-            "refused_by_reason": by_reason, "lost": len(lost), "unapproved": len(unapproved),
-            "lost_ids": lost[:10], "unapproved_ids": unapproved[:10]}
+            "refused_by_reason": by_reason, "crash_dropped": len(dropped), "lost": len(lost),
+            "unapproved": len(unapproved), "crash_dropped_ids": dropped[:10], "lost_ids": lost[:10],
+            "unapproved_ids": unapproved[:10]}
 
 
 def ledger_problems(c: dict) -> list[str]:
@@ -179,9 +197,9 @@ def ledger_problems(c: dict) -> list[str]:
     refused with a reason (none lost), and nothing journaled without an approval (counts without
     ``lost`` / ``unapproved``: judged on ``risk_approved == journal_new + sender_refused``)."""
     bad = []
-    refused, unapproved = c.get("sender_refused", 0), c.get("unapproved", 0)
-    lost = c.get("lost", c["risk_approved"] - c["journal_new"] - refused + unapproved)
-    if lost or c["risk_approved"] != c["journal_new"] + refused - unapproved:
+    refused, unapproved, dropped = c.get("sender_refused", 0), c.get("unapproved", 0), c.get("crash_dropped", 0)
+    lost = c.get("lost", c["risk_approved"] - c["journal_new"] - refused - dropped + unapproved)
+    if lost or c["risk_approved"] != c["journal_new"] + refused + dropped - unapproved:
         why = ", ".join(f"{k} {n}" for k, n in sorted(c.get("refused_by_reason", {}).items()))
         bad.append(f"NEW orders approved by risk {c['risk_approved']}, journaled by the sender {c['journal_new']}, "
                    f"refused by it {refused}" + (f" ({why})" if why else "") + f": {lost} lost"
@@ -195,7 +213,8 @@ def ledger_problems(c: dict) -> list[str]:
 #: the check of ``ledger_problems``, by name, in every scenario that judges it
 LOST_CHECK = "0 lost: every NEW risk approved (its audit log) journaled or refused with a reason"
 #: the counts of ``new_orders_ledger`` a report shows, per scenario and run
-LEDGER_KEYS = ("risk_approved", "journal_new", "sender_refused", "refused_by_reason", "lost", "unapproved")
+LEDGER_KEYS = ("risk_approved", "journal_new", "sender_refused", "refused_by_reason", "crash_dropped", "lost",
+               "unapproved")
 
 
 def ledger_entry(run: str, c: dict) -> dict:
@@ -207,8 +226,9 @@ def ledger_text(c: dict) -> str:
     """The ledger in words: approved (risk's audit log) = journaled + refused (reasons) + lost."""
     why = ", ".join(f"{k} {n}" for k, n in sorted((c.get("refused_by_reason") or {}).items()))
     return (f"NEW orders approved by risk (audit log) {c['risk_approved']} = journaled by the sender "
-            f"{c['journal_new']} + refused {c['sender_refused']}{f' ({why})' if why else ''}; lost {c['lost']}, "
-            f"journaled unapproved {c['unapproved']}")
+            f"{c['journal_new']} + refused {c['sender_refused']}{f' ({why})' if why else ''}"
+            + (f" + taken unsent by a machine crash {c['crash_dropped']}" if c.get("crash_dropped") else "")
+            + f"; lost {c['lost']}, journaled unapproved {c['unapproved']}")
 
 
 def ledger_table(rows) -> list[str]:
@@ -219,21 +239,24 @@ def ledger_table(rows) -> list[str]:
         return []
     md = ["", "## Orders ledger", "",
           "NEW orders approved by the risk gateway (its audit log, across its restarts) = journaled by the sender "
-          "+ refused by the sender (reason) + lost; unapproved: journaled with no approval on record.", "",
-          "| scenario | run | approved (risk audit) | journaled (sender) | refused (reason) | lost | unapproved |",
-          "|---|---|---|---|---|---|---|"]
+          "+ refused by the sender (reason) + taken unsent by a machine crash of the sender (approved within "
+          f"{CRASH_WINDOW_NS / 1e9:g} s before it) + lost; unapproved: journaled with no approval on record.", "",
+          "| scenario | run | approved (risk audit) | journaled (sender) | refused (reason) | taken by a crash | lost "
+          "| unapproved |",
+          "|---|---|---|---|---|---|---|---|"]
     for scenario, e in lines:
         why = ", ".join(f"{k} {n}" for k, n in sorted((e.get("refused_by_reason") or {}).items()))
         md.append(f"| {scenario} | {e.get('run') or '-'} | {e.get('risk_approved')} | {e.get('journal_new')} | "
-                  f"{e.get('sender_refused')}{f' ({why})' if why else ''} | {e.get('lost')} | {e.get('unapproved')} |")
+                  f"{e.get('sender_refused')}{f' ({why})' if why else ''} | {e.get('crash_dropped') or 0} | "
+                  f"{e.get('lost')} | {e.get('unapproved')} |")
     return md
 
 
-def order_ledger(p) -> dict:
+def order_ledger(p, crash_ns=()) -> dict:
     """``new_orders_ledger`` of pipeline ``p`` (after ``quiesce``): its risk audit log against its sender's
-    journal."""
+    journal (``crash_ns``: the sender's machine crashes, if any)."""
     st, _ = replay((p.tmp / "run" / "sender.journal").read_bytes())
-    return new_orders_ledger(read_audit(p), st.orders.keys())
+    return new_orders_ledger(read_audit(p), st.orders.keys(), crash_ns)
 
 
 def order_counts_check(c: dict) -> tuple[bool, list[str]]:

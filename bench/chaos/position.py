@@ -414,19 +414,21 @@ def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_m
             placed0 = p.stage("venue").get("orders_placed", 0)
             marker = p.tmp / "run" / "sender.journal.crashed"
             cuts: list[int] = []
+            crash_ns: list[int] = []
             p.cfg_path.write_text(_arm(p.cfg_path.read_text()))  # read by the sender's next start
             for _ in range(n):
                 marker.unlink(missing_ok=True)
                 _restart_and_resync(p, "sender")
                 if soft_wait(p, marker.exists, 20.0):
-                    _point, synced, written = marker.read_text().split()
+                    _point, synced, written, at_ns = marker.read_text().split()
                     cuts.append(int(written) - int(synced))
+                    crash_ns.append(int(at_ns))
                     p.wait(lambda: p.proc("sender")["state"] == "RUNNING", 30, "sender RUNNING after its crash", 0.05)
                     p.wait(lambda: p.stage("risk").get("synced") == 1, 30, "risk synced again", 0.05)
             time.sleep(2.0)
             settled = quiesce(p)
             led = reconcile(p)
-            news = order_ledger(p)
+            news = order_ledger(p, crash_ns=crash_ns)
             log = p.logs() / "sender.log"
             adopted = log.read_text(errors="replace").count("sender_order_adopted") if log.exists() else 0
             restarts = p.proc("sender")["restarts"]
@@ -460,7 +462,7 @@ def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_m
                 f"audit); position diff "
                 f"{led['position_diff_lots']} lots"),
         details={"ledger": led, "news": news, "orders_ledger": [ledger_entry("", news)], "cuts": cuts,
-                 "restarts": restarts, "prefix": p.prefix},
+                 "crash_ns": crash_ns, "restarts": restarts, "prefix": p.prefix},
     )
 
 

@@ -77,6 +77,22 @@ def test_every_new_order_risk_approved_is_journaled_or_refused_with_its_reason()
     assert new_orders_ledger(_approved(1) + [_rejected(1, "NOT_FOUND")], [])["lost"] == 1
 
 
+def test_an_order_a_machine_crash_took_unsent_is_the_crashs_and_any_other_unsent_order_is_lost():
+    s = 1_000_000_000
+    audit = [{"ev": "OrderApproved", "order_id": o, "ts_ns": at} for o, at in ((1, 10 * s), (2, 20 * s), (3, 29 * s),
+                                                                                (4, 30 * s), (5, 31 * s))]
+    # the sender crashed (machine) at 30.2 s: 4 was approved 0.2 s before, held unsent; 3 (1.2 s before) and
+    # 5 (after the crash, sent to the restarted sender) should have been sent
+    led = new_orders_ledger(audit, [1, 2], crash_ns=[30 * s + 200_000_000])
+    assert (led["crash_dropped"], led["crash_dropped_ids"], led["lost"], led["lost_ids"]) == (1, [4], 2, [3, 5])
+    assert len(ledger_problems(led)) == 1  # 3 and 5 lost
+    led = new_orders_ledger(audit, [1, 2, 3, 5], crash_ns=[30 * s + 200_000_000])
+    assert (led["crash_dropped"], led["lost"]) == (1, 0) and ledger_problems(led) == []
+    # the same order with no crash on record: lost
+    led = new_orders_ledger(audit, [1, 2, 3, 5])
+    assert (led["crash_dropped"], led["lost"], led["lost_ids"]) == (0, 1, [4]) and ledger_problems(led)
+
+
 def test_the_report_shows_each_runs_ledger_and_nothing_for_scenarios_without_orders():
     from bench.chaos.flow import ledger_entry, ledger_table
     from bench.chaos.harness import Row
@@ -86,7 +102,7 @@ def test_the_report_shows_each_runs_ledger_and_nothing_for_scenarios_without_ord
                 details={"orders_ledger": [ledger_entry("run 1", led), ledger_entry("run 2", led)]}),
             Row(scenario="b", injected="", did="", figure="", passed=True)]
     md = ledger_table(rows)
-    assert md[-2:] == ["| a | run 1 | 4 | 2 | 1 (HALTED 1) | 1 | 0 |", "| a | run 2 | 4 | 2 | 1 (HALTED 1) | 1 | 0 |"]
+    assert md[-2:] == ["| a | run 1 | 4 | 2 | 1 (HALTED 1) | 0 | 1 | 0 |", "| a | run 2 | 4 | 2 | 1 (HALTED 1) | 0 | 1 | 0 |"]
     assert "## Orders ledger" in md and ledger_table(rows[1:]) == []
 
 
