@@ -142,8 +142,8 @@ NEW_REFUSALS = ("HALTED", "MALFORMED")
 
 
 #: how long before a machine crash of the sender an approved NEW may have been approved and still be the
-#: crash's (read from the ring, not yet journaled nor sent when the machine went: its memory went with it);
-#: a healthy sender sends an order within milliseconds of its approval
+#: crash's (unsent in the sender's memory when the machine went, or sent and ended without a fill inside the
+#: journal's cut window); a healthy sender sends an order within milliseconds of its approval
 CRASH_WINDOW_NS = 1_000_000_000
 
 
@@ -167,9 +167,11 @@ def new_orders_ledger(audit: list[dict], journal_oids, crash_ns=(), crash_window
     ``crash_ns``: the CLOCK_MONOTONIC times of machine crashes of the sender (``position.machine_crash_sender``).
     An approved NEW neither journaled nor refused whose approval (its audit ``ts_ns``) came at most
     ``crash_window_ns`` before one of them is ``crash_dropped`` (ids in ``crash_dropped_ids``), not lost: the
-    sender held it in memory, unsent, when the machine went (a machine crash takes the risk stage's
-    approval with it; here risk lives on and re-syncs from the restarted sender, which never saw it). Any
-    other is lost, as without crashes."""
+    crash's cut window took it, either held unsent in the sender's memory when the machine went, or sent
+    and ended at the venue without a fill before the restart (not adopted: it holds no position and is not
+    open; ``position.machine_crash_sender`` bounds those by the venue's count). A machine crash takes the
+    risk stage's approval with it; here risk lives on and re-syncs from the restarted sender. Any other is
+    lost, as without crashes."""
     approved = {int(e["order_id"]) for e in audit if e.get("ev") == "OrderApproved" and "order_id" in e}
     approved_ns = {int(e["order_id"]): int(e.get("ts_ns", -1)) for e in audit
                    if e.get("ev") == "OrderApproved" and "order_id" in e}
@@ -227,7 +229,7 @@ def ledger_text(c: dict) -> str:
     why = ", ".join(f"{k} {n}" for k, n in sorted((c.get("refused_by_reason") or {}).items()))
     return (f"NEW orders approved by risk (audit log) {c['risk_approved']} = journaled by the sender "
             f"{c['journal_new']} + refused {c['sender_refused']}{f' ({why})' if why else ''}"
-            + (f" + taken unsent by a machine crash {c['crash_dropped']}" if c.get("crash_dropped") else "")
+            + (f" + taken by a machine crash's window {c['crash_dropped']}" if c.get("crash_dropped") else "")
             + f"; lost {c['lost']}, journaled unapproved {c['unapproved']}")
 
 
@@ -239,8 +241,9 @@ def ledger_table(rows) -> list[str]:
         return []
     md = ["", "## Orders ledger", "",
           "NEW orders approved by the risk gateway (its audit log, across its restarts) = journaled by the sender "
-          "+ refused by the sender (reason) + taken unsent by a machine crash of the sender (approved within "
-          f"{CRASH_WINDOW_NS / 1e9:g} s before it) + lost; unapproved: journaled with no approval on record.", "",
+          "+ refused by the sender (reason) + taken by a machine crash of the sender (approved within "
+          f"{CRASH_WINDOW_NS / 1e9:g} s before it: unsent, or ended at the venue without a fill) + lost; "
+          "unapproved: journaled with no approval on record.", "",
           "| scenario | run | approved (risk audit) | journaled (sender) | refused (reason) | taken by a crash | lost "
           "| unapproved |",
           "|---|---|---|---|---|---|---|---|"]
