@@ -194,6 +194,14 @@ def new_orders_ledger(audit: list[dict], journal_oids, crash_ns=(), crash_window
             "unapproved_ids": unapproved[:10]}
 
 
+def venue_journal_lost(led: dict, crash_dropped: int = 0) -> int:
+    """Orders lost between the venue and the journal, from ``reconcile``'s ``led``: venue orders the journal
+    lacks beyond the ``crash_dropped`` a machine crash's cut window may have taken (ended without a fill
+    before the restart, so not adopted), journaled orders the venue lacks, and unresolved ones."""
+    unjournaled = led["venue_placed"] - led["journal_acked"]
+    return max(0, unjournaled - crash_dropped) + max(0, -unjournaled) + led["unresolved"]
+
+
 def ledger_problems(c: dict) -> list[str]:
     """What does not hold of ``new_orders_ledger``'s counts ``c``: every NEW approved is journaled or
     refused with a reason (none lost), and nothing journaled without an approval (counts without

@@ -64,7 +64,7 @@ from pathlib import Path
 import orjson
 
 from bench.chaos.flow import (FLOW_MODEL, FLOW_WAIT_S, LOST_CHECK, ledger_entry, ledger_problems, ledger_text,
-                              order_ledger, orders_flow, quiesce, reconcile, whole_lots)
+                              order_ledger, orders_flow, quiesce, reconcile, venue_journal_lost, whole_lots)
 from bench.chaos.harness import INCONCLUSIVE, Row, judged_row, limit_wait_s, soft_wait
 from bench.chaos.rewrite import sender_params
 from bench.pipeline_config import KEY
@@ -439,8 +439,7 @@ def machine_crash_sender(P, quick: bool, *, crashes: int | None = None, sender_m
             os.environ[CRASH_ENV] = old_env
     # venue orders the journal lacks: a crash's cut window can hold orders that ended without a fill before the
     # restart (not adopted: no position, not open, recovery.py), at most the orders the ledger gives the crashes
-    unjournaled = led["venue_placed"] - led["journal_acked"]
-    lost = max(0, unjournaled - news["crash_dropped"]) + max(0, -unjournaled) + led["unresolved"]
+    lost = venue_journal_lost(led, news["crash_dropped"])
     checks = {f"enough flow (>= {MIN_PLACED} orders placed before)": placed0 >= MIN_PLACED,
               f"{n} machine crash(es), each cutting a non-empty window": len(cuts) == n and all(c > 0 for c in cuts),
               "the restarted sender adopted orders the venue holds": adopted >= 1,

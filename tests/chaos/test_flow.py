@@ -93,6 +93,17 @@ def test_an_order_a_machine_crash_took_unsent_is_the_crashs_and_any_other_unsent
     assert (led["crash_dropped"], led["lost"], led["lost_ids"]) == (0, 1, [4]) and ledger_problems(led)
 
 
+def test_venue_orders_the_journal_lacks_are_lost_beyond_those_a_crash_window_took():
+    from bench.chaos.flow import venue_journal_lost
+
+    led = {"venue_placed": 104, "journal_acked": 102, "unresolved": 0}
+    assert venue_journal_lost(led) == 2  # no crash: both lost
+    assert venue_journal_lost(led, crash_dropped=2) == 0
+    assert venue_journal_lost(led, crash_dropped=1) == 1
+    assert venue_journal_lost({**led, "venue_placed": 100}, crash_dropped=5) == 2  # journaled, not at the venue
+    assert venue_journal_lost({**led, "unresolved": 1}, crash_dropped=2) == 1
+
+
 def test_the_report_shows_each_runs_ledger_and_nothing_for_scenarios_without_orders():
     from bench.chaos.flow import ledger_entry, ledger_table
     from bench.chaos.harness import Row
