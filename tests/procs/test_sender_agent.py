@@ -1471,8 +1471,9 @@ def test_a_machine_crash_at_each_point_loses_at_most_the_window_and_nothing_is_l
         coid = client_oid(oid)
         w.write(Kind.ORDER, order(oid=oid, price=100.0, size=0.02), time.monotonic_ns())
         wait_until(lambda: len(rd.find(ExecType.SYNC_DONE)) >= 2, 20, what="the state report after the restart")
-        point, synced, written = (tmp_path / "sender.journal.crashed").read_text().split()
+        point, synced, written, at_ns = (tmp_path / "sender.journal.crashed").read_text().split()
         assert point == crash_after and pipe.pids()["sender"] != first_pid
+        assert 0 < int(at_ns) <= time.monotonic_ns()  # the crash's CLOCK_MONOTONIC time (chaos's crash window)
         durable = (tmp_path / "sender.journal").read_bytes()[:int(synced)]  # what the crash left, as it was
         assert int(synced) <= int(written)
         if crash_after in ("journal", "send"):  # the intent was in the window the crash lost
